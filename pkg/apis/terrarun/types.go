@@ -1,0 +1,485 @@
+package terrarun
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRun is one execution of Terraform or OpenTofu against one configuration:
+// a plan, an optional approval gate, and an apply. Like a Job, a run is executed once;
+// its spec is immutable after creation, and running again means creating a new run.
+type TerraformRun struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec describes what to run. It is immutable after creation.
+	Spec TerraformRunSpec `json:"spec"`
+	// status is the most recently observed state of the run. It is written only by
+	// the run controller, through the status subresource.
+	// +optional
+	Status TerraformRunStatus `json:"status,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunList is a list of TerraformRuns.
+type TerraformRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items is the list of runs.
+	Items []TerraformRun `json:"items"`
+}
+
+// Operation is what a run does after it has planned.
+type Operation string
+
+const (
+	// OperationApply plans and applies the configuration. It is the default.
+	OperationApply Operation = "Apply"
+	// OperationDestroy plans and applies the destruction of every managed resource.
+	OperationDestroy Operation = "Destroy"
+	// OperationPlan plans only (a speculative plan) and never applies.
+	OperationPlan Operation = "Plan"
+)
+
+// ApprovalMode says whether a plan waits for a human before it is applied.
+type ApprovalMode string
+
+const (
+	// ApprovalModeManual waits for an approval through the approve subresource. It is the default.
+	ApprovalModeManual ApprovalMode = "Manual"
+	// ApprovalModeAuto applies a plan as soon as it exists.
+	ApprovalModeAuto ApprovalMode = "Auto"
+)
+
+// EngineBinary names the command-line tool that executes a run.
+type EngineBinary string
+
+const (
+	// EngineTerraform is HashiCorp Terraform.
+	EngineTerraform EngineBinary = "terraform"
+	// EngineTofu is OpenTofu.
+	EngineTofu EngineBinary = "tofu"
+)
+
+// TerraformRunSpec describes one execution.
+type TerraformRunSpec struct {
+	// operation is what the run does after planning: Apply (the default), Destroy,
+	// or Plan (a speculative plan that is never applied).
+	// +optional
+	Operation Operation `json:"operation,omitempty"`
+
+	// source is where the Terraform configuration comes from. Exactly one of
+	// inline, configMap and git must be set.
+	Source Source `json:"source"`
+
+	// variables are the input variables passed to Terraform. Values that come from
+	// Secrets are written to a var-file that is never logged.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Variables []Variable `json:"variables,omitempty"`
+
+	// backend configures where Terraform state is kept. When unset, the executor's
+	// documented default backend is used.
+	// +optional
+	Backend *Backend `json:"backend,omitempty"`
+
+	// workspace is the Terraform workspace to select. Defaults to "default".
+	// +optional
+	Workspace string `json:"workspace,omitempty"`
+
+	// approval controls the gate between plan and apply.
+	// +optional
+	Approval Approval `json:"approval,omitempty"`
+
+	// engine selects the Terraform-compatible binary and the executor image.
+	// +optional
+	Engine Engine `json:"engine,omitempty"`
+
+	// timeouts bound how long each stage may run.
+	// +optional
+	Timeouts Timeouts `json:"timeouts,omitempty"`
+
+	// executor configures the pods that run each stage.
+	// +optional
+	Executor *ExecutorSpec `json:"executor,omitempty"`
+
+	// outputsSecret names a Secret in the run's namespace that receives every
+	// output once the run has applied. The Secret is owned by the run.
+	// +optional
+	OutputsSecret string `json:"outputsSecret,omitempty"`
+
+	// targets limits planning to the given resource addresses (terraform -target).
+	// +optional
+	// +listType=atomic
+	Targets []string `json:"targets,omitempty"`
+
+	// replace forces replacement of the given resource addresses (terraform -replace).
+	// +optional
+	// +listType=atomic
+	Replace []string `json:"replace,omitempty"`
+
+	// parallelism limits the number of concurrent operations (terraform -parallelism).
+	// Between 1 and 256; Terraform's default is 10.
+	// +optional
+	Parallelism *int32 `json:"parallelism,omitempty"`
+
+	// refresh says whether to refresh state before planning (terraform -refresh).
+	// Defaults to true.
+	// +optional
+	Refresh *bool `json:"refresh,omitempty"`
+
+	// creator is the user who created the run. The server records it from the
+	// authenticated request at creation; any value sent by a client is replaced,
+	// and it can never change afterwards.
+	// +optional
+	Creator *Creator `json:"creator,omitempty"`
+}
+
+// Source is where the configuration comes from. Exactly one member must be set.
+type Source struct {
+	// inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars
+	// files are allowed, and the total size is capped at 256 KiB.
+	// +optional
+	Inline map[string]string `json:"inline,omitempty"`
+
+	// configMap names a ConfigMap in the run's namespace whose keys are file names
+	// and whose values are file contents.
+	// +optional
+	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+
+	// git fetches the configuration from a git repository.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+}
+
+// ConfigMapSource references a ConfigMap holding the configuration files.
+type ConfigMapSource struct {
+	// name of the ConfigMap in the run's namespace.
+	Name string `json:"name"`
+}
+
+// GitSource fetches the configuration from a git repository.
+type GitSource struct {
+	// url of the repository. Only https:// and ssh:// URLs are accepted, and the URL
+	// must not carry credentials: use credentialsSecret instead.
+	URL string `json:"url"`
+	// ref is the branch, tag or commit to check out. The resolved commit is
+	// recorded in status.source.revision, and the apply uses exactly that commit.
+	Ref string `json:"ref"`
+	// path is the directory inside the repository that holds the configuration.
+	// It is relative and may not leave the repository. Defaults to the root.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// credentialsSecret names a Secret in the run's namespace with the keys
+	// "username" and "password" (https) or "identity" and "known_hosts" (ssh).
+	// The credentials are mounted as files and handed to git through GIT_ASKPASS;
+	// they never appear in arguments, environment or logs.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+}
+
+// Variable is one Terraform input variable.
+type Variable struct {
+	// name of the variable: a Terraform identifier.
+	Name string `json:"name"`
+	// value is the literal value. Mutually exclusive with valueFrom.
+	// +optional
+	Value string `json:"value,omitempty"`
+	// valueFrom reads the value from a Secret or ConfigMap key. Mutually exclusive
+	// with value.
+	// +optional
+	ValueFrom *VariableSource `json:"valueFrom,omitempty"`
+	// hcl says that the value is an HCL expression (a number, list, map or object)
+	// rather than a string.
+	// +optional
+	HCL bool `json:"hcl,omitempty"`
+}
+
+// VariableSource selects the origin of a variable's value. Exactly one member must be set.
+type VariableSource struct {
+	// secretKeyRef selects a key of a Secret in the run's namespace.
+	// +optional
+	SecretKeyRef *KeySelector `json:"secretKeyRef,omitempty"`
+	// configMapKeyRef selects a key of a ConfigMap in the run's namespace.
+	// +optional
+	ConfigMapKeyRef *KeySelector `json:"configMapKeyRef,omitempty"`
+}
+
+// KeySelector selects one key of a Secret or ConfigMap in the run's namespace.
+type KeySelector struct {
+	// name of the Secret or ConfigMap.
+	Name string `json:"name"`
+	// key within it.
+	Key string `json:"key"`
+}
+
+// Backend configures Terraform's state backend.
+type Backend struct {
+	// type is the backend type, such as "kubernetes", "s3" or "local".
+	Type string `json:"type"`
+	// config holds non-secret backend settings, passed as -backend-config key=value.
+	// Credentials are refused here: put them in configSecret.
+	// +optional
+	Config map[string]string `json:"config,omitempty"`
+	// configSecret names a Secret in the run's namespace with a "backend.hcl" key.
+	// It is mounted as a file and passed with -backend-config.
+	// +optional
+	ConfigSecret string `json:"configSecret,omitempty"`
+}
+
+// Approval controls the gate between plan and apply.
+type Approval struct {
+	// mode is Manual (the default: wait for an approval through the approve
+	// subresource) or Auto (apply as soon as the plan exists).
+	// +optional
+	Mode ApprovalMode `json:"mode,omitempty"`
+	// timeout is how long a plan waits for approval before the run is discarded.
+	// Defaults to 24h; at most 720h.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Engine selects the binary and the executor image.
+type Engine struct {
+	// binary is terraform (the default) or tofu.
+	// +optional
+	Binary EngineBinary `json:"binary,omitempty"`
+	// image is the executor container image used by the kubernetes executor.
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// Timeouts bound the stages of a run. A stage that exceeds its timeout is stopped
+// and the run fails.
+type Timeouts struct {
+	// plan bounds the plan stage (source fetch, init and plan). Defaults to 1h; at most 24h.
+	// +optional
+	Plan *metav1.Duration `json:"plan,omitempty"`
+	// apply bounds the apply stage. Defaults to 1h; at most 24h.
+	// +optional
+	Apply *metav1.Duration `json:"apply,omitempty"`
+}
+
+// ExecutorSpec configures the pods that run each stage in Kubernetes mode.
+type ExecutorSpec struct {
+	// serviceAccountName is the service account of the executor pods.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// resources are the executor container's requests and limits.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// nodeSelector constrains the executor pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations of the executor pods.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// Creator identifies the user who created a run.
+type Creator struct {
+	// username of the creating user.
+	Username string `json:"username"`
+	// uid of the creating user, when the authenticator provides one.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// groups of the creating user.
+	// +optional
+	// +listType=atomic
+	Groups []string `json:"groups,omitempty"`
+}
+
+// RunPhase is a simple, high-level summary of where a run is in its lifecycle.
+type RunPhase string
+
+const (
+	// RunPhasePending means the run is accepted and waits for its plan stage.
+	RunPhasePending RunPhase = "Pending"
+	// RunPhasePlanning means the plan stage is running.
+	RunPhasePlanning RunPhase = "Planning"
+	// RunPhaseAwaitingApproval means a plan with changes waits for an approval.
+	RunPhaseAwaitingApproval RunPhase = "AwaitingApproval"
+	// RunPhaseApplying means the apply stage is running.
+	RunPhaseApplying RunPhase = "Applying"
+	// RunPhaseSucceeded means the run finished: applied, or planned with no changes, or planned only.
+	RunPhaseSucceeded RunPhase = "Succeeded"
+	// RunPhaseFailed means a stage failed; status.message says why.
+	RunPhaseFailed RunPhase = "Failed"
+	// RunPhaseCanceled means a stage was stopped on request.
+	RunPhaseCanceled RunPhase = "Canceled"
+	// RunPhaseDiscarded means the plan was rejected, or its approval timed out.
+	RunPhaseDiscarded RunPhase = "Discarded"
+)
+
+// Condition types of a TerraformRun.
+const (
+	// ConditionPlanned is True once a plan exists.
+	ConditionPlanned = "Planned"
+	// ConditionApproved is True once the plan is approved, by a user or by Auto mode.
+	ConditionApproved = "Approved"
+	// ConditionApplied is True once the plan is applied.
+	ConditionApplied = "Applied"
+)
+
+// TerraformRunStatus is the observed state of a run.
+type TerraformRunStatus struct {
+	// phase is a high-level summary of the run's lifecycle.
+	// +optional
+	Phase RunPhase `json:"phase,omitempty"`
+	// conditions are Planned, Approved and Applied, with reasons such as
+	// NoChanges, PlanFailed and ApprovalExpired.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the generation the controller last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// plan summarizes the plan once it exists.
+	// +optional
+	Plan *PlanSummary `json:"plan,omitempty"`
+	// approval records who approved which plan.
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
+	// source records the resolved source.
+	// +optional
+	Source *SourceStatus `json:"source,omitempty"`
+	// stages lists every stage execution, oldest first.
+	// +optional
+	// +listType=atomic
+	Stages []StageStatus `json:"stages,omitempty"`
+	// outputs lists the run's outputs. Sensitive values are never shown here; read
+	// them through the outputs subresource.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Outputs []OutputStatus `json:"outputs,omitempty"`
+	// startTime is when the first stage started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the run reached a final phase.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// message is a human-readable explanation of the current phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// PlanSummary summarizes a plan.
+type PlanSummary struct {
+	// digest is "sha256:" followed by the hex sha256 of the plan file. An approval
+	// must name this digest.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// add is the number of resources to create.
+	Add int32 `json:"add"`
+	// change is the number of resources to update in place.
+	Change int32 `json:"change"`
+	// destroy is the number of resources to destroy.
+	Destroy int32 `json:"destroy"`
+	// import is the number of resources to import.
+	// +optional
+	Import int32 `json:"import,omitempty"`
+	// hasChanges is true when applying the plan would change anything, outputs included.
+	HasChanges bool `json:"hasChanges"`
+	// completedAt is when the plan was written.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// ApprovalStatus records an approval.
+type ApprovalStatus struct {
+	// approvedBy is the authenticated user who approved, or "auto" in Auto mode.
+	ApprovedBy string `json:"approvedBy"`
+	// approvedAt is when the approval was accepted.
+	// +optional
+	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
+	// planDigest is the digest of the approved plan.
+	PlanDigest string `json:"planDigest"`
+	// comment is the approver's comment.
+	// +optional
+	Comment string `json:"comment,omitempty"`
+}
+
+// SourceStatus records the resolved source.
+type SourceStatus struct {
+	// revision is the resolved git commit, or a content digest for inline and ConfigMap sources.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+}
+
+// StageName names a stage of a run.
+type StageName string
+
+const (
+	// StagePlan fetches the source, initializes and plans.
+	StagePlan StageName = "plan"
+	// StageApply applies the approved plan file.
+	StageApply StageName = "apply"
+)
+
+// StageStatus is one execution of one stage.
+type StageStatus struct {
+	// name of the stage: plan or apply.
+	Name StageName `json:"name"`
+	// attempt counts executions of this stage, from 1.
+	Attempt int32 `json:"attempt"`
+	// job is the name of the Job (kubernetes executor) or process (local executor).
+	// +optional
+	Job string `json:"job,omitempty"`
+	// startTime is when the stage started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the stage ended.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// exitCode of the executor, once it has ended.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// reason is a CamelCase word for how the stage ended.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// OutputStatus describes one Terraform output.
+type OutputStatus struct {
+	// name of the output.
+	Name string `json:"name"`
+	// type is the output's Terraform type, as JSON (for example "string" or ["list","number"]).
+	// +optional
+	Type string `json:"type,omitempty"`
+	// sensitive is true when the output is marked sensitive; its value is then omitted.
+	// +optional
+	Sensitive bool `json:"sensitive,omitempty"`
+	// value is the output's value as JSON, present only when the output is not sensitive.
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunApproval is the body of a POST to the approve subresource. The
+// approver is the authenticated user of the request; it is never read from the body.
+type TerraformRunApproval struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata; name, when set, must match the run.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// planDigest is the digest of the plan being approved, from status.plan.digest.
+	// An approval of any other plan is refused with 409 Conflict.
+	PlanDigest string `json:"planDigest"`
+	// comment is an optional note recorded in status.approval.comment.
+	// +optional
+	Comment string `json:"comment,omitempty"`
+}

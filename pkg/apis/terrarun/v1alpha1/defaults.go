@@ -1,0 +1,25 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+func addDefaultingFuncs(scheme *runtime.Scheme) error {
+	return RegisterDefaults(scheme)
+}
+
+// SetDefaults_TerraformRunSpec applies the version's static defaults.
+//
+// Only fields that no cluster policy may choose are defaulted here, because
+// decoding runs before admission: defaulting approval mode, engine or timeouts at
+// this point would hide them from the TerraformRunDefaults admission plugin. Those
+// are defaulted by the TerraformRunDefaults plugin from the cluster's policy, and
+// then by the registry strategy from built-in values, so they hold with admission off.
+func SetDefaults_TerraformRunSpec(obj *TerraformRunSpec) {
+	if obj.Operation == "" {
+		obj.Operation = OperationApply
+	}
+	if obj.Workspace == "" {
+		obj.Workspace = "default"
+	}
+}
