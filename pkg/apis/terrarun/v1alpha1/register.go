@@ -23,7 +23,7 @@ var (
 func init() {
 	// Only hand-written functions are registered here; generated files register
 	// their own, so the package compiles without them.
-	localSchemeBuilder.Register(addKnownTypes, addDefaultingFuncs)
+	localSchemeBuilder.Register(addKnownTypes, addDefaultingFuncs, addFieldLabelConversionFuncs)
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {

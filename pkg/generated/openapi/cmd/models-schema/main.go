@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/terrarun/terrarun/pkg/generated/openapi"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
-	"github.com/terrarun/terrarun/pkg/generated/openapi"
 )
 
 // Outputs openAPI schema JSON containing the schema definitions in zz_generated.openapi.go.

@@ -1,0 +1,297 @@
+package policy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// Load reads a policy file (YAML or JSON) from r, decodes it strictly and
+// validates it. Unknown or duplicate fields are errors. Every validation error
+// names the offending field, for example
+// "defaults.timeouts.plan: must be positive"; several errors are reported
+// together.
+//
+// A nil reader, or one that yields only white space or comments, returns the
+// zero policy (&Config{}): no defaults, no restrictions, separation of duties on.
+func Load(r io.Reader) (*Config, error) {
+	if r == nil || isNilPointer(r) {
+		return &Config{}, nil
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", Kind, err)
+	}
+	return Parse(data)
+}
+
+// Parse is Load for a policy already in memory.
+func Parse(data []byte) (*Config, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &Config{}, nil
+	}
+	if j, err := yaml.YAMLToJSON(data); err == nil && string(bytes.TrimSpace(j)) == "null" {
+		// Only comments, or an explicit null document.
+		return &Config{}, nil
+	}
+
+	// Strict in both steps: YAMLToJSONStrict refuses duplicate keys, and
+	// sigs.k8s.io/json (the decoder of the Kubernetes API machinery) matches
+	// keys case-sensitively and reports unknown fields by their full path,
+	// such as unknown field "defaults.engine.imagee".
+	jsonData, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
+	}
+	cfg := &Config{}
+	strictErrs, err := sigsjson.UnmarshalStrict(jsonData, cfg)
+	if err != nil {
+		if derr := findBadDuration(data); derr != nil {
+			return nil, derr
+		}
+		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
+	}
+	if len(strictErrs) > 0 {
+		return nil, fmt.Errorf("decoding %s: %w", Kind, utilerrors.NewAggregate(strictErrs))
+	}
+	if err := Validate(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Validate checks a decoded policy and returns an error naming every
+// offending field, or nil.
+func Validate(cfg *Config) error {
+	if cfg == nil {
+		return nil
+	}
+	var errs []error
+	add := func(path, format string, args ...interface{}) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+
+	if cfg.APIVersion != APIVersion {
+		add("apiVersion", "must be %q, got %q", APIVersion, cfg.APIVersion)
+	}
+	if cfg.Kind != Kind {
+		add("kind", "must be %q, got %q", Kind, cfg.Kind)
+	}
+
+	d := cfg.Defaults
+	switch d.Engine.Binary {
+	case "", terrarun.EngineTerraform, terrarun.EngineTofu:
+	default:
+		add("defaults.engine.binary", "unsupported value %q: must be %q or %q", d.Engine.Binary, terrarun.EngineTerraform, terrarun.EngineTofu)
+	}
+	if d.Engine.Image != strings.TrimSpace(d.Engine.Image) || strings.ContainsAny(d.Engine.Image, " \t\r\n") {
+		add("defaults.engine.image", "must not contain white space, got %q", d.Engine.Image)
+	}
+	switch d.Approval.Mode {
+	case "", terrarun.ApprovalModeManual, terrarun.ApprovalModeAuto:
+	default:
+		add("defaults.approval.mode", "unsupported value %q: must be %q or %q", d.Approval.Mode, terrarun.ApprovalModeManual, terrarun.ApprovalModeAuto)
+	}
+
+	durations := []struct {
+		path string
+		d    *metav1.Duration
+	}{
+		{"defaults.approval.timeout", d.Approval.Timeout},
+		{"defaults.timeouts.plan", d.Timeouts.Plan},
+		{"defaults.timeouts.apply", d.Timeouts.Apply},
+		{"maxTimeouts.plan", cfg.MaxTimeouts.Plan},
+		{"maxTimeouts.apply", cfg.MaxTimeouts.Apply},
+		{"maxTimeouts.approval", cfg.MaxTimeouts.Approval},
+	}
+	for _, x := range durations {
+		if x.d != nil && x.d.Duration <= 0 {
+			add(x.path, "must be positive, got %s", FormatDuration(x.d.Duration))
+		}
+	}
+
+	bounds := []struct {
+		path, maxPath string
+		d, max        *metav1.Duration
+	}{
+		{"defaults.timeouts.plan", "maxTimeouts.plan", d.Timeouts.Plan, cfg.MaxTimeouts.Plan},
+		{"defaults.timeouts.apply", "maxTimeouts.apply", d.Timeouts.Apply, cfg.MaxTimeouts.Apply},
+		{"defaults.approval.timeout", "maxTimeouts.approval", d.Approval.Timeout, cfg.MaxTimeouts.Approval},
+	}
+	for _, b := range bounds {
+		if b.d != nil && b.max != nil && b.max.Duration > 0 && b.d.Duration > b.max.Duration {
+			add(b.path, "%s exceeds %s (%s); lower the default or raise the maximum",
+				FormatDuration(b.d.Duration), b.maxPath, FormatDuration(b.max.Duration))
+		}
+	}
+
+	for i, h := range cfg.AllowedGitHosts {
+		if msg := validateHostPattern(h); msg != "" {
+			add(fmt.Sprintf("allowedGitHosts[%d]", i), "%s", msg)
+		}
+	}
+
+	if cfg.ManualApprovalNamespaceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(cfg.ManualApprovalNamespaceSelector); err != nil {
+			add("manualApprovalNamespaceSelector", "invalid label selector: %v", err)
+		}
+	}
+
+	return utilerrors.NewAggregate(errs)
+}
+
+// NamespaceSelector returns manualApprovalNamespaceSelector as a labels.Selector:
+// labels.Nothing() when unset, labels.Everything() when empty.
+func (c *Config) NamespaceSelector() (labels.Selector, error) {
+	if c == nil || c.ManualApprovalNamespaceSelector == nil {
+		return labels.Nothing(), nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(c.ManualApprovalNamespaceSelector)
+	if err != nil {
+		return nil, fmt.Errorf("manualApprovalNamespaceSelector: invalid label selector: %w", err)
+	}
+	return s, nil
+}
+
+// GitHostAllowed reports whether host (a host name, optionally with a port)
+// is allowed by allowedGitHosts. An empty list allows every host.
+func (c *Config) GitHostAllowed(host string) bool {
+	if c == nil || len(c.AllowedGitHosts) == 0 {
+		return true
+	}
+	for _, p := range c.AllowedGitHosts {
+		if MatchHost(p, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchHost reports whether host matches pattern. A pattern "*.example.com"
+// matches any subdomain of example.com (a.example.com, a.b.example.com) but
+// not example.com itself; any other pattern matches exactly. The comparison is
+// case-insensitive, and ignores a port and a trailing dot on either side.
+func MatchHost(pattern, host string) bool {
+	p := NormalizeHost(pattern)
+	h := NormalizeHost(host)
+	if p == "" || h == "" {
+		return false
+	}
+	if suffix, ok := strings.CutPrefix(p, "*."); ok {
+		return strings.HasSuffix(h, "."+suffix) && len(h) > len(suffix)+1
+	}
+	return p == h
+}
+
+// NormalizeHost lower-cases a host and strips a port, IPv6 brackets and a
+// trailing dot.
+func NormalizeHost(host string) string {
+	h := strings.ToLower(strings.TrimSpace(host))
+	if strings.HasPrefix(h, "[") {
+		// [::1] or [::1]:22
+		if end := strings.Index(h, "]"); end > 0 {
+			return h[1:end]
+		}
+		return h
+	}
+	if i := strings.LastIndex(h, ":"); i >= 0 && strings.Count(h, ":") == 1 {
+		h = h[:i]
+	}
+	return strings.TrimSuffix(h, ".")
+}
+
+func validateHostPattern(pattern string) string {
+	if pattern == "" {
+		return "must not be empty"
+	}
+	h := strings.ToLower(pattern)
+	h = strings.TrimSuffix(h, ".")
+	h = strings.TrimPrefix(h, "*.")
+	if strings.Contains(h, "*") {
+		return fmt.Sprintf("invalid host %q: a wildcard is allowed only as a leading \"*.\"", pattern)
+	}
+	if strings.ContainsAny(h, "/:@") {
+		return fmt.Sprintf("invalid host %q: give a host name only, without scheme, user, port or path", pattern)
+	}
+	if msgs := validation.IsDNS1123Subdomain(h); len(msgs) > 0 {
+		return fmt.Sprintf("invalid host %q: %s", pattern, strings.Join(msgs, "; "))
+	}
+	return ""
+}
+
+// FormatDuration prints d like time.Duration.String but without trailing zero
+// units: 2h rather than 2h0m0s, 1h30m rather than 1h30m0s.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// durationPaths are the duration-valued fields of a policy file, for error
+// reporting: a bad duration fails decoding with an error that does not say
+// which field holds it.
+var durationPaths = [][]string{
+	{"defaults", "approval", "timeout"},
+	{"defaults", "timeouts", "plan"},
+	{"defaults", "timeouts", "apply"},
+	{"maxTimeouts", "plan"},
+	{"maxTimeouts", "apply"},
+	{"maxTimeouts", "approval"},
+}
+
+// findBadDuration returns an error naming the first duration field of data
+// that does not parse, or nil.
+func findBadDuration(data []byte) error {
+	var raw map[string]interface{}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil
+	}
+	for _, p := range durationPaths {
+		var cur interface{} = raw
+		for _, k := range p {
+			m, ok := cur.(map[string]interface{})
+			if !ok {
+				cur = nil
+				break
+			}
+			cur = m[k]
+		}
+		if cur == nil {
+			continue
+		}
+		s, ok := cur.(string)
+		if !ok {
+			return fmt.Errorf("%s: invalid duration %v: must be a string such as \"30m\" or \"2h\"", strings.Join(p, "."), cur)
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%s: invalid duration %q: use a Go duration such as \"30m\" or \"2h\"", strings.Join(p, "."), s)
+		}
+	}
+	return nil
+}
+
+func isNilPointer(r io.Reader) bool {
+	v := reflect.ValueOf(r)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}

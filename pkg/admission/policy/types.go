@@ -1,0 +1,146 @@
+// Package policy defines the cluster policy file read by terrarun's admission
+// plugins (TerraformRunDefaults and TerraformRunPolicy), and loads and
+// validates it.
+//
+// The file is YAML or JSON:
+//
+//	apiVersion: admission.terrarun.dev/v1alpha1
+//	kind: TerraformRunPolicy
+//	defaults:
+//	  engine: {binary: tofu, image: registry.example.com/terrarun-executor:v1}
+//	  approval: {mode: Manual, timeout: 24h}
+//	  timeouts: {plan: 30m, apply: 1h}
+//	allowedGitHosts: ["github.com", "*.corp.example.com"]
+//	manualApprovalNamespaceSelector: {matchLabels: {env: prod}}
+//	maxTimeouts: {plan: 2h, apply: 4h, approval: 72h}
+//	separationOfDuties: true
+//
+// Every field is optional. An empty file, or no file at all, is the zero
+// policy: no defaults, no restrictions, and separation of duties on.
+package policy
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+const (
+	// APIVersion is the only accepted apiVersion of a policy file.
+	APIVersion = "admission.terrarun.dev/v1alpha1"
+	// Kind is the only accepted kind of a policy file.
+	Kind = "TerraformRunPolicy"
+)
+
+// Config is the cluster policy for TerraformRuns. Its zero value (and a nil
+// *Config) is a valid policy that sets no defaults, imposes no restrictions and
+// enforces separation of duties.
+type Config struct {
+	// TypeMeta holds apiVersion and kind, which must be exactly
+	// admission.terrarun.dev/v1alpha1 and TerraformRunPolicy.
+	metav1.TypeMeta `json:",inline"`
+
+	// Defaults are applied by the TerraformRunDefaults plugin, at creation, to
+	// the fields of a run that its author left empty. A value set by the user is
+	// never overwritten.
+	// +optional
+	Defaults Defaults `json:"defaults,omitempty"`
+
+	// AllowedGitHosts lists the hosts that spec.source.git.url may point to.
+	// An entry is a host name ("github.com") that matches exactly, or a wildcard
+	// "*.example.com" that matches every subdomain of example.com (at any depth)
+	// but not example.com itself. Matching is case-insensitive and ignores the
+	// port. An empty list allows any host.
+	// +optional
+	AllowedGitHosts []string `json:"allowedGitHosts,omitempty"`
+
+	// ManualApprovalNamespaceSelector selects the namespaces in which
+	// spec.approval.mode Auto is forbidden, so that every plan there waits for a
+	// human approval. It is matched against the namespace's labels; every
+	// namespace carries kubernetes.io/metadata.name=<name>, which also works in
+	// standalone mode. Unset selects no namespace; an empty selector ({})
+	// selects every namespace.
+	// +optional
+	ManualApprovalNamespaceSelector *metav1.LabelSelector `json:"manualApprovalNamespaceSelector,omitempty"`
+
+	// MaxTimeouts are upper bounds on the timeouts a run may ask for. Note that
+	// the server's own defaults (1h per stage, 24h for approval) apply to runs
+	// that set no timeout and that no policy default covers, so a maximum below
+	// those should come with a matching entry in defaults.
+	// +optional
+	MaxTimeouts MaxTimeouts `json:"maxTimeouts,omitempty"`
+
+	// SeparationOfDuties, when true (the default), forbids the creator of a run
+	// to approve it through the approve subresource. Set it to false only where
+	// a single identity must both create and approve (for example a standalone
+	// server without authentication, where every request is anonymous).
+	// +optional
+	SeparationOfDuties *bool `json:"separationOfDuties,omitempty"`
+}
+
+// Defaults are the values filled into the empty fields of a new run.
+type Defaults struct {
+	// Engine holds defaults for spec.engine.
+	// +optional
+	Engine EngineDefaults `json:"engine,omitempty"`
+	// Approval holds defaults for spec.approval.
+	// +optional
+	Approval ApprovalDefaults `json:"approval,omitempty"`
+	// Timeouts holds defaults for spec.timeouts.
+	// +optional
+	Timeouts TimeoutDefaults `json:"timeouts,omitempty"`
+}
+
+// EngineDefaults are defaults for spec.engine.
+type EngineDefaults struct {
+	// Binary is the default spec.engine.binary: terraform or tofu.
+	// +optional
+	Binary terrarun.EngineBinary `json:"binary,omitempty"`
+	// Image is the default spec.engine.image, the executor container image.
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// ApprovalDefaults are defaults for spec.approval.
+type ApprovalDefaults struct {
+	// Mode is the default spec.approval.mode: Manual or Auto.
+	// +optional
+	Mode terrarun.ApprovalMode `json:"mode,omitempty"`
+	// Timeout is the default spec.approval.timeout. It must be positive.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// TimeoutDefaults are defaults for spec.timeouts.
+type TimeoutDefaults struct {
+	// Plan is the default spec.timeouts.plan. It must be positive.
+	// +optional
+	Plan *metav1.Duration `json:"plan,omitempty"`
+	// Apply is the default spec.timeouts.apply. It must be positive.
+	// +optional
+	Apply *metav1.Duration `json:"apply,omitempty"`
+}
+
+// MaxTimeouts are upper bounds enforced by the TerraformRunPolicy plugin.
+// An unset bound imposes nothing.
+type MaxTimeouts struct {
+	// Plan bounds spec.timeouts.plan. It must be positive.
+	// +optional
+	Plan *metav1.Duration `json:"plan,omitempty"`
+	// Apply bounds spec.timeouts.apply. It must be positive.
+	// +optional
+	Apply *metav1.Duration `json:"apply,omitempty"`
+	// Approval bounds spec.approval.timeout. It must be positive.
+	// +optional
+	Approval *metav1.Duration `json:"approval,omitempty"`
+}
+
+// SeparationOfDutiesEnabled reports whether the creator of a run is forbidden
+// to approve it. It is true unless the policy sets separationOfDuties: false,
+// and true for a nil *Config.
+func (c *Config) SeparationOfDutiesEnabled() bool {
+	if c == nil || c.SeparationOfDuties == nil {
+		return true
+	}
+	return *c.SeparationOfDuties
+}

@@ -1,0 +1,48 @@
+package terrarun
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Built-in defaults. They apply to whatever neither the user nor the cluster
+// policy (the TerraformRunDefaults admission plugin) has set.
+const (
+	// DefaultExecutorImage is the executor image used when nothing else sets one.
+	DefaultExecutorImage = "ghcr.io/terrarun/terrarun-executor:v0.1.0"
+	// DefaultStageTimeout bounds the plan and apply stages.
+	DefaultStageTimeout = time.Hour
+	// DefaultApprovalTimeout is how long a plan waits for approval.
+	DefaultApprovalTimeout = 24 * time.Hour
+)
+
+// SetBuiltinDefaults fills every defaultable field of spec that is still empty
+// with its built-in default. The registry strategy calls it after admission has
+// applied the cluster policy, so the defaults hold even with admission off.
+func SetBuiltinDefaults(spec *TerraformRunSpec) {
+	if spec.Operation == "" {
+		spec.Operation = OperationApply
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = "default"
+	}
+	if spec.Approval.Mode == "" {
+		spec.Approval.Mode = ApprovalModeManual
+	}
+	if spec.Approval.Timeout == nil {
+		spec.Approval.Timeout = &metav1.Duration{Duration: DefaultApprovalTimeout}
+	}
+	if spec.Engine.Binary == "" {
+		spec.Engine.Binary = EngineTerraform
+	}
+	if spec.Engine.Image == "" {
+		spec.Engine.Image = DefaultExecutorImage
+	}
+	if spec.Timeouts.Plan == nil {
+		spec.Timeouts.Plan = &metav1.Duration{Duration: DefaultStageTimeout}
+	}
+	if spec.Timeouts.Apply == nil {
+		spec.Timeouts.Apply = &metav1.Duration{Duration: DefaultStageTimeout}
+	}
+}

@@ -1,0 +1,268 @@
+// Package server holds the options and the run loop of terrarun-apiserver, in
+// both its modes: an aggregated API server behind a Kubernetes cluster, and the
+// self-contained standalone mode.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	netutils "k8s.io/utils/net"
+
+	tradmission "github.com/terrarun/terrarun/pkg/admission"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/apiserver"
+	generatedopenapi "github.com/terrarun/terrarun/pkg/generated/openapi"
+	"github.com/terrarun/terrarun/pkg/standalone"
+)
+
+const (
+	etcdPathPrefix     = "/registry/terrarun.dev"
+	defaultSecurePort  = 8443
+	defaultDataDir     = ".terrarun"
+	standaloneBindAddr = "127.0.0.1"
+)
+
+// Options are the flags of terrarun-apiserver.
+type Options struct {
+	// Recommended are the generic API server options: etcd, serving,
+	// delegated authentication and authorization, admission, audit.
+	Recommended *genericoptions.RecommendedOptions
+	// Standalone runs without a cluster: embedded etcd, a private CA, client
+	// certificate authentication, and an authorizer that admits every
+	// authenticated user. It is a development mode.
+	Standalone bool
+	// DataDir holds standalone mode's etcd data, PKI and kubeconfig files.
+	DataDir string
+
+	// Out receives the startup banner.
+	Out io.Writer
+
+	bindAddressSet bool
+}
+
+// NewOptions returns options with terrarun's defaults.
+func NewOptions(out io.Writer) *Options {
+	o := &Options{
+		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
+			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		DataDir: defaultDataDir,
+		Out:     out,
+	}
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
+		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	// terrarun's types have no protobuf encoding.
+	o.Recommended.Etcd.DefaultStorageMediaType = "application/json"
+	o.Recommended.SecureServing.BindPort = defaultSecurePort
+
+	// Only native, in-process admission: no webhooks, no admission policies.
+	plugins := admission.NewPlugins()
+	lifecycle.Register(plugins)
+	tradmission.Register(plugins)
+	o.Recommended.Admission.Plugins = plugins
+	o.Recommended.Admission.RecommendedPluginOrder = append([]string{lifecycle.PluginName}, tradmission.PluginOrder...)
+	return o
+}
+
+// AddFlags adds every flag to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Recommended.AddFlags(fs)
+	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
+		"client-certificate authentication with a generated admin kubeconfig, and every authenticated user authorized. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
+}
+
+// Complete records which flags the user set.
+func (o *Options) Complete(fs *pflag.FlagSet) {
+	o.bindAddressSet = fs.Changed("bind-address")
+}
+
+// Validate reports every invalid combination of flags.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Standalone {
+		if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) > 0 {
+			errs = append(errs, errors.New("--etcd-servers cannot be combined with --standalone, which runs its own etcd in --data-dir"))
+		}
+		if o.DataDir == "" {
+			errs = append(errs, errors.New("--data-dir is required with --standalone"))
+		}
+		// Checked by Run once embedded etcd has started.
+		saved := o.Recommended.Etcd.StorageConfig.Transport.ServerList
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://placeholder"}
+		defer func() { o.Recommended.Etcd.StorageConfig.Transport.ServerList = saved }()
+	}
+	errs = append(errs, o.Recommended.Validate()...)
+	return errors.Join(errs...)
+}
+
+// Run starts the server and blocks until ctx is canceled and the server has
+// shut down gracefully.
+func (o *Options) Run(ctx context.Context) error {
+	var pki *standalone.PKI
+	admissionOptions := o.Recommended.Admission
+	if o.Standalone {
+		var (
+			etcd *standalone.Etcd
+			err  error
+		)
+		pki, etcd, err = o.prepareStandalone(ctx)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		// Built by applyStandaloneAdmission below, without a cluster.
+		o.Recommended.Admission = nil
+		defer func() { o.Recommended.Admission = admissionOptions }()
+	}
+
+	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIConfig.Info.Title = "terrarun"
+	config.OpenAPIConfig.Info.Version = "v1alpha1"
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIV3Config.Info.Title = "terrarun"
+	config.OpenAPIV3Config.Info.Version = "v1alpha1"
+	config.FeatureGate = utilfeature.DefaultFeatureGate
+	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+
+	if err := o.Recommended.ApplyTo(config); err != nil {
+		return fmt.Errorf("applying options: %w", err)
+	}
+
+	var kubeconfig string
+	if o.Standalone {
+		var err error
+		if kubeconfig, err = o.applyStandaloneAuth(config, pki); err != nil {
+			return err
+		}
+		if err := applyStandaloneAdmission(config, admissionOptions); err != nil {
+			return err
+		}
+	}
+
+	server, err := (&apiserver.Config{GenericConfig: config}).Complete().New()
+	if err != nil {
+		return err
+	}
+	if o.Standalone {
+		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
+			fmt.Fprintf(o.Out, "terrarun is serving in standalone mode at %s\nkubeconfig: %s\ntry:        kubectl --kubeconfig %s get terraformruns\n",
+				config.LoopbackClientConfig.Host, kubeconfig, kubeconfig)
+			return nil
+		})
+	}
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// prepareStandalone creates the data directory, the CA and the serving
+// certificate, starts embedded etcd, and replaces the cluster-bound options.
+func (o *Options) prepareStandalone(ctx context.Context) (*standalone.PKI, *standalone.Etcd, error) {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating --data-dir %s: %w", o.DataDir, err)
+	}
+	pki, err := standalone.LoadOrCreatePKI(filepath.Join(o.DataDir, "pki"))
+	if err != nil {
+		return nil, nil, err
+	}
+
+	serving := o.Recommended.SecureServing
+	if !o.bindAddressSet {
+		serving.BindAddress = netutils.ParseIPSloppy(standaloneBindAddr)
+	}
+	hosts := []string{"localhost"}
+	ips := []net.IP{netutils.ParseIPSloppy("127.0.0.1"), net.IPv6loopback}
+	if !serving.BindAddress.IsUnspecified() && !serving.BindAddress.IsLoopback() {
+		ips = append(ips, serving.BindAddress)
+	}
+	if serving.ServerCert.CertKey.CertFile == "" {
+		cert, key, err := pki.ServingCert(hosts, ips)
+		if err != nil {
+			return nil, nil, err
+		}
+		serving.ServerCert.CertKey.CertFile, serving.ServerCert.CertKey.KeyFile = cert, key
+	}
+
+	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"))
+	if err != nil {
+		return nil, nil, err
+	}
+	o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL()}
+
+	// No cluster to delegate to: authentication and authorization are set up by
+	// applyStandaloneAuth, and there is no core API for informers or priority
+	// and fairness.
+	o.Recommended.Authentication = nil
+	o.Recommended.Authorization = nil
+	o.Recommended.CoreAPI = nil
+	o.Recommended.Features.EnablePriorityAndFairness = false
+	o.Recommended.Admission.RecommendedPluginOrder = slices.DeleteFunc(
+		slices.Clone(o.Recommended.Admission.RecommendedPluginOrder),
+		func(name string) bool { return name == lifecycle.PluginName })
+	return pki, etcd, nil
+}
+
+// applyStandaloneAuth authenticates client certificates signed by the data
+// directory's CA, authorizes every authenticated user, and writes the admin
+// kubeconfig. It returns the kubeconfig's path.
+func (o *Options) applyStandaloneAuth(config *genericapiserver.RecommendedConfig, pki *standalone.PKI) (string, error) {
+	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", pki.CAFile())
+	if err != nil {
+		return "", fmt.Errorf("loading the standalone CA: %w", err)
+	}
+	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                          &apiserverconfig.AnonymousAuthConfig{Enabled: false},
+		ClientCertificateCAContentProvider: ca,
+	}.New()
+	if err != nil {
+		return "", fmt.Errorf("building the client-certificate authenticator: %w", err)
+	}
+	config.Authentication.Authenticator = authn
+	if err := config.Authentication.ApplyClientCert(ca, config.SecureServing); err != nil {
+		return "", fmt.Errorf("requesting client certificates: %w", err)
+	}
+	config.Authorization.Authorizer = authenticatedAuthorizer
+
+	addr := config.SecureServing.Listener.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	server := "https://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+	path := filepath.Join(o.DataDir, standalone.AdminKubeconfigFile)
+	if err := pki.WriteKubeconfig(path, server, standalone.AdminUser, standalone.AdminGroups); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// authenticatedAuthorizer allows every request of an authenticated user. It is
+// standalone mode's authorizer.
+var authenticatedAuthorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if u := a.GetUser(); u != nil && slices.Contains(u.GetGroups(), user.AllAuthenticated) {
+		return authorizer.DecisionAllow, "standalone mode authorizes every authenticated user", nil
+	}
+	return authorizer.DecisionNoOpinion, "standalone mode authorizes only authenticated users", nil
+})

@@ -1,0 +1,108 @@
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// Storage bundles the REST storage of terraformruns and its subresources.
+type Storage struct {
+	// Run serves the main resource.
+	Run *REST
+	// Status serves terraformruns/status.
+	Status *StatusREST
+}
+
+// REST serves the terraformruns resource from the generic registry store.
+type REST struct {
+	*genericregistry.Store
+}
+
+var (
+	_ rest.ShortNamesProvider   = &REST{}
+	_ rest.CategoriesProvider   = &REST{}
+	_ rest.SingularNameProvider = &REST{}
+)
+
+// ShortNames lets kubectl resolve `tfrun` and `tfr`.
+func (r *REST) ShortNames() []string { return []string{"tfrun", "tfr"} }
+
+// Categories puts runs in `kubectl get terraform`.
+func (r *REST) Categories() []string { return []string{"terraform"} }
+
+// NewStorage builds the store of terraformruns and its status subresource. The
+// store uses the watch cache whenever optsGetter enables it.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+	strategy := NewStrategy(scheme)
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &terrarun.TerraformRun{} },
+		NewListFunc:               func() runtime.Object { return &terrarun.TerraformRunList{} },
+		PredicateFunc:             Match,
+		DefaultQualifiedResource:  terrarun.Resource("terraformruns"),
+		SingularQualifiedResource: terrarun.Resource("terraformrun"),
+
+		CreateStrategy:      strategy,
+		UpdateStrategy:      strategy,
+		DeleteStrategy:      strategy,
+		ResetFieldsStrategy: strategy,
+
+		TableConvertor: TableConvertor{},
+	}
+	options := &generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}
+	if err := store.CompleteWithOptions(options); err != nil {
+		return nil, fmt.Errorf("building terraformruns storage: %w", err)
+	}
+
+	statusStore := *store
+	statusStrategy := NewStatusStrategy(strategy)
+	statusStore.UpdateStrategy = statusStrategy
+	statusStore.ResetFieldsStrategy = statusStrategy
+
+	return &Storage{
+		Run:    &REST{store},
+		Status: &StatusREST{store: &statusStore},
+	}, nil
+}
+
+// StatusREST serves terraformruns/status: get, update and patch of status only.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var _ rest.Patcher = &StatusREST{}
+
+// New returns an empty run.
+func (r *StatusREST) New() runtime.Object { return &terrarun.TerraformRun{} }
+
+// Destroy does nothing: the main resource owns the store.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the run.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes the status of a run and nothing else.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status writes never create a run.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields says that /status never changes spec.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints runs as the main resource does.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}

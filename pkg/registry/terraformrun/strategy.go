@@ -1,0 +1,170 @@
+// Package terraformrun holds the registry of the terraformruns resource: its
+// storage, create/update/status strategies, table printing and subresources.
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
+)
+
+// runStrategy implements create, update and delete behaviour of the main resource.
+type runStrategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+}
+
+// NewStrategy returns the strategy of the terraformruns resource.
+func NewStrategy(typer runtime.ObjectTyper) runStrategy {
+	return runStrategy{typer, names.SimpleNameGenerator}
+}
+
+// NamespaceScoped is true: runs live in namespaces.
+func (runStrategy) NamespaceScoped() bool { return true }
+
+// GetResetFields says which fields a write to the main resource never changes.
+func (runStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		"terrarun.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
+	}
+}
+
+// PrepareForCreate clears status, records the creating user and applies the
+// built-in defaults to whatever the user and the cluster policy left empty.
+func (runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
+	run := obj.(*terrarun.TerraformRun)
+	run.Status = terrarun.TerraformRunStatus{Phase: terrarun.RunPhasePending}
+	run.Generation = 1
+	run.Spec.Creator = creatorFrom(ctx)
+	terrarun.SetBuiltinDefaults(&run.Spec)
+}
+
+// creatorFrom returns the authenticated user of the request. A client-supplied
+// creator is always replaced by this value.
+func creatorFrom(ctx context.Context) *terrarun.Creator {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || u == nil {
+		return nil
+	}
+	c := &terrarun.Creator{Username: u.GetName(), UID: u.GetUID()}
+	if groups := u.GetGroups(); len(groups) > 0 {
+		c.Groups = append([]string(nil), groups...)
+	}
+	return c
+}
+
+// PrepareForUpdate keeps status, which only /status may write. A spec sent
+// without the server-recorded creator (for example by `kubectl replace` with the
+// original manifest) inherits it, and the built-in defaults are applied again, so
+// that resending the original manifest is not mistaken for a spec change.
+func (runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
+	newRun := obj.(*terrarun.TerraformRun)
+	oldRun := old.(*terrarun.TerraformRun)
+	newRun.Status = oldRun.Status
+	if newRun.Spec.Creator == nil {
+		newRun.Spec.Creator = oldRun.Spec.Creator.DeepCopy()
+	}
+	terrarun.SetBuiltinDefaults(&newRun.Spec)
+	newRun.Generation = oldRun.Generation
+	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
+		newRun.Generation = oldRun.Generation + 1
+	}
+}
+
+// Validate validates a new run.
+func (runStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	return validation.ValidateTerraformRun(obj.(*terrarun.TerraformRun))
+}
+
+// WarningsOnCreate returns no warnings.
+func (runStrategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
+
+// AllowCreateOnUpdate is false: a run is created with POST only.
+func (runStrategy) AllowCreateOnUpdate(context.Context) bool { return false }
+
+// AllowUnconditionalUpdate is true, as for most built-in resources.
+func (runStrategy) AllowUnconditionalUpdate(context.Context) bool { return true }
+
+// Canonicalize does nothing.
+func (runStrategy) Canonicalize(obj runtime.Object) {}
+
+// ValidateUpdate refuses any change of spec.
+func (runStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateTerraformRunUpdate(obj.(*terrarun.TerraformRun), old.(*terrarun.TerraformRun))
+}
+
+// WarningsOnUpdate returns no warnings.
+func (runStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return nil
+}
+
+// statusStrategy implements updates through the status subresource.
+type statusStrategy struct {
+	runStrategy
+}
+
+// NewStatusStrategy returns the strategy of the terraformruns/status subresource.
+func NewStatusStrategy(s runStrategy) statusStrategy { return statusStrategy{s} }
+
+// GetResetFields says that /status never changes spec.
+func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		"terrarun.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
+	}
+}
+
+// PrepareForUpdate keeps spec: /status writes only status.
+func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
+	newRun := obj.(*terrarun.TerraformRun)
+	oldRun := old.(*terrarun.TerraformRun)
+	newRun.Spec = oldRun.Spec
+}
+
+// ValidateUpdate validates a status write.
+func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateTerraformRunStatusUpdate(obj.(*terrarun.TerraformRun), old.(*terrarun.TerraformRun))
+}
+
+// WarningsOnUpdate returns no warnings.
+func (statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return nil
+}
+
+// GetAttrs returns the labels and selectable fields of a run.
+func GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	run, ok := obj.(*terrarun.TerraformRun)
+	if !ok {
+		return nil, nil, fmt.Errorf("given object is not a TerraformRun but %T", obj)
+	}
+	return labels.Set(run.Labels), selectableFields(run), nil
+}
+
+// selectableFields are the fields a field selector may use: metadata.name,
+// metadata.namespace and status.phase.
+func selectableFields(run *terrarun.TerraformRun) fields.Set {
+	return generic.AddObjectMetaFieldsSet(fields.Set{
+		"status.phase": string(run.Status.Phase),
+	}, &run.ObjectMeta, true)
+}
+
+// Match returns the selection predicate for label and field selectors.
+func Match(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+	return storage.SelectionPredicate{
+		Label:    label,
+		Field:    field,
+		GetAttrs: GetAttrs,
+	}
+}

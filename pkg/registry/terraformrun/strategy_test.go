@@ -1,0 +1,179 @@
+package terraformrun
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+func newRun() *terrarun.TerraformRun {
+	return &terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", ResourceVersion: "1"},
+		Spec: terrarun.TerraformRunSpec{
+			Source: terrarun.Source{Inline: map[string]string{"main.tf": `resource "terraform_data" "x" {}`}},
+		},
+	}
+}
+
+func userCtx(name string, groups ...string) context.Context {
+	ctx := genericapirequest.WithNamespace(context.Background(), "default")
+	return genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: name, UID: "uid-" + name, Groups: groups})
+}
+
+func TestPrepareForCreateDefaultsAndRecordsCreator(t *testing.T) {
+	s := NewStrategy(nil)
+	run := newRun()
+	run.Spec.Creator = &terrarun.Creator{Username: "mallory"}
+	run.Status.Phase = terrarun.RunPhaseSucceeded
+	s.PrepareForCreate(userCtx("alice", "dev"), run)
+
+	if run.Spec.Creator == nil || run.Spec.Creator.Username != "alice" || run.Spec.Creator.UID != "uid-alice" || len(run.Spec.Creator.Groups) != 1 {
+		t.Fatalf("creator = %+v, want alice from the request, not the body", run.Spec.Creator)
+	}
+	if run.Status.Phase != terrarun.RunPhasePending {
+		t.Errorf("phase = %q, want Pending", run.Status.Phase)
+	}
+	want := terrarun.TerraformRunSpec{
+		Operation: terrarun.OperationApply,
+		Workspace: "default",
+		Approval:  terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: &metav1.Duration{Duration: 24 * time.Hour}},
+		Engine:    terrarun.Engine{Binary: terrarun.EngineTerraform, Image: terrarun.DefaultExecutorImage},
+		Timeouts:  terrarun.Timeouts{Plan: &metav1.Duration{Duration: time.Hour}, Apply: &metav1.Duration{Duration: time.Hour}},
+	}
+	got := run.Spec
+	got.Source, got.Creator = terrarun.Source{}, nil
+	if !equalSpec(got, want) {
+		t.Errorf("defaulted spec = %+v\nwant %+v", got, want)
+	}
+	if errs := s.Validate(context.Background(), run); len(errs) != 0 {
+		t.Errorf("defaulted run is invalid: %v", errs)
+	}
+}
+
+func TestBuiltinDefaultsKeepUserValues(t *testing.T) {
+	run := newRun()
+	run.Spec.Operation = terrarun.OperationPlan
+	run.Spec.Approval.Mode = terrarun.ApprovalModeAuto
+	run.Spec.Engine.Binary = terrarun.EngineTofu
+	run.Spec.Timeouts.Plan = &metav1.Duration{Duration: 5 * time.Minute}
+	NewStrategy(nil).PrepareForCreate(userCtx("alice"), run)
+	if run.Spec.Operation != terrarun.OperationPlan || run.Spec.Approval.Mode != terrarun.ApprovalModeAuto ||
+		run.Spec.Engine.Binary != terrarun.EngineTofu || run.Spec.Timeouts.Plan.Duration != 5*time.Minute {
+		t.Errorf("user values were overwritten: %+v", run.Spec)
+	}
+}
+
+func created(t *testing.T) *terrarun.TerraformRun {
+	t.Helper()
+	run := newRun()
+	NewStrategy(nil).PrepareForCreate(userCtx("alice"), run)
+	return run
+}
+
+func TestSpecIsImmutable(t *testing.T) {
+	s := NewStrategy(nil)
+	mutations := map[string]func(*terrarun.TerraformRun){
+		"operation":  func(r *terrarun.TerraformRun) { r.Spec.Operation = terrarun.OperationDestroy },
+		"source":     func(r *terrarun.TerraformRun) { r.Spec.Source.Inline["main.tf"] = "# changed" },
+		"approval":   func(r *terrarun.TerraformRun) { r.Spec.Approval.Mode = terrarun.ApprovalModeAuto },
+		"creator":    func(r *terrarun.TerraformRun) { r.Spec.Creator = &terrarun.Creator{Username: "mallory"} },
+		"variables":  func(r *terrarun.TerraformRun) { r.Spec.Variables = []terrarun.Variable{{Name: "x", Value: "1"}} },
+		"workspace":  func(r *terrarun.TerraformRun) { r.Spec.Workspace = "prod" },
+		"engine":     func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = terrarun.EngineTofu },
+		"targets":    func(r *terrarun.TerraformRun) { r.Spec.Targets = []string{"terraform_data.x"} },
+		"parallel":   func(r *terrarun.TerraformRun) { p := int32(3); r.Spec.Parallelism = &p },
+		"timeouts":   func(r *terrarun.TerraformRun) { r.Spec.Timeouts.Apply = &metav1.Duration{Duration: time.Minute} },
+		"outputsSec": func(r *terrarun.TerraformRun) { r.Spec.OutputsSecret = "out" },
+	}
+	for name, mutate := range mutations {
+		t.Run(name, func(t *testing.T) {
+			old := created(t)
+			updated := old.DeepCopy()
+			mutate(updated)
+			s.PrepareForUpdate(userCtx("bob"), updated, old)
+			errs := s.ValidateUpdate(context.Background(), updated, old)
+			if !hasError(errs, "spec", field.ErrorTypeForbidden) {
+				t.Fatalf("changing %s: errors = %v, want Forbidden at spec", name, errs)
+			}
+		})
+	}
+
+	t.Run("metadata change with the original manifest is allowed", func(t *testing.T) {
+		old := created(t)
+		// What `kubectl replace` sends: the user's manifest, without the
+		// server-recorded creator and the built-in defaults.
+		updated := newRun()
+		updated.Labels = map[string]string{"team": "infra"}
+		s.PrepareForUpdate(userCtx("bob"), updated, old)
+		if errs := s.ValidateUpdate(context.Background(), updated, old); len(errs) != 0 {
+			t.Fatalf("unexpected errors: %v", errs)
+		}
+		if updated.Spec.Creator.Username != "alice" {
+			t.Errorf("creator = %q, want alice kept", updated.Spec.Creator.Username)
+		}
+		if updated.Generation != old.Generation {
+			t.Errorf("generation changed from %d to %d on a metadata update", old.Generation, updated.Generation)
+		}
+	})
+}
+
+func TestMainResourceIgnoresStatus(t *testing.T) {
+	s := NewStrategy(nil)
+	old := created(t)
+	updated := old.DeepCopy()
+	updated.Status.Phase = terrarun.RunPhaseSucceeded
+	updated.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: "mallory"}
+	s.PrepareForUpdate(userCtx("mallory"), updated, old)
+	if updated.Status.Phase != terrarun.RunPhasePending || updated.Status.Approval != nil {
+		t.Fatalf("status changed through the main resource: %+v", updated.Status)
+	}
+}
+
+func TestStatusSubresourceIgnoresSpec(t *testing.T) {
+	s := NewStatusStrategy(NewStrategy(nil))
+	old := created(t)
+	updated := old.DeepCopy()
+	updated.Spec.Operation = terrarun.OperationDestroy
+	updated.Status.Phase = terrarun.RunPhasePlanning
+	s.PrepareForUpdate(userCtx("controller"), updated, old)
+	if updated.Spec.Operation != terrarun.OperationApply {
+		t.Fatalf("spec changed through /status: operation %q", updated.Spec.Operation)
+	}
+	if updated.Status.Phase != terrarun.RunPhasePlanning {
+		t.Fatalf("status not written through /status: %q", updated.Status.Phase)
+	}
+	if errs := s.ValidateUpdate(context.Background(), updated, old); len(errs) != 0 {
+		t.Fatalf("unexpected errors: %v", errs)
+	}
+	updated.Status.Phase = "Exploded"
+	if errs := s.ValidateUpdate(context.Background(), updated, old); !hasError(errs, "status.phase", field.ErrorTypeNotSupported) {
+		t.Fatalf("errors = %v, want NotSupported at status.phase", errs)
+	}
+}
+
+func TestSelectableFields(t *testing.T) {
+	run := created(t)
+	_, fields, err := GetAttrs(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fields.Get("status.phase") != "Pending" || fields.Get("metadata.name") != "hello" || fields.Get("metadata.namespace") != "default" {
+		t.Fatalf("fields = %v", fields)
+	}
+}
+
+func hasError(errs field.ErrorList, path string, typ field.ErrorType) bool {
+	for _, e := range errs {
+		if e.Field == path && e.Type == typ {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,120 @@
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/utils/clock"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// TableConvertor prints runs for `kubectl get`: NAME, PHASE, PLAN, APPROVED-BY
+// and AGE, plus OPERATION, SOURCE and ENGINE with `-o wide`.
+type TableConvertor struct {
+	// Clock measures AGE; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "Name of the run."},
+	{Name: "Phase", Type: "string", Description: "Where the run is in its lifecycle."},
+	{Name: "Plan", Type: "string", Description: "Resources to add (+), change (~) and destroy (-), or - before a plan exists."},
+	{Name: "Approved-By", Type: "string", Description: "The user who approved the plan."},
+	{Name: "Age", Type: "string", Description: "Time since the run was created."},
+	{Name: "Operation", Type: "string", Priority: 1, Description: "Apply, Destroy or Plan."},
+	{Name: "Source", Type: "string", Priority: 1, Description: "Where the configuration comes from."},
+	{Name: "Engine", Type: "string", Priority: 1, Description: "terraform or tofu."},
+}
+
+// ConvertToTable converts one run or a list of runs into a table.
+func (c TableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	clk := c.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	table := &metav1.Table{}
+	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
+		table.ColumnDefinitions = columns
+	}
+	switch o := obj.(type) {
+	case *terrarun.TerraformRun:
+		table.Rows = []metav1.TableRow{row(o, clk)}
+	case *terrarun.TerraformRunList:
+		table.Rows = make([]metav1.TableRow, 0, len(o.Items))
+		for i := range o.Items {
+			table.Rows = append(table.Rows, row(&o.Items[i], clk))
+		}
+	default:
+		return nil, fmt.Errorf("cannot print %T as a TerraformRun table", obj)
+	}
+	if l, err := meta.ListAccessor(obj); err == nil {
+		table.ResourceVersion = l.GetResourceVersion()
+		table.Continue = l.GetContinue()
+		table.RemainingItemCount = l.GetRemainingItemCount()
+	} else if m, err := meta.CommonAccessor(obj); err == nil {
+		table.ResourceVersion = m.GetResourceVersion()
+	}
+	return table, nil
+}
+
+func row(run *terrarun.TerraformRun, clk clock.PassiveClock) metav1.TableRow {
+	approvedBy := "<none>"
+	if run.Status.Approval != nil && run.Status.Approval.ApprovedBy != "" {
+		approvedBy = run.Status.Approval.ApprovedBy
+	}
+	age := "<unknown>"
+	if !run.CreationTimestamp.IsZero() {
+		age = duration.HumanDuration(clk.Since(run.CreationTimestamp.Time))
+	}
+	return metav1.TableRow{
+		Object: runtime.RawExtension{Object: run},
+		Cells: []interface{}{
+			run.Name,
+			string(run.Status.Phase),
+			planSummary(run.Status.Plan),
+			approvedBy,
+			age,
+			string(run.Spec.Operation),
+			sourceSummary(&run.Spec.Source),
+			string(run.Spec.Engine.Binary),
+		},
+	}
+}
+
+// planSummary renders a plan as `+a ~c -d`, or `-` before a plan exists.
+func planSummary(p *terrarun.PlanSummary) string {
+	if p == nil || p.CompletedAt == nil && p.Digest == "" {
+		return "-"
+	}
+	return fmt.Sprintf("+%d ~%d -%d", p.Add, p.Change, p.Destroy)
+}
+
+// sourceSummary renders the source in a few words, without credentials.
+func sourceSummary(s *terrarun.Source) string {
+	switch {
+	case s.Git != nil:
+		where := s.Git.URL
+		if u, err := url.Parse(s.Git.URL); err == nil {
+			where = u.Host + u.Path
+		}
+		if s.Git.Path != "" {
+			where += "//" + strings.TrimPrefix(s.Git.Path, "/")
+		}
+		return fmt.Sprintf("git:%s@%s", where, s.Git.Ref)
+	case s.ConfigMap != nil:
+		return "configmap:" + s.ConfigMap.Name
+	case len(s.Inline) == 1:
+		return "inline:1 file"
+	case len(s.Inline) > 1:
+		return fmt.Sprintf("inline:%d files", len(s.Inline))
+	default:
+		return "<none>"
+	}
+}

@@ -1,0 +1,327 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	applyv1alpha1 "github.com/terrarun/terrarun/pkg/generated/applyconfiguration/terrarun/v1alpha1"
+)
+
+const mainTF = `resource "terraform_data" "hello" {
+  input = "hello"
+}
+`
+
+func inlineRun(name string) *v1alpha1.TerraformRun {
+	return &v1alpha1.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TerraformRunSpec{
+			Source: v1alpha1.Source{Inline: map[string]string{"main.tf": mainTF}},
+		},
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestClientsetLifecycle drives create, get, list, watch, update and delete
+// through the generated clientset.
+func TestClientsetLifecycle(t *testing.T) {
+	s := startInProcess(t, t.TempDir())
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+
+	w, err := runs.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer w.Stop()
+
+	created, err := runs.Create(ctx, inlineRun("hello"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	// Defaults and server-recorded fields.
+	if created.Status.Phase != v1alpha1.RunPhasePending {
+		t.Errorf("phase = %q, want Pending", created.Status.Phase)
+	}
+	if created.Spec.Operation != v1alpha1.OperationApply || created.Spec.Approval.Mode != v1alpha1.ApprovalModeManual ||
+		created.Spec.Engine.Binary != v1alpha1.EngineTerraform || created.Spec.Timeouts.Plan == nil || created.Spec.Workspace != "default" {
+		t.Errorf("spec was not defaulted: %+v", created.Spec)
+	}
+	if created.Spec.Creator == nil || created.Spec.Creator.Username != "terrarun-admin" {
+		t.Errorf("creator = %+v, want the admin kubeconfig's user terrarun-admin", created.Spec.Creator)
+	}
+	if created.Generation != 1 {
+		t.Errorf("generation = %d, want 1", created.Generation)
+	}
+
+	got, err := runs.Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if got.UID != created.UID {
+		t.Errorf("get returned another object: uid %s, want %s", got.UID, created.UID)
+	}
+
+	if _, err := runs.Create(ctx, inlineRun("second"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create second: %v", err)
+	}
+	list, err := runs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(list.Items) != 2 {
+		t.Fatalf("list has %d items, want 2", len(list.Items))
+	}
+	pending, err := runs.List(ctx, metav1.ListOptions{FieldSelector: "status.phase=Pending"})
+	if err != nil || len(pending.Items) != 2 {
+		t.Fatalf("list by status.phase: %v, %d items", err, len(pending.Items))
+	}
+	if other, err := s.Client.TerrarunV1alpha1().TerraformRuns("other").List(ctx, metav1.ListOptions{}); err != nil || len(other.Items) != 0 {
+		t.Fatalf("namespace isolation: %v, %d items", err, len(other.Items))
+	}
+
+	got.Labels = map[string]string{"team": "infra"}
+	updated, err := runs.Update(ctx, got, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("metadata update: %v", err)
+	}
+	if updated.Labels["team"] != "infra" || updated.Generation != 1 {
+		t.Errorf("after update: labels %v, generation %d", updated.Labels, updated.Generation)
+	}
+
+	// Status goes through /status only.
+	updated.Status.Phase = v1alpha1.RunPhaseSucceeded
+	ignored, err := runs.Update(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update with status: %v", err)
+	}
+	if ignored.Status.Phase != v1alpha1.RunPhasePending {
+		t.Errorf("the main resource wrote status: phase %q", ignored.Status.Phase)
+	}
+	ignored.Status.Phase = v1alpha1.RunPhasePlanning
+	viaStatus, err := runs.UpdateStatus(ctx, ignored, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+	if viaStatus.Status.Phase != v1alpha1.RunPhasePlanning {
+		t.Errorf("phase after /status = %q, want Planning", viaStatus.Status.Phase)
+	}
+
+	if err := runs.Delete(ctx, "hello", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := runs.Get(ctx, "hello", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("get after delete: %v, want NotFound", err)
+	}
+
+	// The watch saw every step, in order.
+	want := []watch.EventType{watch.Added, watch.Added, watch.Modified, watch.Modified, watch.Deleted}
+	for i, typ := range want {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != typ {
+				t.Fatalf("watch event %d = %s, want %s", i, ev.Type, typ)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("watch event %d (%s) did not arrive", i, typ)
+		}
+	}
+}
+
+// TestInvalidSpecReportsFieldPath sends bad specs and reads the exact field errors.
+func TestInvalidSpecReportsFieldPath(t *testing.T) {
+	s := startInProcess(t, t.TempDir())
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+
+	cases := map[string]struct {
+		mutate func(*v1alpha1.TerraformRun)
+		field  string
+	}{
+		"bad variable name": {
+			mutate: func(r *v1alpha1.TerraformRun) { r.Spec.Variables = []v1alpha1.Variable{{Name: "9lives", Value: "x"}} },
+			field:  "spec.variables[0].name",
+		},
+		"two sources": {
+			mutate: func(r *v1alpha1.TerraformRun) {
+				r.Spec.Source.Git = &v1alpha1.GitSource{URL: "https://github.com/x/y.git", Ref: "main"}
+			},
+			field: "spec.source.git",
+		},
+		"credentials in git url": {
+			mutate: func(r *v1alpha1.TerraformRun) {
+				r.Spec.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://bob:hunter2@github.com/x/y.git", Ref: "main"}}
+			},
+			field: "spec.source.git.url",
+		},
+		"bad inline file name": {
+			mutate: func(r *v1alpha1.TerraformRun) { r.Spec.Source.Inline["../evil.sh"] = "echo" },
+			field:  "spec.source.inline[../evil.sh]",
+		},
+		"timeout too long": {
+			mutate: func(r *v1alpha1.TerraformRun) { r.Spec.Timeouts.Plan = &metav1.Duration{Duration: 48 * time.Hour} },
+			field:  "spec.timeouts.plan",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := inlineRun("bad")
+			tc.mutate(run)
+			_, err := runs.Create(ctx, run, metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("create: %v, want 422 Invalid", err)
+			}
+			if !hasCause(err, tc.field) {
+				t.Fatalf("error %q has no cause at %s", err, tc.field)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error echoes the git password: %s", err)
+			}
+		})
+	}
+	// Nothing was stored.
+	if list, err := runs.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("list after invalid creates: %v, %d items", err, len(list.Items))
+	}
+}
+
+// TestSpecUpdateIsRefused checks spec immutability end to end.
+func TestSpecUpdateIsRefused(t *testing.T) {
+	s := startInProcess(t, t.TempDir())
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+	run, err := runs.Create(ctx, inlineRun("hello"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Spec.Operation = v1alpha1.OperationDestroy
+	_, err = runs.Update(ctx, run, metav1.UpdateOptions{})
+	if !apierrors.IsInvalid(err) || !hasCause(err, "spec") {
+		t.Fatalf("spec update: %v, want Invalid with a cause at spec", err)
+	}
+	if !strings.Contains(err.Error(), "create a new TerraformRun") {
+		t.Errorf("error does not say what to do: %v", err)
+	}
+
+	// A patch is refused the same way, and a forged creator too.
+	_, err = runs.Patch(ctx, "hello", types.MergePatchType, []byte(`{"spec":{"creator":{"username":"mallory"}}}`), metav1.PatchOptions{})
+	if !apierrors.IsInvalid(err) || !hasCause(err, "spec") {
+		t.Fatalf("creator patch: %v, want Invalid at spec", err)
+	}
+	after, err := runs.Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.Operation != v1alpha1.OperationApply || after.Spec.Creator.Username != "terrarun-admin" {
+		t.Fatalf("the refused update changed the object: %+v", after.Spec)
+	}
+}
+
+// TestRestartKeepsObjects restarts the server on the same data directory.
+func TestRestartKeepsObjects(t *testing.T) {
+	dir := t.TempDir()
+	s := startInProcess(t, dir)
+	ctx := ctxT(t)
+	for _, name := range []string{"one", "two", "three"} {
+		if _, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun(name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, "two", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+
+	s2 := startInProcess(t, dir)
+	list, err := s2.Client.TerrarunV1alpha1().TerraformRuns("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 3 {
+		t.Fatalf("after restart: %d runs, want 3", len(list.Items))
+	}
+	after, err := s2.Client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, "two", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID || after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("run changed across restart: uid %s→%s rv %s→%s", before.UID, after.UID, before.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+// TestServerSideApplyConflict applies with two field managers.
+func TestServerSideApplyConflict(t *testing.T) {
+	s := startInProcess(t, t.TempDir())
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+
+	cfg := applyv1alpha1.TerraformRun("applied", "default").
+		WithLabels(map[string]string{"owner": "alice"}).
+		WithSpec(applyv1alpha1.TerraformRunSpec().
+			WithWorkspace("staging").
+			WithSource(applyv1alpha1.Source().WithInline(map[string]string{"main.tf": mainTF})))
+	run, err := runs.Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: "alice"})
+	if err != nil {
+		t.Fatalf("first apply: %v", err)
+	}
+	if len(run.ManagedFields) == 0 {
+		t.Fatal("no managedFields after server-side apply")
+	}
+	// Re-applying the same configuration is a no-op, not a spec change.
+	if _, err := runs.Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: "alice"}); err != nil {
+		t.Fatalf("re-apply by the same manager: %v", err)
+	}
+
+	bob := applyv1alpha1.TerraformRun("applied", "default").
+		WithLabels(map[string]string{"owner": "bob"}).
+		WithSpec(applyv1alpha1.TerraformRunSpec().WithWorkspace("production"))
+	_, err = runs.Apply(ctx, bob, metav1.ApplyOptions{FieldManager: "bob"})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("apply by bob: %v, want a 409 conflict", err)
+	}
+	for _, f := range []string{".metadata.labels.owner", ".spec.workspace"} {
+		if !strings.Contains(err.Error(), f) {
+			t.Errorf("conflict does not name %s: %v", f, err)
+		}
+	}
+	if !strings.Contains(err.Error(), `"alice"`) {
+		t.Errorf("conflict does not name the other manager: %v", err)
+	}
+
+	// Forcing takes the label, but the spec stays immutable.
+	labelsOnly := applyv1alpha1.TerraformRun("applied", "default").WithLabels(map[string]string{"owner": "bob"})
+	if _, err := runs.Apply(ctx, labelsOnly, metav1.ApplyOptions{FieldManager: "bob", Force: true}); err != nil {
+		t.Fatalf("forced label apply: %v", err)
+	}
+	_, err = runs.Apply(ctx, bob, metav1.ApplyOptions{FieldManager: "bob", Force: true})
+	if !apierrors.IsInvalid(err) || !hasCause(err, "spec") {
+		t.Fatalf("forced spec apply: %v, want Invalid at spec", err)
+	}
+}
+
+func hasCause(err error, field string) bool {
+	status, ok := err.(apierrors.APIStatus)
+	if !ok || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == field {
+			return true
+		}
+	}
+	return false
+}
