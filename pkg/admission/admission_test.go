@@ -59,7 +59,7 @@ func newChain(t *testing.T, provider admission.ConfigProvider) admission.Interfa
 	plugins := admission.NewPlugins()
 	tradmission.Register(plugins)
 	chain, err := plugins.NewFromPlugins(tradmission.PluginOrder, provider,
-		admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{})}, nil)
+		admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{}, nil)}, nil)
 	if err != nil {
 		t.Fatalf("NewFromPlugins: %v", err)
 	}

@@ -44,22 +44,31 @@ func init() {
 type Config struct {
 	// GenericConfig configures the generic API server machinery.
 	GenericConfig *genericapiserver.RecommendedConfig
+	// Deps are the artifact store and executor identities behind the
+	// subresources.
+	Deps terraformrun.Deps
 }
 
 // CompletedConfig is a Config with every default filled in.
 type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
+	deps    terraformrun.Deps
 }
 
 // Complete fills in defaults. It mutates the receiver.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete()}
+	if c.Deps.Serializer == nil {
+		c.Deps.Serializer = Codecs
+	}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), deps: c.Deps}
 }
 
 // Server is a running terrarun API server.
 type Server struct {
 	// GenericAPIServer serves HTTP.
 	GenericAPIServer *genericapiserver.GenericAPIServer
+	// Runs is the storage of terraformruns and its subresources.
+	Runs *terraformrun.Storage
 }
 
 // New builds the server and installs the terrarun.dev API group.
@@ -69,18 +78,24 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("building the generic API server: %w", err)
 	}
 
-	runs, err := terraformrun.NewStorage(Scheme, c.generic.RESTOptionsGetter)
+	runs, err := terraformrun.NewStorage(Scheme, c.generic.RESTOptionsGetter, c.deps)
 	if err != nil {
 		return nil, err
 	}
 
-	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"terraformruns":        runs.Run,
-		"terraformruns/status": runs.Status,
+		"terraformruns":         runs.Run,
+		"terraformruns/status":  runs.Status,
+		"terraformruns/approve": runs.Approve,
+		"terraformruns/discard": runs.Discard,
+		"terraformruns/cancel":  runs.Cancel,
+		"terraformruns/plan":    runs.Plan,
+		"terraformruns/logs":    runs.Logs,
+		"terraformruns/outputs": runs.Outputs,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
 	}
-	return &Server{GenericAPIServer: generic}, nil
+	return &Server{GenericAPIServer: generic, Runs: runs}, nil
 }

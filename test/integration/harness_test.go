@@ -29,8 +29,13 @@ import (
 )
 
 // apiserverBinary is the terrarun-apiserver binary: $TERRARUN_APISERVER, or
-// one built by TestMain.
+// one built by TestMain. terrarun-executor is beside it.
 var apiserverBinary string
+
+// engine is the terraform or tofu binary the runs use: $TERRARUN_ENGINE, or
+// tofu or terraform on PATH. Its directory is put first on PATH, so the
+// executor finds it by its name, engineName.
+var engine, engineName string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -46,15 +51,33 @@ func runTests(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		apiserverBinary = filepath.Join(dir, "terrarun-apiserver")
-		build := exec.Command("go", "build", "-o", apiserverBinary, "github.com/terrarun/terrarun/cmd/terrarun-apiserver")
+		build := exec.Command("go", "build", "-o", dir+"/", "github.com/terrarun/terrarun/cmd/...")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building terrarun-apiserver:", err)
+			fmt.Fprintln(os.Stderr, "building terrarun:", err)
 			return 1
 		}
 	}
+	engine = os.Getenv("TERRARUN_ENGINE")
+	if engine == "" {
+		for _, name := range []string{"tofu", "terraform"} {
+			if p, err := exec.LookPath(name); err == nil {
+				engine = p
+				break
+			}
+		}
+	}
+	if engine == "" {
+		fmt.Fprintln(os.Stderr, "no terraform or tofu found: run `make engine` (it builds OpenTofu) and set TERRARUN_ENGINE, or put one on PATH")
+		return 1
+	}
+	engineName = filepath.Base(engine)
+	os.Setenv("PATH", filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return m.Run()
 }
+
+// executorBinary is terrarun-executor, beside terrarun-apiserver.
+func executorBinary() string { return filepath.Join(filepath.Dir(apiserverBinary), "terrarun-executor") }
 
 // inProcessServer is terrarun-apiserver --standalone running inside the test
 // process.
@@ -79,7 +102,8 @@ func startInProcess(t *testing.T, dataDir string, extraArgs ...string) *inProces
 	opts := server.NewOptions(&testWriter{t: t})
 	fs := pflag.NewFlagSet("terrarun-apiserver", pflag.ContinueOnError)
 	opts.AddFlags(fs)
-	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}, extraArgs...)
+	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(l.Addr().(*net.TCPAddr).Port),
+		"--executor-binary", executorBinary()}, extraArgs...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -278,4 +302,8 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
+}
+
+func clientcmdConfig(path string) (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", path)
 }

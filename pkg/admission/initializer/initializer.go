@@ -7,6 +7,8 @@ import (
 	"context"
 
 	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
 // NamespaceLabeler returns the labels of a namespace. Package runpolicy holds
@@ -23,21 +25,37 @@ type WantsNamespaceLabeler interface {
 	admission.InitializationValidator
 }
 
+// RunGetter reads a run from the server's own storage.
+type RunGetter interface {
+	GetRun(ctx context.Context, namespace, name string) (*terrarun.TerraformRun, error)
+}
+
+// WantsRunGetter is implemented by admission plugins that need to read the
+// run a subresource request is for, such as the approve subresource.
+type WantsRunGetter interface {
+	SetRunGetter(RunGetter)
+}
+
 type pluginInitializer struct {
 	labeler NamespaceLabeler
+	runs    RunGetter
 }
 
 var _ admission.PluginInitializer = pluginInitializer{}
 
 // NewInitializer returns a plugin initializer that gives l to every plugin
-// implementing WantsNamespaceLabeler. A nil l sets nothing, so that plugins
-// fall back to the Kubernetes informer factory when they have one.
-func NewInitializer(l NamespaceLabeler) admission.PluginInitializer {
-	return pluginInitializer{labeler: l}
+// implementing WantsNamespaceLabeler and runs to every plugin implementing
+// WantsRunGetter. A nil l sets nothing, so that plugins fall back to the
+// Kubernetes informer factory when they have one.
+func NewInitializer(l NamespaceLabeler, runs RunGetter) admission.PluginInitializer {
+	return pluginInitializer{labeler: l, runs: runs}
 }
 
 // Initialize implements admission.PluginInitializer.
 func (i pluginInitializer) Initialize(plugin admission.Interface) {
+	if wants, ok := plugin.(WantsRunGetter); ok && i.runs != nil {
+		wants.SetRunGetter(i.runs)
+	}
 	if i.labeler == nil {
 		return
 	}

@@ -33,7 +33,7 @@ var _ initializer.WantsNamespaceLabeler = &wantsLabeler{}
 func TestInitializer(t *testing.T) {
 	l := staticLabeler{"env": "prod"}
 	w := &wantsLabeler{}
-	initializer.NewInitializer(l).Initialize(w)
+	initializer.NewInitializer(l, nil).Initialize(w)
 	if w.calls != 1 || w.labeler == nil {
 		t.Fatalf("labeler not set: %+v", w)
 	}
@@ -43,11 +43,11 @@ func TestInitializer(t *testing.T) {
 	}
 
 	w = &wantsLabeler{}
-	initializer.NewInitializer(nil).Initialize(w)
+	initializer.NewInitializer(nil, nil).Initialize(w)
 	if w.calls != 0 {
 		t.Errorf("a nil labeler must not be set")
 	}
 
 	// Plugins that do not want a labeler are left alone.
-	initializer.NewInitializer(l).Initialize(plain{})
+	initializer.NewInitializer(l, nil).Initialize(plain{})
 }

@@ -73,6 +73,7 @@ type Plugin struct {
 
 	labeler         NamespaceLabeler
 	informerFactory informers.SharedInformerFactory
+	runs            initializer.RunGetter
 }
 
 var (
@@ -95,6 +96,25 @@ func New(cfg *policy.Config) (*Plugin, error) {
 		p.selector = s
 	}
 	return p, nil
+}
+
+// SetRunGetter implements initializer.WantsRunGetter: the approve subresource
+// needs the run's creator for separation of duties.
+func (p *Plugin) SetRunGetter(r initializer.RunGetter) { p.runs = r }
+
+// validateApprove enforces separation of duties on terraformruns/approve.
+func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) error {
+	if !p.cfg.SeparationOfDutiesEnabled() {
+		return nil
+	}
+	if p.runs == nil {
+		return apierrors.NewInternalError(fmt.Errorf("%s: separation of duties is enabled but the plugin cannot read runs", PluginName))
+	}
+	run, err := p.runs.GetRun(ctx, a.GetNamespace(), a.GetName())
+	if err != nil {
+		return err
+	}
+	return CheckApprover(p.cfg, run, a.GetUserInfo())
 }
 
 // Policy returns the policy the plugin enforces.
@@ -144,7 +164,13 @@ type violation struct {
 
 // Validate implements admission.ValidationInterface.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") || a.GetSubresource() != "" {
+	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") {
+		return nil
+	}
+	if a.GetSubresource() == "approve" && a.GetOperation() == admission.Create {
+		return p.validateApprove(ctx, a)
+	}
+	if a.GetSubresource() != "" {
 		return nil
 	}
 	op := a.GetOperation()

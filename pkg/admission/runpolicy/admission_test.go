@@ -108,7 +108,7 @@ func newPlugin(t *testing.T, cfgText string, l NamespaceLabeler) *Plugin {
 		t.Fatalf("New: %v", err)
 	}
 	if l != nil {
-		initializer.NewInitializer(l).Initialize(p)
+		initializer.NewInitializer(l, nil).Initialize(p)
 	}
 	if err := admission.ValidateInitialization(p); err != nil {
 		t.Fatalf("ValidateInitialization: %v", err)
@@ -418,8 +418,8 @@ func TestIgnoresOtherRequests(t *testing.T) {
 		{"other resource", admission.NewAttributesRecord(bad, nil, runGVK, "prod", "run", other, "", admission.Create, &metav1.CreateOptions{}, false, alice)},
 		{"same resource name in another group", admission.NewAttributesRecord(bad, nil, runGVK, "prod", "run", core, "", admission.Create, &metav1.CreateOptions{}, false, alice)},
 		{"status subresource update", updateAttrs(bad, old, "status", alice)},
-		{"approve subresource", admission.NewAttributesRecord(&terrarun.TerraformRunApproval{PlanDigest: "sha256:00"}, nil,
-			terrarun.SchemeGroupVersion.WithKind("TerraformRunApproval"), "prod", "run", runsGVR, "approve", admission.Create, &metav1.CreateOptions{}, false, alice)},
+		{"discard subresource", admission.NewAttributesRecord(&terrarun.TerraformRunDiscard{}, nil,
+			terrarun.SchemeGroupVersion.WithKind("TerraformRunDiscard"), "prod", "run", runsGVR, "discard", admission.Create, &metav1.CreateOptions{}, false, alice)},
 		{"delete", admission.NewAttributesRecord(nil, bad, runGVK, "prod", "run", runsGVR, "", admission.Delete, &metav1.DeleteOptions{}, false, alice)},
 	}
 	for _, tc := range cases {
@@ -499,7 +499,7 @@ func TestClusterModeInformerFactory(t *testing.T) {
 	}
 	admission.PluginInitializers{
 		kubeInformerInitializer{f},
-		initializer.NewInitializer(nil), // standalone labeler not configured
+		initializer.NewInitializer(nil, nil), // standalone labeler not configured
 	}.Initialize(p)
 	if err := admission.ValidateInitialization(p); err != nil {
 		t.Fatalf("ValidateInitialization: %v", err)
@@ -521,8 +521,8 @@ func TestClusterModeInformerFactory(t *testing.T) {
 func TestExplicitLabelerWins(t *testing.T) {
 	f := informers.NewSharedInformerFactory(fake.NewSimpleClientset(namespace("prod", map[string]string{"env": "prod"})), 0)
 	for name, inits := range map[string]admission.PluginInitializers{
-		"factory first": {kubeInformerInitializer{f}, initializer.NewInitializer(NameOnlyNamespaceLabeler{})},
-		"labeler first": {initializer.NewInitializer(NameOnlyNamespaceLabeler{}), kubeInformerInitializer{f}},
+		"factory first": {kubeInformerInitializer{f}, initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil)},
+		"labeler first": {initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil), kubeInformerInitializer{f}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg, _ := policy.Load(strings.NewReader(testPolicy))
@@ -602,7 +602,7 @@ func TestRegister(t *testing.T) {
 	if got := plugins.Registered(); len(got) != 1 || got[0] != PluginName {
 		t.Fatalf("registered %v", got)
 	}
-	pl, err := plugins.InitPlugin(PluginName, strings.NewReader(testPolicy), initializer.NewInitializer(NameOnlyNamespaceLabeler{}))
+	pl, err := plugins.InitPlugin(PluginName, strings.NewReader(testPolicy), initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,5 +618,46 @@ func TestRegister(t *testing.T) {
 	}
 	if _, err := plugins.InitPlugin(PluginName, strings.NewReader("apiVersion: v1\n"), admission.PluginInitializers{}); err == nil {
 		t.Errorf("want a config error")
+	}
+}
+
+type fakeRuns map[string]*terrarun.TerraformRun
+
+func (f fakeRuns) GetRun(_ context.Context, namespace, name string) (*terrarun.TerraformRun, error) {
+	if r, ok := f[namespace+"/"+name]; ok {
+		return r, nil
+	}
+	return nil, apierrors.NewNotFound(terrarun.Resource("terraformruns"), name)
+}
+
+// TestApproveSeparationOfDuties drives the approve subresource through the
+// plugin, as the server's admission chain does.
+func TestApproveSeparationOfDuties(t *testing.T) {
+	ctx := context.Background()
+	run := newRun("prod", func(r *terrarun.TerraformRun) { r.Spec.Creator = creatorOf(alice) })
+	approve := func(u user.Info) admission.Attributes {
+		return admission.NewAttributesRecord(&terrarun.TerraformRunApproval{PlanDigest: "sha256:00"}, nil,
+			terrarun.SchemeGroupVersion.WithKind("TerraformRunApproval"), "prod", run.Name, runsGVR, "approve", admission.Create, &metav1.CreateOptions{}, false, u)
+	}
+	runs := fakeRuns{"prod/" + run.Name: run}
+
+	p := newPlugin(t, testPolicy, clusterLabeler(t))
+	initializer.NewInitializer(nil, runs).Initialize(p)
+	if err := p.Validate(ctx, approve(alice), nil); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "separation of duties: alice created this run and may not approve it") {
+		t.Fatalf("creator approving: %v, want Forbidden for separation of duties", err)
+	}
+	if err := p.Validate(ctx, approve(bob), nil); err != nil {
+		t.Fatalf("another user approving: %v", err)
+	}
+
+	disabled := newPlugin(t, "apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\nseparationOfDuties: false\n", clusterLabeler(t))
+	initializer.NewInitializer(nil, runs).Initialize(disabled)
+	if err := disabled.Validate(ctx, approve(alice), nil); err != nil {
+		t.Fatalf("separation of duties disabled: %v", err)
+	}
+
+	unwired := newPlugin(t, testPolicy, clusterLabeler(t))
+	if err := unwired.Validate(ctx, approve(bob), nil); !apierrors.IsInternalError(err) {
+		t.Fatalf("without a run getter: %v, want an internal error rather than an unchecked approval", err)
 	}
 }

@@ -33,6 +33,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRun{},
 		&TerraformRunList{},
 		&TerraformRunApproval{},
+		&TerraformRunDiscard{},
+		&TerraformRunCancel{},
 	)
 	return nil
 }

@@ -329,6 +329,32 @@ const (
 	ConditionApproved = "Approved"
 	// ConditionApplied is True once the plan is applied.
 	ConditionApplied = "Applied"
+	// ConditionCancelRequested is True once a cancel was requested through the
+	// cancel subresource; the controller then stops the running stage.
+	ConditionCancelRequested = "CancelRequested"
+)
+
+// Condition reasons of a TerraformRun.
+const (
+	ReasonPending          = "Pending"
+	ReasonPlanning         = "Planning"
+	ReasonPlanned          = "Planned"
+	ReasonNoChanges        = "NoChanges"
+	ReasonPlanOnly         = "PlanOnly"
+	ReasonPlanFailed       = "PlanFailed"
+	ReasonAwaitingApproval = "AwaitingApproval"
+	ReasonApproved         = "Approved"
+	ReasonAutoApproved     = "AutoApproved"
+	ReasonApprovalExpired  = "ApprovalExpired"
+	ReasonDiscarded        = "Discarded"
+	ReasonApplying         = "Applying"
+	ReasonApplied          = "Applied"
+	ReasonApplyFailed      = "ApplyFailed"
+	ReasonCanceled         = "Canceled"
+	ReasonCancelRequested  = "CancelRequested"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonExecutorLost     = "ExecutorLost"
+	ReasonNotApplicable    = "NotApplicable"
 )
 
 // TerraformRunStatus is the observed state of a run.
@@ -480,6 +506,37 @@ type TerraformRunApproval struct {
 	// An approval of any other plan is refused with 409 Conflict.
 	PlanDigest string `json:"planDigest"`
 	// comment is an optional note recorded in status.approval.comment.
+	// +optional
+	Comment string `json:"comment,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunDiscard is the body of a POST to the discard subresource: it
+// rejects a plan that waits for approval, and the run ends Discarded.
+type TerraformRunDiscard struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata; name, when set, must match the run.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// comment is an optional note recorded in status.message.
+	// +optional
+	Comment string `json:"comment,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunCancel is the body of a POST to the cancel subresource: it stops
+// the stage in flight (SIGINT to terraform, then a kill after a grace period),
+// or ends a run that has not started a stage yet, and the run ends Canceled.
+type TerraformRunCancel struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata; name, when set, must match the run.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// comment is an optional note recorded in status.message.
 	// +optional
 	Comment string `json:"comment,omitempty"`
 }

@@ -27,7 +27,7 @@ var admissionConfigScheme = func() *runtime.Scheme {
 // which standalone mode does not have; terrarun's plugins need neither. It
 // honours --enable-admission-plugins, --disable-admission-plugins and
 // --admission-control-config-file as cluster mode does.
-func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *genericoptions.AdmissionOptions) error {
+func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *genericoptions.AdmissionOptions, runs initializer.RunGetter) error {
 	var names []string
 	for _, name := range a.RecommendedPluginOrder {
 		if !slices.Contains(a.DisablePlugins, name) && (!a.DefaultOffPlugins.Has(name) || slices.Contains(a.EnablePlugins, name)) {
@@ -38,7 +38,7 @@ func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *generico
 	if err != nil {
 		return fmt.Errorf("reading --admission-control-config-file: %w", err)
 	}
-	initializers := admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{})}
+	initializers := admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{}, runs)}
 	chain, err := a.Plugins.NewFromPlugins(names, provider, initializers, a.Decorators)
 	if err != nil {
 		return err

@@ -28,12 +28,15 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apiserver"
 	generatedopenapi "github.com/terrarun/terrarun/pkg/generated/openapi"
+	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
@@ -55,6 +58,8 @@ type Options struct {
 	Standalone bool
 	// DataDir holds standalone mode's etcd data, PKI and kubeconfig files.
 	DataDir string
+	// Executor configures how runs execute.
+	Executor *ExecutorOptions
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -67,8 +72,9 @@ func NewOptions(out io.Writer) *Options {
 	o := &Options{
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
-		DataDir: defaultDataDir,
-		Out:     out,
+		DataDir:  defaultDataDir,
+		Executor: newExecutorOptions(),
+		Out:      out,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
@@ -88,6 +94,7 @@ func NewOptions(out io.Writer) *Options {
 // AddFlags adds every flag to fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
+	o.Executor.AddFlags(fs)
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
 		"client-certificate authentication with a generated admin kubeconfig, and every authenticated user authorized. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
@@ -114,6 +121,7 @@ func (o *Options) Validate() error {
 		defer func() { o.Recommended.Etcd.StorageConfig.Transport.ServerList = saved }()
 	}
 	errs = append(errs, o.Recommended.Validate()...)
+	errs = append(errs, o.Executor.Validate()...)
 	return errors.Join(errs...)
 }
 
@@ -137,6 +145,13 @@ func (o *Options) Run(ctx context.Context) error {
 		defer func() { o.Recommended.Admission = admissionOptions }()
 	}
 
+	runs := &lazyRunGetter{}
+	if !o.Standalone {
+		o.Recommended.ExtraAdmissionInitializers = func(*genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+			return []admission.PluginInitializer{initializer.NewInitializer(nil, runs)}, nil
+		}
+	}
+
 	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
@@ -147,6 +162,7 @@ func (o *Options) Run(ctx context.Context) error {
 	config.OpenAPIV3Config.Info.Version = "v1alpha1"
 	config.FeatureGate = utilfeature.DefaultFeatureGate
 	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	setLongRunning(config)
 
 	if err := o.Recommended.ApplyTo(config); err != nil {
 		return fmt.Errorf("applying options: %w", err)
@@ -158,15 +174,52 @@ func (o *Options) Run(ctx context.Context) error {
 		if kubeconfig, err = o.applyStandaloneAuth(config, pki); err != nil {
 			return err
 		}
-		if err := applyStandaloneAdmission(config, admissionOptions); err != nil {
+		if err := applyStandaloneAdmission(config, admissionOptions, runs); err != nil {
 			return err
+		}
+		if o.Executor.ServerURL == "" {
+			o.Executor.ServerURL = config.LoopbackClientConfig.Host
+		}
+		if o.Executor.CAFile == "" {
+			o.Executor.CAFile = pki.CAFile()
 		}
 	}
 
-	server, err := (&apiserver.Config{GenericConfig: config}).Complete().New()
+	etcdClient, err := newEtcdClient(o)
 	if err != nil {
 		return err
 	}
+	defer etcdClient.Close()
+	store, err := newArtifactStore(ctx, o, etcdClient)
+	if err != nil {
+		return err
+	}
+	ctrl := &controllerHandle{}
+	exec, identities, err := o.newExecutor(config, etcdClient, ctrl.notify)
+	if err != nil {
+		return err
+	}
+	if err := addExecutorAuthorization(config, identities); err != nil {
+		return err
+	}
+
+	server, err := (&apiserver.Config{GenericConfig: config, Deps: terraformrun.Deps{
+		Artifacts:  store,
+		Identities: identities,
+		OnDelete: func(ctx context.Context, namespace, name, uid string) {
+			if err := exec.Forget(ctx, namespace, name, uid); err != nil {
+				klog.ErrorS(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
+			}
+		},
+	}}).Complete().New()
+	if err != nil {
+		return err
+	}
+	runs.store.Store(server.Runs.Run.Store)
+
+	server.GenericAPIServer.AddPostStartHookOrDie("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
+		return o.startController(hook, config, etcdClient, exec, store, ctrl)
+	})
 	if o.Standalone {
 		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
 			fmt.Fprintf(o.Out, "terrarun is serving in standalone mode at %s\nkubeconfig: %s\ntry:        kubectl --kubeconfig %s get terraformruns\n",

@@ -50,6 +50,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.StageStatus{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref),
 		v1alpha1.TerraformRun{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformRun(ref),
 		v1alpha1.TerraformRunApproval{}.OpenAPIModelName():         schema_pkg_apis_terrarun_v1alpha1_TerraformRunApproval(ref),
+		v1alpha1.TerraformRunCancel{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunCancel(ref),
+		v1alpha1.TerraformRunDiscard{}.OpenAPIModelName():          schema_pkg_apis_terrarun_v1alpha1_TerraformRunDiscard(ref),
 		v1alpha1.TerraformRunList{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunList(ref),
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
 		v1alpha1.TerraformRunStatus{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref),
@@ -1047,6 +1049,92 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunApproval(ref common.Reference
 					},
 				},
 				Required: []string{"planDigest"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunCancel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunCancel is the body of a POST to the cancel subresource: it stops the stage in flight (SIGINT to terraform, then a kill after a grace period), or ends a run that has not started a stage yet, and the run ends Canceled.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata; name, when set, must match the run.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"comment": {
+						SchemaProps: spec.SchemaProps{
+							Description: "comment is an optional note recorded in status.message.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunDiscard(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunDiscard is the body of a POST to the discard subresource: it rejects a plan that waits for approval, and the run ends Discarded.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata; name, when set, must match the run.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"comment": {
+						SchemaProps: spec.SchemaProps{
+							Description: "comment is an optional note recorded in status.message.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
 			},
 		},
 		Dependencies: []string{

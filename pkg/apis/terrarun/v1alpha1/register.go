@@ -31,6 +31,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRun{},
 		&TerraformRunList{},
 		&TerraformRunApproval{},
+		&TerraformRunDiscard{},
+		&TerraformRunCancel{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -102,6 +102,16 @@ func (in TerraformRunApproval) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunCancel) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunCancel"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunDiscard) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunDiscard"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunList) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunList"
 }

@@ -96,6 +96,18 @@ func ExtractTerraformRunApprove(terraformRun *terrarunv1alpha1.TerraformRun, fie
 	return ExtractTerraformRunFrom(terraformRun, fieldManager, "approve")
 }
 
+// ExtractTerraformRunCancel extracts the applied configuration owned by fieldManager from
+// terraformRun for the cancel subresource.
+func ExtractTerraformRunCancel(terraformRun *terrarunv1alpha1.TerraformRun, fieldManager string) (*TerraformRunApplyConfiguration, error) {
+	return ExtractTerraformRunFrom(terraformRun, fieldManager, "cancel")
+}
+
+// ExtractTerraformRunDiscard extracts the applied configuration owned by fieldManager from
+// terraformRun for the discard subresource.
+func ExtractTerraformRunDiscard(terraformRun *terrarunv1alpha1.TerraformRun, fieldManager string) (*TerraformRunApplyConfiguration, error) {
+	return ExtractTerraformRunFrom(terraformRun, fieldManager, "discard")
+}
+
 // ExtractTerraformRunStatus extracts the applied configuration owned by fieldManager from
 // terraformRun for the status subresource.
 func ExtractTerraformRunStatus(terraformRun *terrarunv1alpha1.TerraformRun, fieldManager string) (*TerraformRunApplyConfiguration, error) {

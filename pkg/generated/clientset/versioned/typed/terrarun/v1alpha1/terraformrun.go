@@ -52,6 +52,8 @@ type TerraformRunInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, terraformRun *applyconfigurationterrarunv1alpha1.TerraformRunApplyConfiguration, opts v1.ApplyOptions) (result *terrarunv1alpha1.TerraformRun, err error)
 	Approve(ctx context.Context, terraformRunName string, terraformRunApproval *terrarunv1alpha1.TerraformRunApproval, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
+	Discard(ctx context.Context, terraformRunName string, terraformRunDiscard *terrarunv1alpha1.TerraformRunDiscard, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
+	Cancel(ctx context.Context, terraformRunName string, terraformRunCancel *terrarunv1alpha1.TerraformRunCancel, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
 
 	TerraformRunExpansion
 }
@@ -85,6 +87,36 @@ func (c *terraformRuns) Approve(ctx context.Context, terraformRunName string, te
 		SubResource("approve").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(terraformRunApproval).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Discard takes the representation of a terraformRunDiscard and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *terraformRuns) Discard(ctx context.Context, terraformRunName string, terraformRunDiscard *terrarunv1alpha1.TerraformRunDiscard, opts v1.CreateOptions) (result *terrarunv1alpha1.TerraformRun, err error) {
+	result = &terrarunv1alpha1.TerraformRun{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("terraformruns").
+		Name(terraformRunName).
+		SubResource("discard").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(terraformRunDiscard).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Cancel takes the representation of a terraformRunCancel and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *terraformRuns) Cancel(ctx context.Context, terraformRunName string, terraformRunCancel *terrarunv1alpha1.TerraformRunCancel, opts v1.CreateOptions) (result *terrarunv1alpha1.TerraformRun, err error) {
+	result = &terrarunv1alpha1.TerraformRun{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("terraformruns").
+		Name(terraformRunName).
+		SubResource("cancel").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(terraformRunCancel).
 		Do(ctx).
 		Into(result)
 	return

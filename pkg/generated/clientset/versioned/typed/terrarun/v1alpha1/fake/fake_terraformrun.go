@@ -67,3 +67,27 @@ func (c *fakeTerraformRuns) Approve(ctx context.Context, terraformRunName string
 	}
 	return obj.(*v1alpha1.TerraformRun), err
 }
+
+// Discard takes the representation of a terraformRunDiscard and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *fakeTerraformRuns) Discard(ctx context.Context, terraformRunName string, terraformRunDiscard *v1alpha1.TerraformRunDiscard, opts v1.CreateOptions) (result *v1alpha1.TerraformRun, err error) {
+	emptyResult := &v1alpha1.TerraformRun{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), terraformRunName, "discard", c.Namespace(), terraformRunDiscard, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TerraformRun), err
+}
+
+// Cancel takes the representation of a terraformRunCancel and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *fakeTerraformRuns) Cancel(ctx context.Context, terraformRunName string, terraformRunCancel *v1alpha1.TerraformRunCancel, opts v1.CreateOptions) (result *v1alpha1.TerraformRun, err error) {
+	emptyResult := &v1alpha1.TerraformRun{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), terraformRunName, "cancel", c.Namespace(), terraformRunCancel, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TerraformRun), err
+}

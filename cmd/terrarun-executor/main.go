@@ -1,0 +1,107 @@
+// Command terrarun-executor runs one stage (plan or apply) of a TerraformRun.
+//
+//	terrarun-executor --stage-file FILE [--grace-period 20s]
+//
+// FILE holds the JSON stage.Spec (package
+// github.com/terrarun/terrarun/pkg/executor/stage) written by the local or
+// the kubernetes executor. The executor runs terraform (or tofu) with
+// github.com/hashicorp/terraform-exec, streams its output to the run's logs
+// subresource and to stdout, and uploads the plan or the outputs to the run.
+//
+// SIGTERM and SIGINT cancel the stage: terraform receives SIGINT, so it can
+// release state locks, and is killed only after the grace period.
+//
+// The last line on stdout is
+//
+//	terrarun: stage <stage> attempt <n> succeeded|failed: <message>
+//
+// and the exit code is 0 on success, 1 on failure and 130 when the stage was
+// canceled. Neither the token, nor secret values, nor credentials are ever
+// printed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/executor/runner"
+	"github.com/terrarun/terrarun/pkg/executor/stage"
+)
+
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitCanceled = 130
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("terrarun-executor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stageFile := fs.String("stage-file", "", "path of the JSON stage spec (required)")
+	grace := fs.Duration("grace-period", runner.DefaultGracePeriod, "how long terraform has to stop after SIGINT before it is killed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *stageFile == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: terrarun-executor --stage-file FILE [--grace-period 20s]")
+		return 2
+	}
+	if *grace <= 0 {
+		fmt.Fprintln(stderr, "terrarun-executor: --grace-period must be positive")
+		return 2
+	}
+
+	spec, err := readSpec(*stageFile)
+	if err != nil {
+		fmt.Fprintf(stdout, "terrarun: stage ? attempt ? failed: %v\n", err)
+		return exitFailed
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	err = runStage(ctx, spec, stdout, *grace)
+	switch {
+	case err == nil:
+		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d succeeded\n", spec.Stage, spec.Attempt)
+		return exitOK
+	case errors.Is(err, runner.ErrCanceled):
+		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d failed: %v\n", spec.Stage, spec.Attempt, err)
+		return exitCanceled
+	default:
+		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d failed: %v\n", spec.Stage, spec.Attempt, err)
+		return exitFailed
+	}
+}
+
+func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time.Duration) error {
+	client, err := runner.NewHTTPClient(spec)
+	if err != nil {
+		return err
+	}
+	return runner.Run(ctx, spec, client, stdout, runner.WithGracePeriod(grace))
+}
+
+func readSpec(file string) (stage.Spec, error) {
+	var spec stage.Spec
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return spec, fmt.Errorf("reading the stage file: %w", err)
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("decoding the stage file: %w", err)
+	}
+	return spec, nil
+}

@@ -1,0 +1,391 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+)
+
+// Meta describes a stored artifact.
+type Meta struct {
+	// Size is the number of bytes stored, after truncation (including the
+	// truncation marker, if any).
+	Size int64
+	// SHA256 is "sha256:<hex>" of the stored bytes.
+	SHA256 string
+	// Truncated reports that the input exceeded the size limit; the stored
+	// content then ends with TruncationMarker.
+	Truncated bool
+}
+
+// artifactMeta is the stored meta of an artifact.
+type artifactMeta struct {
+	Generation string `json:"generation"`
+	Chunks     int64  `json:"chunks"`
+	Size       int64  `json:"size"`
+	SHA256     string `json:"sha256"`
+	Truncated  bool   `json:"truncated,omitempty"`
+}
+
+func (m artifactMeta) public() Meta {
+	return Meta{Size: m.Size, SHA256: m.SHA256, Truncated: m.Truncated}
+}
+
+type artifactKeys struct {
+	dir  string // <run><kind>/
+	meta string
+}
+
+func (k artifactKeys) genPrefix(gen string) string { return k.dir + gen + "/" }
+
+func chunkKey(genPrefix string, i int64) string { return fmt.Sprintf("%s%010d", genPrefix, i) }
+
+func (s *Store) artifactKeys(run RunRef, kind Kind) (artifactKeys, int64, error) {
+	if err := run.validate(); err != nil {
+		return artifactKeys{}, 0, err
+	}
+	limit, err := s.limits.forKind(kind)
+	if err != nil {
+		return artifactKeys{}, 0, err
+	}
+	dir := s.runBase(run) + string(kind) + "/"
+	return artifactKeys{dir: dir, meta: dir + "meta"}, limit, nil
+}
+
+// Put stores the content of r as the artifact kind of run, replacing any
+// earlier artifact of that kind atomically: the chunks are written under a new
+// generation, the meta key is swapped in a transaction, and the old generation
+// is deleted afterwards. r is read in chunks of Options.ChunkSize and never
+// held in memory as a whole; ctx is checked between chunks and bounds every
+// etcd request (a Read blocked inside r cannot be interrupted by ctx).
+//
+// Content beyond the kind's limit is dropped (r is still read to its end, so
+// that a writer on the other side of a pipe does not block) and
+// TruncationMarker is appended. A PlanFile over its limit is an error wrapping
+// ErrTooLarge instead, and nothing is stored. If Put fails, the earlier
+// artifact, if any, stays in place.
+func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Meta, error) {
+	keys, limit, err := s.artifactKeys(run, kind)
+	if err != nil {
+		return Meta{}, err
+	}
+	base := s.runBase(run)
+	leaseID, err := s.lease(ctx, base)
+	if err != nil {
+		return Meta{}, err
+	}
+	gen, err := newGeneration()
+	if err != nil {
+		return Meta{}, err
+	}
+	genPrefix := keys.genPrefix(gen)
+	written := false
+	cleanup := func() {
+		if !written {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := s.client.Delete(dctx, genPrefix, clientv3.WithPrefix()); err != nil {
+			klog.FromContext(ctx).Error(err, "Failed to delete the chunks of an unfinished artifact; they expire with the run's lease", "key", genPrefix)
+		}
+	}
+
+	h := sha256.New()
+	var stored, chunks int64
+	truncated := false
+	buf := make([]byte, s.chunkSize)
+	for !truncated {
+		if err := ctx.Err(); err != nil {
+			cleanup()
+			return Meta{}, err
+		}
+		n, rerr := io.ReadFull(r, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			cleanup()
+			return Meta{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, run, rerr)
+		}
+		if n > 0 {
+			data := buf[:n]
+			if stored+int64(n) > limit {
+				if kind == PlanFile {
+					cleanup()
+					return Meta{}, fmt.Errorf("%w: the plan file of run %s is larger than the limit of %d bytes (%d MiB); raise the plan file limit (artifacts.Limits.PlanFile, set from the server's configuration) to store it", ErrTooLarge, run, limit, limit>>20)
+				}
+				keep := limit - stored
+				data = append(append(make([]byte, 0, keep+int64(len(TruncationMarker))+20), buf[:keep]...), marker(limit)...)
+				truncated = true
+			}
+			key := chunkKey(genPrefix, chunks)
+			sealed, err := s.seal(ctx, key, data)
+			if err != nil {
+				cleanup()
+				return Meta{}, err
+			}
+			written = true
+			_, err = s.client.Put(ctx, key, sealed, clientv3.WithLease(leaseID))
+			if isLeaseNotFound(err) {
+				// The cached lease expired or was revoked by DeleteRun on
+				// another replica. Before the first chunk nothing is lost:
+				// retry with a new lease.
+				s.forgetLease(base, leaseID)
+				if chunks == 0 {
+					if leaseID, err = s.lease(ctx, base); err == nil {
+						_, err = s.client.Put(ctx, key, sealed, clientv3.WithLease(leaseID))
+					}
+				}
+			}
+			if err != nil {
+				cleanup()
+				return Meta{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, run, err)
+			}
+			h.Write(data)
+			stored += int64(len(data))
+			chunks++
+		}
+		if rerr != nil { // io.EOF or io.ErrUnexpectedEOF: the end of r
+			break
+		}
+	}
+	if truncated {
+		if err := drain(ctx, r, buf); err != nil {
+			cleanup()
+			return Meta{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, run, err)
+		}
+	}
+
+	m := artifactMeta{Generation: gen, Chunks: chunks, Size: stored, SHA256: hashString(h), Truncated: truncated}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		cleanup()
+		return Meta{}, err
+	}
+	sealed, err := s.seal(ctx, keys.meta, raw)
+	if err != nil {
+		cleanup()
+		return Meta{}, err
+	}
+	// The Get runs before the Put within the transaction, so it returns the
+	// meta being replaced.
+	swap := func() (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).Then(
+			clientv3.OpGet(keys.meta),
+			clientv3.OpPut(keys.meta, sealed, clientv3.WithLease(leaseID)),
+		).Commit()
+	}
+	resp, err := swap()
+	if isLeaseNotFound(err) {
+		s.forgetLease(base, leaseID)
+		if chunks == 0 { // an empty artifact: nothing was lost with the lease
+			if leaseID, err = s.lease(ctx, base); err == nil {
+				resp, err = swap()
+			}
+		}
+	}
+	if err != nil {
+		cleanup()
+		return Meta{}, fmt.Errorf("artifacts: committing %s of run %s: %w", kind, run, err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		old, err := s.decodeArtifactMeta(ctx, keys.meta, kvs[0].Value)
+		if err == nil && old.Generation != "" && old.Generation != gen {
+			if _, err = s.client.Delete(ctx, keys.genPrefix(old.Generation), clientv3.WithPrefix()); err != nil {
+				err = fmt.Errorf("deleting generation %s: %w", old.Generation, err)
+			}
+		}
+		if err != nil {
+			// The new artifact is in place; the old chunks expire with the lease.
+			klog.FromContext(ctx).Error(err, "Failed to delete a replaced artifact; it expires with the run's lease", "run", run.String(), "kind", string(kind))
+		}
+	}
+	return m.public(), nil
+}
+
+// drain reads r to its end, checking ctx between reads.
+func drain(ctx context.Context, r io.Reader, buf []byte) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, err := r.Read(buf)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func hashString(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
+
+func (s *Store) decodeArtifactMeta(ctx context.Context, key string, v []byte) (artifactMeta, error) {
+	raw, err := s.unseal(ctx, key, v)
+	if err != nil {
+		return artifactMeta{}, err
+	}
+	var m artifactMeta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return artifactMeta{}, fmt.Errorf("artifacts: decoding %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// readArtifactMeta returns the meta of an artifact and the revision it was read at.
+func (s *Store) readArtifactMeta(ctx context.Context, run RunRef, kind Kind, keys artifactKeys) (artifactMeta, int64, error) {
+	resp, err := s.client.Get(ctx, keys.meta)
+	if err != nil {
+		return artifactMeta{}, 0, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, run, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return artifactMeta{}, 0, fmt.Errorf("%w: no %s for run %s", ErrNotFound, kind, run)
+	}
+	m, err := s.decodeArtifactMeta(ctx, keys.meta, resp.Kvs[0].Value)
+	return m, resp.Header.Revision, err
+}
+
+// Stat returns the meta of the artifact kind of run, or an error wrapping
+// ErrNotFound.
+func (s *Store) Stat(ctx context.Context, run RunRef, kind Kind) (Meta, error) {
+	keys, _, err := s.artifactKeys(run, kind)
+	if err != nil {
+		return Meta{}, err
+	}
+	m, _, err := s.readArtifactMeta(ctx, run, kind, keys)
+	if err != nil {
+		return Meta{}, err
+	}
+	return m.public(), nil
+}
+
+// Get returns a reader of the artifact kind of run and its meta, or an error
+// wrapping ErrNotFound. The reader fetches chunks lazily, a few at a time, with
+// ctx, so ctx must stay alive while reading; cancelling it makes Read fail. At
+// the end of the stream the reader verifies the SHA-256 of the content and
+// fails if it does not match. If the artifact is replaced while being read, the
+// reader goes on with the old content from etcd's history, or fails if that has
+// been compacted. Close the reader when done.
+func (s *Store) Get(ctx context.Context, run RunRef, kind Kind) (io.ReadCloser, Meta, error) {
+	keys, _, err := s.artifactKeys(run, kind)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	m, rev, err := s.readArtifactMeta(ctx, run, kind, keys)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	batch := int64(readBatchBytes / s.chunkSize)
+	if batch < 1 {
+		batch = 1
+	}
+	return &artifactReader{
+		s:         s,
+		ctx:       ctx,
+		what:      fmt.Sprintf("%s of run %s", kind, run),
+		genPrefix: keys.genPrefix(m.Generation),
+		meta:      m,
+		rev:       rev,
+		batch:     batch,
+		h:         sha256.New(),
+	}, m.public(), nil
+}
+
+// artifactReader streams the chunks of one generation of an artifact.
+type artifactReader struct {
+	s         *Store
+	ctx       context.Context
+	what      string
+	genPrefix string
+	meta      artifactMeta
+	rev       int64 // revision at which the meta was read
+	batch     int64
+
+	next    int64    // index of the next chunk to fetch
+	pending [][]byte // fetched chunks not yet returned
+	cur     []byte   // rest of the chunk being returned
+	h       hash.Hash
+	err     error
+}
+
+func (a *artifactReader) Read(p []byte) (int, error) {
+	if a.err != nil {
+		return 0, a.err
+	}
+	for len(a.cur) == 0 {
+		if len(a.pending) > 0 {
+			a.cur, a.pending = a.pending[0], a.pending[1:]
+			continue
+		}
+		if a.next >= a.meta.Chunks {
+			if got := hashString(a.h); got != a.meta.SHA256 {
+				a.err = fmt.Errorf("artifacts: %s is corrupt: content hashes to %s, meta says %s", a.what, got, a.meta.SHA256)
+			} else {
+				a.err = io.EOF
+			}
+			return 0, a.err
+		}
+		if err := a.fetch(); err != nil {
+			a.err = err
+			return 0, err
+		}
+	}
+	n := copy(p, a.cur)
+	a.h.Write(a.cur[:n])
+	a.cur = a.cur[n:]
+	return n, nil
+}
+
+// fetch reads the next batch of chunks, from the current revision or, if the
+// generation has been replaced and deleted meanwhile, from the revision the
+// meta was read at.
+func (a *artifactReader) fetch() error {
+	if err := a.ctx.Err(); err != nil {
+		return err
+	}
+	end := min(a.next+a.batch, a.meta.Chunks)
+	from, to := chunkKey(a.genPrefix, a.next), chunkKey(a.genPrefix, end)
+	resp, err := a.s.client.Get(a.ctx, from, clientv3.WithRange(to))
+	if err == nil && int64(len(resp.Kvs)) != end-a.next {
+		resp, err = a.s.client.Get(a.ctx, from, clientv3.WithRange(to), clientv3.WithRev(a.rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return fmt.Errorf("artifacts: %s was replaced or deleted while being read", a.what)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("artifacts: reading %s: %w", a.what, err)
+	}
+	if int64(len(resp.Kvs)) != end-a.next {
+		return fmt.Errorf("%w: %s was deleted while being read", ErrNotFound, a.what)
+	}
+	for i, kv := range resp.Kvs {
+		key := chunkKey(a.genPrefix, a.next+int64(i))
+		if string(kv.Key) != key {
+			return fmt.Errorf("artifacts: %s: expected chunk %s, got %s", a.what, key, kv.Key)
+		}
+		data, err := a.s.unseal(a.ctx, key, kv.Value)
+		if err != nil {
+			return err
+		}
+		a.pending = append(a.pending, data)
+	}
+	a.next = end
+	return nil
+}
+
+func (a *artifactReader) Close() error {
+	if a.err == nil || a.err == io.EOF {
+		a.err = errors.New("artifacts: read from a closed reader")
+	}
+	a.pending, a.cur = nil, nil
+	return nil
+}

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/controller"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
+)
+
+// leaderElectionKey is the etcd key prefix of the run controller's election.
+const leaderElectionKey = "/terrarun/leader/run-controller"
+
+// lazyRunGetter reads runs from the registry store once the server has built it.
+type lazyRunGetter struct {
+	store atomic.Pointer[genericregistry.Store]
+}
+
+// GetRun implements initializer.RunGetter.
+func (g *lazyRunGetter) GetRun(ctx context.Context, namespace, name string) (*terrarun.TerraformRun, error) {
+	s := g.store.Load()
+	if s == nil {
+		return nil, fmt.Errorf("the run store is not ready yet; retry")
+	}
+	obj, err := s.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*terrarun.TerraformRun), nil
+}
+
+// controllerHandle lets the executor notify the controller, which is built
+// later, once this replica leads.
+type controllerHandle struct {
+	c atomic.Pointer[controller.Controller]
+}
+
+func (h *controllerHandle) notify(namespace, name string) {
+	if c := h.c.Load(); c != nil {
+		c.Notify(namespace, name)
+	}
+}
+
+// startController runs the run controller while this replica is the leader.
+func (o *Options) startController(hook genericapiserver.PostStartHookContext, config *genericapiserver.RecommendedConfig,
+	client *clientv3.Client, exec executor.Executor, store *artifacts.Store, handle *controllerHandle) error {
+	clientset, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+	if err != nil {
+		return err
+	}
+	id, _ := os.Hostname()
+	id = fmt.Sprintf("%s_%s", id, uuid.NewString())
+	ctx := klog.NewContext(hook, klog.Background().WithName("run-controller"))
+	go controller.RunWhileLeader(ctx, client, leaderElectionKey, id, 15*time.Second, func(ctx context.Context) {
+		factory := informers.NewSharedInformerFactory(clientset, 0)
+		c, err := controller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), exec, store, controller.Options{
+			CancelGrace: o.Executor.CancelGrace,
+		})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Building the run controller")
+			return
+		}
+		handle.c.Store(c)
+		factory.Start(ctx.Done())
+		if err := c.Run(ctx, o.Executor.Workers); err != nil {
+			klog.FromContext(ctx).Error(err, "Run controller")
+		}
+		handle.c.Store(nil)
+		factory.Shutdown()
+	})
+	return nil
+}

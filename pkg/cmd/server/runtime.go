@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
+	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/client-go/transport"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/local"
+
+	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
+	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+)
+
+// ExecutorOptions configure how runs execute.
+type ExecutorOptions struct {
+	// Kind is "local" (child processes on this host) or "kubernetes" (Jobs).
+	Kind string
+	// Binary is terrarun-executor for the local executor.
+	Binary string
+	// ServerURL is where executors reach this server; standalone mode fills it in.
+	ServerURL string
+	// CAFile verifies this server's certificate for executors; standalone mode fills it in.
+	CAFile string
+	// Workers is the number of run controller workers.
+	Workers int
+	// CancelGrace is how long a stopped stage gets between SIGINT and a kill.
+	CancelGrace time.Duration
+	// ArtifactRetention is the lease of every artifact.
+	ArtifactRetention time.Duration
+	// MaxLogBytes caps each stage attempt's log.
+	MaxLogBytes int64
+	// MaxPlanBytes caps the plan text and the redacted plan JSON.
+	MaxPlanBytes int64
+}
+
+func newExecutorOptions() *ExecutorOptions {
+	return &ExecutorOptions{
+		Kind:              "local",
+		Workers:           4,
+		CancelGrace:       20 * time.Second,
+		ArtifactRetention: 30 * 24 * time.Hour,
+	}
+}
+
+// AddFlags adds the executor flags.
+func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kind, "executor", o.Kind, "Where stages run: local (child processes of this server; the standalone default) or kubernetes (one Job per stage).")
+	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
+	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
+	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
+	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
+	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
+	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
+	fs.Int64Var(&o.MaxLogBytes, "max-log-bytes", o.MaxLogBytes, "Size cap of one stage attempt's log; past it the log ends with a truncation marker. 0: 64 MiB.")
+	fs.Int64Var(&o.MaxPlanBytes, "max-plan-bytes", o.MaxPlanBytes, "Size cap of the plan text and of the redacted plan JSON; past it they end with a truncation marker. 0: 32 MiB for text, 64 MiB for JSON.")
+}
+
+// Validate reports invalid executor flags.
+func (o *ExecutorOptions) Validate() []error {
+	var errs []error
+	if o.Kind != "local" && o.Kind != "kubernetes" {
+		errs = append(errs, fmt.Errorf("--executor must be local or kubernetes, not %q", o.Kind))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
+	}
+	if o.MaxLogBytes < 0 || o.MaxPlanBytes < 0 {
+		errs = append(errs, fmt.Errorf("--max-log-bytes and --max-plan-bytes must not be negative"))
+	}
+	return errs
+}
+
+// executorBinary finds terrarun-executor.
+func (o *ExecutorOptions) executorBinary() string {
+	if o.Binary != "" {
+		return o.Binary
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "terrarun-executor")
+		if _, err := os.Stat(beside); err == nil {
+			return beside
+		}
+	}
+	return "terrarun-executor"
+}
+
+// newEtcdClient connects to the etcd that holds the objects, for artifacts,
+// execution records and leader election.
+func newEtcdClient(o *Options) (*clientv3.Client, error) {
+	t := o.Recommended.Etcd.StorageConfig.Transport
+	var tlsConfig *tls.Config
+	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
+		cfg, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.TrustedCAFile}})
+		if err != nil {
+			return nil, fmt.Errorf("loading etcd client certificates: %w", err)
+		}
+		tlsConfig = cfg
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   t.ServerList,
+		TLS:         tlsConfig,
+		DialTimeout: 20 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// artifactTransformer returns the value transformer for artifacts: the one
+// the encryption configuration names for terraformruns.terrarun.dev, so that
+// plan files and outputs are encrypted at rest exactly when the objects are.
+func artifactTransformer(ctx context.Context, o *Options) (value.Transformer, error) {
+	path := o.Recommended.Etcd.EncryptionProviderConfigFilepath
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, "terrarun-apiserver")
+	if err != nil {
+		return nil, fmt.Errorf("loading --encryption-provider-config for artifacts: %w", err)
+	}
+	if t, ok := cfg.Transformers[terrarun.Resource("terraformruns")]; ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("--encryption-provider-config has no entry for terraformruns.terrarun.dev: add it to encrypt runs and their plans, logs and outputs")
+}
+
+func newArtifactStore(ctx context.Context, o *Options, client *clientv3.Client) (*artifacts.Store, error) {
+	t, err := artifactTransformer(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	e := o.Executor
+	return artifacts.New(client, artifacts.Options{
+		Transformer: t,
+		Retention:   e.ArtifactRetention,
+		Limits:      artifacts.Limits{Log: e.MaxLogBytes, PlanText: e.MaxPlanBytes, PlanJSON: e.MaxPlanBytes},
+	}), nil
+}
+
+func newLocalExecutor(o *Options, client *clientv3.Client, notify executor.Notifier) (*local.Executor, error) {
+	root := o.DataDir
+	if !o.Standalone {
+		root = filepath.Join(os.TempDir(), "terrarun")
+	}
+	return local.New(local.Options{
+		ExecutorBinary: o.Executor.executorBinary(),
+		WorkRoot:       filepath.Join(root, "work"),
+		StateRoot:      filepath.Join(root, "state"),
+		ValuesRoot:     filepath.Join(root, "values"),
+		ServerURL:      o.Executor.ServerURL,
+		CAFile:         o.Executor.CAFile,
+		Etcd:           client,
+		Notify:         notify,
+	})
+}
+
+// addExecutorAuthentication lets the local executor's stage tokens
+// authenticate, before whatever authenticates users.
+func addExecutorAuthentication(config *genericapiserver.RecommendedConfig, tokens *local.Tokens) {
+	executors := bearertoken.New(tokens)
+	if config.Authentication.Authenticator == nil {
+		config.Authentication.Authenticator = executors
+		return
+	}
+	config.Authentication.Authenticator = authenticatorunion.New(executors, config.Authentication.Authenticator)
+}
+
+// executorSubresources are the subresources executors write and read.
+var executorSubresources = sets.New("plan", "logs", "outputs")
+
+// addExecutorAuthorization allows executors to reach the subresources of
+// runs in their namespace. Which run and stage they may write is decided by
+// the subresource handlers, which accept only the run's current stage attempt.
+func addExecutorAuthorization(config *genericapiserver.RecommendedConfig, identities executor.IdentityResolver) error {
+	executors := authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		u := a.GetUser()
+		if u == nil || !a.IsResourceRequest() || a.GetAPIGroup() != terrarun.GroupName || a.GetResource() != "terraformruns" ||
+			!executorSubresources.Has(a.GetSubresource()) || (a.GetVerb() != "get" && a.GetVerb() != "create") {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		id, ok, err := identities.ExecutorIdentity(ctx, u)
+		if err != nil || !ok || id.Namespace != a.GetNamespace() {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		return authorizer.DecisionAllow, "terrarun executor of a run in this namespace", nil
+	})
+	if config.Authorization.Authorizer == nil {
+		config.Authorization.Authorizer = executors
+		return nil
+	}
+	union, err := authorizerunion.New(
+		authorizerunion.NamedAuthorizer{AuthorizerName: "terrarun-executors", Authorizer: executors},
+		authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
+	)
+	if err != nil {
+		return err
+	}
+	config.Authorization.Authorizer = union
+	return nil
+}
+
+// longRunningSubresources are exempt from request timeouts, as watches are:
+// log streams, and plan waits and uploads.
+var longRunningSubresources = sets.NewString("logs", "plan")
+
+// setLongRunning marks watches and longRunningSubresources as long-running.
+func setLongRunning(config *genericapiserver.RecommendedConfig) {
+	config.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(
+		sets.NewString("watch"), longRunningSubresources)
+}
+
+// newExecutor builds the configured executor and the resolver of its
+// identities, and lets those identities authenticate.
+func (o *Options) newExecutor(config *genericapiserver.RecommendedConfig, client *clientv3.Client, notify executor.Notifier) (executor.Executor, executor.IdentityResolver, error) {
+	switch o.Executor.Kind {
+	case "local":
+		if o.Executor.ServerURL == "" || o.Executor.CAFile == "" {
+			return nil, nil, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode")
+		}
+		l, err := newLocalExecutor(o, client, notify)
+		if err != nil {
+			return nil, nil, err
+		}
+		addExecutorAuthentication(config, l.Tokens())
+		return l, l.Tokens(), nil
+	default:
+		return nil, nil, fmt.Errorf("--executor=%s is not supported by this build yet", o.Executor.Kind)
+	}
+}

@@ -1,0 +1,1040 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/stage"
+)
+
+var (
+	fakeBin    string
+	etcdClient *clientv3.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "terrarun-local-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	fakeBin = filepath.Join(tmp, "terrarun-executor")
+	build := exec.Command("go", "build", "-o", fakeBin, "./testdata/fakeexecutor")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the fake executor:", err)
+		return 1
+	}
+
+	etcd, endpoint, err := startEtcd(filepath.Join(tmp, "etcd"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer etcd.Close()
+	etcdClient, err = clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second,
+		Logger: zap.NewNop()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer etcdClient.Close()
+	return m.Run()
+}
+
+func startEtcd(dir string) (*embed.Etcd, string, error) {
+	var urls []url.URL
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", err
+		}
+		urls = append(urls, url.URL{Scheme: "http", Host: l.Addr().String()})
+		l.Close()
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.UnsafeNoFsync = true
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = urls[:1], urls[:1]
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = urls[1:], urls[1:]
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, "", errors.New("embedded etcd did not become ready")
+	}
+	return e, urls[0].String(), nil
+}
+
+// testEnv is one data directory and etcd prefix, shared by the executor
+// instances ("replicas", "restarts") of one test.
+type testEnv struct {
+	t        *testing.T
+	root     string
+	reports  string
+	prefix   string
+	notified chan string
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	root := t.TempDir()
+	v := &testEnv{
+		t:        t,
+		root:     root,
+		reports:  filepath.Join(root, "reports"),
+		prefix:   "/test/" + strings.ReplaceAll(t.Name(), "/", "_") + "/",
+		notified: make(chan string, 16),
+	}
+	if err := os.Mkdir(v.reports, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = etcdClient.Delete(context.Background(), v.prefix, clientv3.WithPrefix())
+	})
+	return v
+}
+
+func (v *testEnv) opts() Options {
+	return Options{
+		ExecutorBinary: fakeBin,
+		WorkRoot:       filepath.Join(v.root, "work"),
+		StateRoot:      filepath.Join(v.root, "state"),
+		ValuesRoot:     filepath.Join(v.root, "values"),
+		ServerURL:      "https://127.0.0.1:1",
+		CAFile:         filepath.Join(v.root, "ca.crt"),
+		Etcd:           etcdClient,
+		EtcdPrefix:     v.prefix,
+		Env:            []string{"FAKE_REPORT_DIR=" + v.reports},
+		Notify: func(ns, name string) {
+			select {
+			case v.notified <- ns + "/" + name:
+			default:
+			}
+		},
+	}
+}
+
+// executor returns a new instance: another replica, or the server after a restart.
+func (v *testEnv) executor() *Executor {
+	v.t.Helper()
+	e, err := New(v.opts())
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	v.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx, 0)
+	})
+	return e
+}
+
+func (v *testEnv) writeSecret(ns, name, key, value string) {
+	v.t.Helper()
+	p := FileValues{Root: filepath.Join(v.root, "values")}.SecretPath(ns, name, key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(value), 0o600); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+func (v *testEnv) writeConfigMap(ns, name, key, value string) {
+	v.t.Helper()
+	p := FileValues{Root: filepath.Join(v.root, "values")}.ConfigMapPath(ns, name, key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(value), 0o600); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+type fakeReport struct {
+	Args      []string            `json:"args"`
+	Env       []string            `json:"env"`
+	Cwd       string              `json:"cwd"`
+	StageJSON string              `json:"stageJSON"`
+	Spec      stage.Spec          `json:"spec"`
+	TokenOK   bool                `json:"tokenOK"`
+	Files     map[string]fileInfo `json:"files"`
+	PID       int                 `json:"pid"`
+	PGID      int                 `json:"pgid"`
+}
+
+type fileInfo struct {
+	Mode    string `json:"mode"`
+	Content string `json:"content"`
+}
+
+// report waits for the fake's report of the named process.
+func (v *testEnv) report(name string) fakeReport {
+	v.t.Helper()
+	path := filepath.Join(v.reports, name+".json")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			var r fakeReport
+			if err := json.Unmarshal(b, &r); err != nil {
+				v.t.Fatal(err)
+			}
+			return r
+		}
+		if time.Now().After(deadline) {
+			v.t.Fatalf("no report from %s", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (v *testEnv) starts() int {
+	b, err := os.ReadFile(filepath.Join(v.reports, "starts"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+func (v *testEnv) signals(name string) string {
+	b, _ := os.ReadFile(filepath.Join(v.reports, name+".signals"))
+	return string(b)
+}
+
+func (v *testEnv) waitNotify(want string) {
+	v.t.Helper()
+	select {
+	case got := <-v.notified:
+		if got != want {
+			v.t.Fatalf("notified %q, want %q", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		v.t.Fatalf("no notification for %s", want)
+	}
+}
+
+var uidCounter struct {
+	sync.Mutex
+	n int
+}
+
+func newRun(ns, name string, vars ...v1alpha1.Variable) *v1alpha1.TerraformRun {
+	uidCounter.Lock()
+	uidCounter.n++
+	n := uidCounter.n
+	uidCounter.Unlock()
+	return &v1alpha1.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", n))},
+		Spec: v1alpha1.TerraformRunSpec{
+			Source:    v1alpha1.Source{Inline: map[string]string{"main.tf": `output "x" { value = 1 }`}},
+			Variables: vars,
+		},
+	}
+}
+
+func lit(name, value string) v1alpha1.Variable { return v1alpha1.Variable{Name: name, Value: value} }
+
+func plan(run *v1alpha1.TerraformRun) executor.Execution {
+	return executor.Execution{Run: run, Stage: stage.Plan, Attempt: 1}
+}
+
+// waitFinal polls Status until the execution is no longer running.
+func waitFinal(t *testing.T, e *Executor, ex executor.Execution) executor.Status {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := e.Status(context.Background(), ex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != executor.StateRunning {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still running", st.Name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *Executor) workDirOf(ex executor.Execution) string {
+	id, _ := identityOf(ex)
+	return e.workDir(id)
+}
+
+func envValue(env []string, key string) (string, bool) {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func TestStartSucceeds(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	run := newRun("team-a", "web")
+	run.Spec.Workspace = "staging"
+	ex := plan(run)
+
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "team-a.web.plan.1" {
+		t.Fatalf("name = %q", name)
+	}
+	v.waitNotify("team-a/web")
+	st, err := e.Status(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != executor.StateSucceeded || st.ExitCode == nil || *st.ExitCode != 0 || st.Reason != ReasonCompleted ||
+		st.Name != name || st.StartTime == nil || st.CompletionTime == nil || st.Message != "" {
+		t.Fatalf("status = %+v", st)
+	}
+
+	r := v.report(name)
+	dir := e.workDirOf(ex)
+	wantDir := filepath.Join(v.root, "work", "team-a", "web", string(run.UID), "plan-1")
+	if dir != wantDir || r.Cwd != dir {
+		t.Errorf("work dir %q, cwd %q, want %q", dir, r.Cwd, wantDir)
+	}
+	if !r.TokenOK || r.Files[r.Spec.TokenFile].Mode != "600" {
+		t.Errorf("token file: ok=%v %+v", r.TokenOK, r.Files[r.Spec.TokenFile])
+	}
+	if r.Files[filepath.Join(dir, "stage.json")].Mode != "600" {
+		t.Errorf("stage.json mode %q", r.Files[filepath.Join(dir, "stage.json")].Mode)
+	}
+	if got := r.Files[filepath.Join(dir, "source", "main.tf")].Content; got != run.Spec.Source.Inline["main.tf"] {
+		t.Errorf("source main.tf = %q", got)
+	}
+	s := r.Spec
+	if s.Server != "https://127.0.0.1:1" || s.CAFile != filepath.Join(v.root, "ca.crt") || s.Namespace != "team-a" ||
+		s.Name != "web" || s.UID != string(run.UID) || s.Stage != "plan" || s.Attempt != 1 ||
+		s.Binary != "terraform" || s.Operation != "Apply" || s.Workspace != "staging" ||
+		s.Source.Dir != filepath.Join(dir, "source") || s.Source.Git != nil || s.WorkDir != filepath.Join(dir, "work") {
+		t.Errorf("spec = %+v", s)
+	}
+	stateNS := filepath.Join(v.root, "state", "team-a")
+	if s.Backend.Type != "local" || s.Backend.Config["path"] != filepath.Join(stateNS, "default", "terraform.tfstate") ||
+		s.Backend.Config["workspace_dir"] != stateNS {
+		t.Errorf("backend = %+v", s.Backend)
+	}
+	if fi, err := os.Stat(filepath.Join(stateNS, "staging")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir: %v %v", fi, err)
+	}
+	if home, _ := envValue(r.Env, "HOME"); home != dir {
+		t.Errorf("HOME = %q", home)
+	}
+	if tmp, _ := envValue(r.Env, "TMPDIR"); tmp != filepath.Join(dir, "tmp") {
+		t.Errorf("TMPDIR = %q", tmp)
+	}
+	if p, _ := envValue(r.Env, "PATH"); p != os.Getenv("PATH") {
+		t.Errorf("PATH = %q", p)
+	}
+	if len(r.Env) != 4 {
+		t.Errorf("env = %q, want PATH, FAKE_REPORT_DIR, HOME and TMPDIR only", r.Env)
+	}
+	if r.PGID != r.PID {
+		t.Errorf("the child is not a process group leader: pid %d, pgid %d", r.PID, r.PGID)
+	}
+	if want := []string{fakeBin, "--stage-file", filepath.Join(dir, "stage.json")}; strings.Join(r.Args, " ") != strings.Join(want, " ") {
+		t.Errorf("args = %q", r.Args)
+	}
+
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work dir not removed: %v", err)
+	}
+	resp, err := etcdClient.Get(ctx, v.prefix+"team-a/web/"+string(run.UID)+"/plan/1")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("record: %v %v", resp, err)
+	}
+	var rec record
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != executor.StateSucceeded || rec.Name != name || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Holder != e.holder {
+		t.Errorf("record = %+v", rec)
+	}
+	// Another instance reads the recorded final state.
+	st2, err := v.executor().Status(ctx, ex)
+	if err != nil || st2.State != executor.StateSucceeded || *st2.ExitCode != 0 {
+		t.Errorf("status from another instance = %+v, %v", st2, err)
+	}
+	if n := v.starts(); n != 1 {
+		t.Errorf("%d starts", n)
+	}
+	// The token died with the process.
+	if _, ok, _ := e.Tokens().AuthenticateToken(ctx, r.Files[r.Spec.TokenFile].Content); ok {
+		t.Error("the stage token is still valid after the process ended")
+	}
+}
+
+func TestStartFails(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "bad", lit("fake_exit", "3"), lit("fake_output", "Error: boom in main.tf")))
+	if _, err := e.Start(ctx, ex); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNotify("ns/bad")
+	st := waitFinal(t, e, ex)
+	if st.State != executor.StateFailed || st.ExitCode == nil || *st.ExitCode != 3 || st.Reason != ReasonError {
+		t.Fatalf("status = %+v", st)
+	}
+	if !strings.Contains(st.Message, "exited with code 3") || !strings.Contains(st.Message, "Error: boom in main.tf") {
+		t.Errorf("message = %q", st.Message)
+	}
+	// Recorded too, for other instances.
+	st2, err := v.executor().Status(ctx, ex)
+	if err != nil || st2.State != executor.StateFailed || *st2.ExitCode != 3 || st2.Message != st.Message {
+		t.Errorf("recorded status = %+v, %v", st2, err)
+	}
+}
+
+func TestStartTwiceNeverRunsTwo(t *testing.T) {
+	v := newTestEnv(t)
+	e1 := v.executor()
+	e2 := v.executor() // another replica on the same etcd
+	ctx := context.Background()
+	ex := plan(newRun("ns", "twice", lit("fake_sleep", "1s")))
+
+	var wg sync.WaitGroup
+	names := make(chan string, 20)
+	for i := range 20 {
+		wg.Go(func() {
+			e := e1
+			if i%2 == 1 {
+				e = e2
+			}
+			name, err := e.Start(ctx, ex)
+			if err != nil {
+				t.Error(err)
+			}
+			names <- name
+		})
+	}
+	wg.Wait()
+	close(names)
+	for n := range names {
+		if n != "ns.twice.plan.1" {
+			t.Errorf("name %q", n)
+		}
+	}
+	// Whichever instance won runs it; it ends once.
+	v.waitNotify("ns/twice")
+	for _, e := range []*Executor{e1, e2} {
+		if _, err := e.Start(ctx, ex); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitFinal(t, e, ex); st.State != executor.StateSucceeded {
+			t.Errorf("status = %+v", st)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := v.starts(); n != 1 {
+		t.Fatalf("%d processes started, want 1", n)
+	}
+}
+
+func TestRestartReportsExecutorLost(t *testing.T) {
+	v := newTestEnv(t)
+	e1 := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "lost", lit("fake_sleep", "60s")))
+	name, err := e1.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.report(name)
+
+	// The "restarted" server: a new instance on the same etcd.
+	e2 := v.executor()
+	st, err := e2.Status(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != executor.StateUnknown || st.Reason != ReasonExecutorLost || st.Name != name || st.StartTime == nil ||
+		!strings.Contains(st.Message, "previous terrarun-apiserver") {
+		t.Fatalf("status = %+v", st)
+	}
+	// It never starts a second process for the record.
+	if got, err := e2.Start(ctx, ex); err != nil || got != name {
+		t.Fatalf("Start = %q, %v", got, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := v.starts(); n != 1 {
+		t.Fatalf("%d processes started, want 1", n)
+	}
+	// The first instance still owns it.
+	if st, _ := e1.Status(ctx, ex); st.State != executor.StateRunning {
+		t.Fatalf("owner status = %+v", st)
+	}
+	if err := e1.Stop(ctx, ex, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNotify("ns/lost")
+	if st := waitFinal(t, e2, ex); st.State != executor.StateFailed || st.Reason != ReasonCanceled {
+		t.Fatalf("status after stop = %+v", st)
+	}
+}
+
+func TestShutdownLeavesExecutionsLost(t *testing.T) {
+	v := newTestEnv(t)
+	e1 := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "shutdown", lit("fake_sleep", "60s")))
+	name, err := e1.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.report(name)
+	if err := e1.Shutdown(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(v.signals(name), "terminated") {
+		t.Errorf("signals = %q", v.signals(name))
+	}
+	if _, err := e1.Start(ctx, plan(newRun("ns", "after"))); err == nil {
+		t.Error("Start after Shutdown succeeded")
+	}
+	st, err := v.executor().Status(ctx, ex)
+	if err != nil || st.State != executor.StateUnknown || st.Reason != ReasonExecutorLost {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+}
+
+func TestStopSendsSIGTERM(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "stop", lit("fake_sleep", "60s")))
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := v.report(name)
+	if st, _ := e.Status(ctx, ex); st.State != executor.StateRunning || st.Name != name {
+		t.Fatalf("status = %+v", st)
+	}
+	// The live token authenticates as the stage's identity.
+	tok := r.Files[r.Spec.TokenFile].Content
+	resp, ok, err := e.Tokens().AuthenticateToken(ctx, tok)
+	if err != nil || !ok {
+		t.Fatalf("token: %v %v", ok, err)
+	}
+	id, ok, err := e.Tokens().ExecutorIdentity(ctx, resp.User)
+	if want := (executor.Identity{Namespace: "ns", Name: "stop", UID: string(ex.Run.UID), Stage: "plan", Attempt: 1}); err != nil || !ok || id != want {
+		t.Fatalf("identity = %+v %v %v", id, ok, err)
+	}
+
+	begin := time.Now()
+	if err := e.Stop(ctx, ex, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if sig := v.signals(name); !strings.Contains(sig, "terminated") {
+		t.Errorf("the executor saw signals %q, want SIGTERM", sig)
+	}
+	st, err := e.Status(ctx, ex)
+	if err != nil || st.State != executor.StateFailed || st.Reason != ReasonCanceled || st.ExitCode == nil || *st.ExitCode != 143 {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+	// Idempotent.
+	if err := e.Stop(ctx, ex, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNotify("ns/stop")
+	if _, ok, _ := e.Tokens().AuthenticateToken(ctx, tok); ok {
+		t.Error("token still valid after stop")
+	}
+	if _, err := os.Stat(e.workDirOf(ex)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work dir not removed: %v", err)
+	}
+	// Stopping what never ran is a no-op.
+	if err := e.Stop(ctx, plan(newRun("ns", "never")), time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStopKillsAfterGrace(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "stubborn", lit("fake_sleep", "60s"), lit("fake_ignore_sigterm", "true")))
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.report(name)
+	begin := time.Now()
+	if err := e.Stop(ctx, ex, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d < 500*time.Millisecond || d > 10*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if sig := v.signals(name); !strings.Contains(sig, "terminated") {
+		t.Errorf("signals = %q", sig)
+	}
+	st, err := e.Status(ctx, ex)
+	if err != nil || st.State != executor.StateFailed || st.Reason != ReasonKilled || st.ExitCode == nil || *st.ExitCode != 137 {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+	v.waitNotify("ns/stubborn")
+}
+
+func TestStopWithContextEnding(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ex := plan(newRun("ns", "slow", lit("fake_sleep", "60s"), lit("fake_ignore_sigterm", "true")))
+	name, err := e.Start(context.Background(), ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.report(name)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.Stop(ctx, ex, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v", err)
+	}
+	// A second Stop with a shorter grace brings the kill forward.
+	if err := e.Stop(context.Background(), ex, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.Status(context.Background(), ex); st.Reason != ReasonKilled {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	run := newRun("ns", "deadline", lit("fake_sleep", "60s"))
+	run.Spec.Timeouts.Plan = &metav1.Duration{Duration: 500 * time.Millisecond}
+	ex := plan(run)
+	name, err := e.Start(context.Background(), ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.waitNotify("ns/deadline")
+	st := waitFinal(t, e, ex)
+	if st.State != executor.StateFailed || st.Reason != ReasonDeadlineExceeded {
+		t.Fatalf("status = %+v", st)
+	}
+	if !strings.Contains(v.signals(name), "terminated") {
+		t.Errorf("signals = %q", v.signals(name))
+	}
+}
+
+func TestSecretsOnlyInPrivateFiles(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	const secret = "s3cr3t-Pa55w0rd"
+	v.writeSecret("ns", "db", "password", secret)
+	v.writeConfigMap("ns", "settings", "region", "eu-west-1")
+	run := newRun("ns", "secret",
+		v1alpha1.Variable{Name: "password", ValueFrom: &v1alpha1.VariableSource{SecretKeyRef: &v1alpha1.KeySelector{Name: "db", Key: "password"}}},
+		v1alpha1.Variable{Name: "region", ValueFrom: &v1alpha1.VariableSource{ConfigMapKeyRef: &v1alpha1.KeySelector{Name: "settings", Key: "region"}}},
+		v1alpha1.Variable{Name: "tags", Value: `{a = 1}`, HCL: true},
+		lit("fake_print_secrets", "true"), lit("fake_exit", "1"),
+	)
+	ex := plan(run)
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := v.report(name)
+	vars := map[string]stage.Variable{}
+	for _, sv := range r.Spec.Variables {
+		vars[sv.Name] = sv
+	}
+	pw := vars["password"]
+	if !pw.Secret || pw.Value != "" || pw.File == "" {
+		t.Errorf("password variable = %+v", pw)
+	}
+	if f := r.Files[pw.File]; f.Mode != "600" || f.Content != secret {
+		t.Errorf("password file = %+v", f)
+	}
+	if rg := vars["region"]; rg.Secret || rg.File == "" || r.Files[rg.File].Content != "eu-west-1" {
+		t.Errorf("region variable = %+v (%+v)", rg, r.Files[rg.File])
+	}
+	if tg := vars["tags"]; tg.Value != `{a = 1}` || !tg.HCL || tg.File != "" {
+		t.Errorf("tags variable = %+v", tg)
+	}
+	for _, s := range append(append([]string{r.StageJSON}, r.Env...), r.Args...) {
+		if strings.Contains(s, secret) {
+			t.Errorf("secret in the child's env, args or stage file: %q", s)
+		}
+	}
+	v.waitNotify("ns/secret")
+	st := waitFinal(t, e, ex)
+	if st.State != executor.StateFailed || !strings.Contains(st.Message, "secret password is ***") || strings.Contains(st.Message, secret) {
+		t.Errorf("status = %+v", st)
+	}
+	if _, err := os.Stat(e.workDirOf(ex)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work dir not removed: %v", err)
+	}
+}
+
+func TestGitSourceAndBackendSecret(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	v.writeSecret("ns", "git-creds", "username", "bot")
+	v.writeSecret("ns", "git-creds", "password", "ghp_token_value")
+	v.writeSecret("ns", "s3", "backend.hcl", `access_key = "AKIA"`)
+	run := newRun("ns", "git")
+	run.Spec.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example.com/infra.git", Ref: "main", Path: "envs/prod", CredentialsSecret: "git-creds"}}
+	run.Spec.Backend = &v1alpha1.Backend{Type: "s3", Config: map[string]string{"bucket": "tf"}, ConfigSecret: "s3"}
+	run.Spec.Engine.Binary = v1alpha1.EngineTofu
+	run.Spec.Operation = v1alpha1.OperationDestroy
+	run.Spec.Targets = []string{"aws_s3_bucket.a"}
+	par := int32(3)
+	run.Spec.Parallelism = &par
+	ex := plan(run)
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := v.report(name)
+	g := r.Spec.Source.Git
+	if g == nil || g.URL != "https://git.example.com/infra.git" || g.Ref != "main" || g.Path != "envs/prod" || r.Spec.Source.Dir != "" {
+		t.Fatalf("source = %+v", r.Spec.Source)
+	}
+	creds := map[string]fileInfo{}
+	for p, f := range r.Files {
+		if filepath.Dir(p) == g.CredentialsDir {
+			creds[filepath.Base(p)] = f
+		}
+	}
+	if len(creds) != 2 || creds["username"].Content != "bot" || creds["password"].Content != "ghp_token_value" ||
+		creds["password"].Mode != "600" {
+		t.Errorf("credentials = %+v", creds)
+	}
+	b := r.Spec.Backend
+	if b.Type != "s3" || b.Config["bucket"] != "tf" || len(b.Config) != 1 || r.Files[b.ConfigFile].Content != `access_key = "AKIA"` ||
+		r.Files[b.ConfigFile].Mode != "600" {
+		t.Errorf("backend = %+v (%+v)", b, r.Files[b.ConfigFile])
+	}
+	if r.Spec.Binary != "tofu" || r.Spec.Operation != "Destroy" || len(r.Spec.Targets) != 1 || *r.Spec.Parallelism != 3 {
+		t.Errorf("spec = %+v", r.Spec)
+	}
+	v.waitNotify("ns/git")
+
+	// The apply stage gets no source, but the approved digest.
+	apply := executor.Execution{Run: run, Stage: stage.Apply, Attempt: 2, PlanDigest: "sha256:abc"}
+	name, err = e.Start(ctx, apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "ns.git.apply.2" {
+		t.Fatalf("name = %q", name)
+	}
+	r = v.report(name)
+	if r.Spec.Source.Git != nil || r.Spec.Source.Dir != "" || r.Spec.PlanDigest != "sha256:abc" || r.Spec.Stage != "apply" || r.Spec.Attempt != 2 {
+		t.Errorf("apply spec = %+v", r.Spec)
+	}
+	v.waitNotify("ns/git")
+}
+
+func TestLocalBackendGetsStateDefaults(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	run := newRun("ns", "localbe")
+	run.Spec.Backend = &v1alpha1.Backend{Type: "local", Config: map[string]string{"workspace_dir": "/elsewhere"}}
+	name, err := e.Start(context.Background(), plan(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := v.report(name).Spec.Backend
+	if b.Config["workspace_dir"] != "/elsewhere" || b.Config["path"] != filepath.Join(v.root, "state", "ns", "default", "terraform.tfstate") {
+		t.Errorf("backend = %+v", b)
+	}
+	v.waitNotify("ns/localbe")
+}
+
+func TestMissingSecretIsHelpful(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	run := newRun("ns", "nosecret",
+		v1alpha1.Variable{Name: "password", ValueFrom: &v1alpha1.VariableSource{SecretKeyRef: &v1alpha1.KeySelector{Name: "db", Key: "password"}}})
+	ex := plan(run)
+	_, err := e.Start(ctx, ex)
+	want := `secret "db" key "password" not found: in standalone mode create the file ` +
+		filepath.Join(v.root, "values", "ns", "secrets", "db", "password")
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Start error = %v, want it to contain %q", err, want)
+	}
+	// Nothing ran and nothing is recorded: a later Start may succeed.
+	st, err := e.Status(ctx, ex)
+	if err != nil || st.State != executor.StateUnknown || st.Reason != ReasonNotStarted {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+	if _, err := os.Stat(e.workDirOf(ex)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work dir left behind: %v", err)
+	}
+	if v.starts() != 0 {
+		t.Fatal("a process was started")
+	}
+	v.writeSecret("ns", "db", "password", "hunter22")
+	if _, err := e.Start(ctx, ex); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitFinal(t, e, ex); st.State != executor.StateSucceeded {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestConfigMapSource(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	run := newRun("ns", "cm")
+	run.Spec.Source = v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Name: "infra"}}
+	_, err := e.Start(ctx, plan(run))
+	if err == nil || !strings.Contains(err.Error(), "in standalone mode create the directory "+filepath.Join(v.root, "values", "ns", "configmaps", "infra")) {
+		t.Fatalf("Start error = %v", err)
+	}
+	v.writeConfigMap("ns", "infra", "main.tf", "# main")
+	v.writeConfigMap("ns", "infra", "vars.tfvars", "a = 1")
+	name, err := e.Start(ctx, plan(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := v.report(name)
+	if r.Files[filepath.Join(r.Spec.Source.Dir, "main.tf")].Content != "# main" || r.Files[filepath.Join(r.Spec.Source.Dir, "vars.tfvars")].Content != "a = 1" {
+		t.Errorf("files = %+v", r.Files)
+	}
+	v.waitNotify("ns/cm")
+}
+
+func TestForget(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	run := newRun("ns", "gone", lit("fake_sleep", "60s"))
+	done := plan(newRun("ns", "gone"))
+	done.Run.UID = run.UID
+	done.Attempt = 2
+	if _, err := e.Start(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	v.waitNotify("ns/gone")
+	ex := plan(run)
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.report(name)
+	if err := e.Forget(ctx, "ns", "gone", string(run.UID)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(v.signals(name), "terminated") {
+		t.Errorf("signals = %q", v.signals(name))
+	}
+	for _, x := range []executor.Execution{ex, done} {
+		if st, err := e.Status(ctx, x); err != nil || st.Reason != ReasonNotStarted {
+			t.Errorf("status = %+v, %v", st, err)
+		}
+	}
+	resp, err := etcdClient.Get(ctx, v.prefix+"ns/gone/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Errorf("records left: %v %v", resp.Count, err)
+	}
+	if _, err := os.Stat(filepath.Join(v.root, "work", "ns", "gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work dirs left: %v", err)
+	}
+	// Give a late final-state write a chance to (wrongly) recreate the record.
+	time.Sleep(200 * time.Millisecond)
+	if resp, _ := etcdClient.Get(ctx, v.prefix+"ns/gone/", clientv3.WithPrefix(), clientv3.WithCountOnly()); resp.Count != 0 {
+		t.Error("a record reappeared after Forget")
+	}
+}
+
+func TestInvalidExecution(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	for _, ex := range []executor.Execution{
+		{Stage: stage.Plan, Attempt: 1},
+		{Run: newRun("ns", "x"), Stage: "destroy", Attempt: 1},
+		{Run: newRun("ns", "x"), Stage: stage.Plan, Attempt: 0},
+		{Run: newRun("ns", "../x"), Stage: stage.Plan, Attempt: 1},
+	} {
+		if _, err := e.Start(ctx, ex); err == nil {
+			t.Errorf("Start(%+v) succeeded", ex)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	v := newTestEnv(t)
+	for name, mutate := range map[string]func(*Options){
+		"no etcd":    func(o *Options) { o.Etcd = nil },
+		"no binary":  func(o *Options) { o.ExecutorBinary = filepath.Join(v.root, "missing") },
+		"no server":  func(o *Options) { o.ServerURL = "" },
+		"no work":    func(o *Options) { o.WorkRoot = "" },
+		"no values":  func(o *Options) { o.ValuesRoot = "" },
+		"bad env":    func(o *Options) { o.Env = []string{"NOVALUE"} },
+		"no state":   func(o *Options) { o.StateRoot = "" },
+		"empty bin":  func(o *Options) { o.ExecutorBinary = "" },
+		"bad etcdpf": func(o *Options) { o.Etcd = nil; o.EtcdPrefix = "x" },
+	} {
+		o := v.opts()
+		mutate(&o)
+		if _, err := New(o); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	e := v.executor()
+	if fi, err := os.Stat(filepath.Join(v.root, "work")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("work root: %v %v", fi, err)
+	}
+	if e.prefix != v.prefix {
+		t.Errorf("prefix %q", e.prefix)
+	}
+}
+
+func TestLogTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	var b strings.Builder
+	for i := range 200 {
+		b.WriteString("line " + strconv.Itoa(i) + " password=topsecret\n")
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tail := logTail(p, 100, []string{"topsecret"})
+	if len(tail) > 100 || !strings.HasPrefix(tail, "line ") || !strings.HasSuffix(tail, "line 199 password=***") || strings.Contains(tail, "topsecret") {
+		t.Errorf("tail = %q", tail)
+	}
+	if logTail(filepath.Join(t.TempDir(), "none"), 100, nil) != "" {
+		t.Error("tail of a missing file")
+	}
+}
+
+func TestFileValues(t *testing.T) {
+	root := t.TempDir()
+	fv := FileValues{Root: root}
+	ctx := context.Background()
+	_, err := fv.SecretValue(ctx, "ns", "db", "password")
+	if err == nil || err.Error() != `secret "db" key "password" not found: in standalone mode create the file `+filepath.Join(root, "ns", "secrets", "db", "password") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = fv.ConfigMapValue(ctx, "ns", "cfg", "k")
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), filepath.Join(root, "ns", "configmaps", "cfg", "k")) {
+		t.Errorf("err = %v", err)
+	}
+	for _, bad := range [][3]string{{"ns", "db", "../x"}, {"ns", "../db", "k"}, {"../ns", "db", "k"}, {"ns", "db", ""}} {
+		if _, err := fv.SecretValue(ctx, bad[0], bad[1], bad[2]); err == nil || errors.Is(err, ErrNotFound) {
+			t.Errorf("%v: err = %v", bad, err)
+		}
+	}
+	dir := filepath.Join(root, "ns", "configmaps", "cfg")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for k, val := range map[string]string{"main.tf": "a", ".hidden": "b"} {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(val), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := fv.ConfigMapData(ctx, "ns", "cfg")
+	if err != nil || len(data) != 1 || data["main.tf"] != "a" {
+		t.Errorf("data = %v, %v", data, err)
+	}
+	if v, err := fv.ConfigMapValue(ctx, "ns", "cfg", "main.tf"); err != nil || string(v) != "a" {
+		t.Errorf("value = %q, %v", v, err)
+	}
+}
+
+func TestStaleOwnRecordIsTakenOver(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	ex := plan(newRun("ns", "stale"))
+	key := v.prefix + "ns/stale/" + string(ex.Run.UID) + "/plan/1"
+	put := func(holder string) {
+		now := time.Now()
+		b, _ := json.Marshal(record{Name: "ns.stale.plan.1", State: executor.StateRunning, Holder: holder, StartTime: &now})
+		if _, err := etcdClient.Put(ctx, key, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Another instance's record: lost, and never started again.
+	put("another-instance")
+	if st, _ := e.Status(ctx, ex); st.Reason != ReasonExecutorLost {
+		t.Fatalf("status = %+v", st)
+	}
+	if _, err := e.Start(ctx, ex); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if v.starts() != 0 {
+		t.Fatal("started a process for another instance's record")
+	}
+
+	// This instance's own record, written by a Start whose process never
+	// started (say the client saw an error for a transaction that committed).
+	put(e.holder)
+	if st, _ := e.Status(ctx, ex); st.State != executor.StateUnknown || st.Reason != ReasonNotStarted {
+		t.Fatalf("status = %+v", st)
+	}
+	if _, err := e.Start(ctx, ex); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitFinal(t, e, ex); st.State != executor.StateSucceeded {
+		t.Fatalf("status = %+v", st)
+	}
+	if v.starts() != 1 {
+		t.Fatalf("%d starts", v.starts())
+	}
+}

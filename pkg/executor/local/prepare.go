@@ -1,0 +1,375 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/stage"
+)
+
+// gitCredentialKeys are copied from spec.source.git.credentialsSecret, when present.
+var gitCredentialKeys = []string{"username", "password", "identity", "known_hosts"}
+
+// prepare creates p's work directory with everything the stage needs, and
+// returns the command to start, with its log file open. On error, the caller
+// removes the directory and revokes the token.
+func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) (*exec.Cmd, *os.File, error) {
+	run := ex.Run
+	ns := run.Namespace
+	dir := p.dir
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, nil, err
+	}
+	// A directory left by an execution that failed to start is stale: the
+	// record, which this Start now holds, did not exist.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	for _, sub := range []string{"tmp", "work"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	spec := stage.Spec{
+		Server:      e.opts.ServerURL,
+		CAFile:      e.opts.CAFile,
+		TokenFile:   filepath.Join(dir, "token"),
+		Namespace:   ns,
+		Name:        run.Name,
+		UID:         string(run.UID),
+		Stage:       ex.Stage,
+		Attempt:     ex.Attempt,
+		Binary:      string(run.Spec.Engine.Binary),
+		WorkDir:     filepath.Join(dir, "work"),
+		Operation:   string(run.Spec.Operation),
+		Workspace:   run.Spec.Workspace,
+		Targets:     append([]string(nil), run.Spec.Targets...),
+		Replace:     append([]string(nil), run.Spec.Replace...),
+		Parallelism: run.Spec.Parallelism,
+		Refresh:     run.Spec.Refresh,
+		PlanDigest:  ex.PlanDigest,
+	}
+	if spec.Binary == "" {
+		spec.Binary = string(v1alpha1.EngineTerraform)
+	}
+	if spec.Operation == "" {
+		spec.Operation = string(v1alpha1.OperationApply)
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = "default"
+	}
+	if !safeSegment(spec.Workspace) {
+		return nil, nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
+	}
+
+	// Source: the plan stage only; the apply stage downloads the planned configuration.
+	if ex.Stage == stage.Plan {
+		src, err := e.writeSource(ctx, p, run)
+		if err != nil {
+			return nil, nil, err
+		}
+		spec.Source = src
+	}
+
+	// Variables.
+	for _, v := range run.Spec.Variables {
+		sv := stage.Variable{Name: v.Name, HCL: v.HCL}
+		switch {
+		case v.ValueFrom == nil:
+			sv.Value = v.Value
+		case v.ValueFrom.SecretKeyRef != nil:
+			ref := v.ValueFrom.SecretKeyRef
+			val, err := e.values.SecretValue(ctx, ns, ref.Name, ref.Key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("variable %q: %w", v.Name, err)
+			}
+			p.addSecret(val)
+			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
+				return nil, nil, err
+			}
+			sv.Secret = true
+		case v.ValueFrom.ConfigMapKeyRef != nil:
+			ref := v.ValueFrom.ConfigMapKeyRef
+			val, err := e.values.ConfigMapValue(ctx, ns, ref.Name, ref.Key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("variable %q: %w", v.Name, err)
+			}
+			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
+				return nil, nil, err
+			}
+		default:
+			return nil, nil, fmt.Errorf("variable %q: valueFrom names neither a secretKeyRef nor a configMapKeyRef", v.Name)
+		}
+		spec.Variables = append(spec.Variables, sv)
+	}
+
+	// Backend.
+	backend, err := e.backend(ctx, p, run, spec.Workspace)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec.Backend = backend
+
+	// Token.
+	tok, err := e.tokens.Issue(p.id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writePrivate(spec.TokenFile, []byte(tok)); err != nil {
+		return nil, nil, err
+	}
+
+	stageFile := filepath.Join(dir, "stage.json")
+	js, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writePrivate(stageFile, append(js, '\n')); err != nil {
+		return nil, nil, err
+	}
+
+	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(e.opts.ExecutorBinary, "--stage-file", stageFile)
+	cmd.Dir = dir
+	cmd.Env = append(append([]string(nil), e.env...), "HOME="+dir, "TMPDIR="+filepath.Join(dir, "tmp"))
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own process group, so that a kill reaches terraform and its providers.
+		Setpgid: true,
+		// A dying server takes its executors along, gracefully: SIGTERM is
+		// forwarded to terraform, which releases its state lock.
+		Pdeathsig: syscall.SIGTERM,
+	}
+	return cmd, logFile, nil
+}
+
+func (p *proc) addSecret(val []byte) {
+	s := strings.TrimSpace(string(val))
+	if len(s) >= 4 { // shorter values would mask ordinary words
+		p.secrets = append(p.secrets, s)
+	}
+}
+
+func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.TerraformRun) (stage.Source, error) {
+	src := run.Spec.Source
+	n := 0
+	for _, set := range []bool{src.Inline != nil, src.ConfigMap != nil, src.Git != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return stage.Source{}, errors.New("spec.source must set exactly one of inline, configMap and git")
+	}
+	switch {
+	case src.Git != nil:
+		g := &stage.GitSource{URL: src.Git.URL, Ref: src.Git.Ref, Path: src.Git.Path}
+		if src.Git.CredentialsSecret != "" {
+			credDir := filepath.Join(p.dir, "git-credentials")
+			if err := os.Mkdir(credDir, 0o700); err != nil {
+				return stage.Source{}, err
+			}
+			found := 0
+			for _, key := range gitCredentialKeys {
+				val, err := e.values.SecretValue(ctx, run.Namespace, src.Git.CredentialsSecret, key)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return stage.Source{}, fmt.Errorf("git credentials: %w", err)
+				}
+				if key == "username" || key == "password" {
+					p.addSecret(val)
+				}
+				if err := writePrivate(filepath.Join(credDir, key), val); err != nil {
+					return stage.Source{}, err
+				}
+				found++
+			}
+			if found == 0 {
+				hint := ""
+				if fv, ok := e.values.(FileValues); ok {
+					hint = ": in standalone mode create files in " + filepath.Dir(fv.SecretPath(run.Namespace, src.Git.CredentialsSecret, "x"))
+				}
+				return stage.Source{}, fmt.Errorf("git credentials: secret %q has none of the keys %s%s",
+					src.Git.CredentialsSecret, strings.Join(gitCredentialKeys, ", "), hint)
+			}
+			g.CredentialsDir = credDir
+		}
+		return stage.Source{Git: g}, nil
+	case src.ConfigMap != nil:
+		data, err := e.values.ConfigMapData(ctx, run.Namespace, src.ConfigMap.Name)
+		if err != nil {
+			return stage.Source{}, fmt.Errorf("source: %w", err)
+		}
+		if len(data) == 0 {
+			return stage.Source{}, fmt.Errorf("source: configmap %q holds no files", src.ConfigMap.Name)
+		}
+		return e.writeFiles(p, data)
+	default:
+		return e.writeFiles(p, src.Inline)
+	}
+}
+
+func (e *Executor) writeFiles(p *proc, files map[string]string) (stage.Source, error) {
+	dir := filepath.Join(p.dir, "source")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return stage.Source{}, err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !safeSegment(name) || strings.HasPrefix(name, ".") {
+			return stage.Source{}, fmt.Errorf("source: invalid file name %q", name)
+		}
+		if err := writePrivate(filepath.Join(dir, name), []byte(files[name])); err != nil {
+			return stage.Source{}, err
+		}
+	}
+	return stage.Source{Dir: dir}, nil
+}
+
+func (e *Executor) backend(ctx context.Context, p *proc, run *v1alpha1.TerraformRun, workspace string) (stage.Backend, error) {
+	ns := run.Namespace
+	nsState := filepath.Join(e.opts.StateRoot, ns)
+	defaults := map[string]string{
+		// The default workspace's state; the others are <workspace_dir>/<name>/terraform.tfstate.
+		"path":          filepath.Join(nsState, "default", "terraform.tfstate"),
+		"workspace_dir": nsState,
+	}
+	b := run.Spec.Backend
+	if b == nil {
+		if err := os.MkdirAll(filepath.Join(nsState, workspace), 0o700); err != nil {
+			return stage.Backend{}, fmt.Errorf("creating the state directory: %w", err)
+		}
+		return stage.Backend{Type: "local", Config: defaults}, nil
+	}
+	out := stage.Backend{Type: b.Type}
+	if len(b.Config) > 0 {
+		out.Config = make(map[string]string, len(b.Config))
+		for k, v := range b.Config {
+			out.Config[k] = v
+		}
+	}
+	if b.Type == "local" {
+		// A relative path would land in the work directory, removed after the stage.
+		filled := false
+		for k, v := range defaults {
+			if _, ok := out.Config[k]; !ok {
+				if out.Config == nil {
+					out.Config = map[string]string{}
+				}
+				out.Config[k] = v
+				filled = true
+			}
+		}
+		if filled {
+			if err := os.MkdirAll(filepath.Join(nsState, workspace), 0o700); err != nil {
+				return stage.Backend{}, fmt.Errorf("creating the state directory: %w", err)
+			}
+		}
+	}
+	if b.ConfigSecret != "" {
+		val, err := e.values.SecretValue(ctx, ns, b.ConfigSecret, "backend.hcl")
+		if err != nil {
+			return stage.Backend{}, fmt.Errorf("backend configSecret: %w", err)
+		}
+		out.ConfigFile = filepath.Join(p.dir, "backend.hcl")
+		if err := writePrivate(out.ConfigFile, val); err != nil {
+			return stage.Backend{}, err
+		}
+	}
+	return out, nil
+}
+
+func writeVariable(dir, name string, val []byte) (string, error) {
+	if !safeSegment(name) {
+		return "", fmt.Errorf("invalid variable name %q", name)
+	}
+	vdir := filepath.Join(dir, "variables")
+	if err := os.MkdirAll(vdir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(vdir, name)
+	return path, writePrivate(path, val)
+}
+
+// writePrivate creates path (which must not exist) with mode 0600.
+func writePrivate(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// logTail returns about the last limit bytes of a log file, from a line start
+// when possible, as valid UTF-8, with the given secret values masked.
+func logTail(path string, limit int64, secrets []string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	// Read a little more so that a secret cut at the start is still masked.
+	extra := int64(0)
+	for _, s := range secrets {
+		extra = max(extra, int64(len(s)))
+	}
+	off := fi.Size() - limit - extra
+	if off < 0 {
+		off = 0
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "***")
+	}
+	if int64(len(s)) > limit {
+		s = s[int64(len(s))-limit:]
+		off = 1 // cut
+	}
+	if off > 0 {
+		if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+			s = s[i+1:]
+		}
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return strings.TrimRight(strings.ToValidUTF8(s, "\uFFFD"), "\n")
+}

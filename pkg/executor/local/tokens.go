@@ -1,0 +1,195 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/stage"
+)
+
+// The user that a stage token authenticates as.
+const (
+	// UserPrefix prefixes the user name: UserPrefix + "<namespace>:<run>".
+	UserPrefix = "system:terrarun:executor:"
+	// ExecutorsGroup is the group of every executor user.
+	ExecutorsGroup = "system:terrarun:executors"
+	// ExtraRunUID, ExtraStage and ExtraAttempt are the user's extra keys.
+	ExtraRunUID  = "terrarun.dev/run-uid"
+	ExtraStage   = "terrarun.dev/stage"
+	ExtraAttempt = "terrarun.dev/attempt"
+)
+
+// Tokens is the authority for per-stage bearer tokens in local mode. It issues
+// one random 256-bit token per stage execution, authenticates it until it is
+// revoked, and maps the resulting user back to the executor identity.
+//
+// Only a sha256 of each token is kept, and lookups compare every stored hash in
+// constant time. Tokens live in memory: after a server restart, the executors
+// it started are gone too.
+//
+// The zero value is ready to use.
+type Tokens struct {
+	mu     sync.RWMutex
+	hashes map[executor.Identity][sha256.Size]byte
+}
+
+var (
+	_ authenticator.Token       = (*Tokens)(nil)
+	_ executor.IdentityResolver = (*Tokens)(nil)
+)
+
+// NewTokens returns an empty token authority.
+func NewTokens() *Tokens { return &Tokens{} }
+
+// Issue returns a new token for id (base64url, 256 random bits), valid until
+// Revoke(id). A token issued earlier for the same id stops being valid.
+func (t *Tokens) Issue(id executor.Identity) (string, error) {
+	if err := validIdentity(id); err != nil {
+		return "", err
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generating executor token: %w", err)
+	}
+	tok := base64.RawURLEncoding.EncodeToString(b[:])
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.hashes == nil {
+		t.hashes = map[executor.Identity][sha256.Size]byte{}
+	}
+	t.hashes[id] = sha256.Sum256([]byte(tok))
+	return tok, nil
+}
+
+// Revoke invalidates the token of id, if any.
+func (t *Tokens) Revoke(id executor.Identity) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.hashes, id)
+}
+
+// AuthenticateToken implements authenticator.Token. A token that is not live
+// is not an error: it yields false, so that other authenticators may try it.
+func (t *Tokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	if token == "" {
+		return nil, false, nil
+	}
+	sum := sha256.Sum256([]byte(token))
+	var (
+		found executor.Identity
+		ok    bool
+	)
+	t.mu.RLock()
+	// Compare against every hash, without stopping at a match.
+	for id, h := range t.hashes {
+		if subtle.ConstantTimeCompare(h[:], sum[:]) == 1 {
+			found, ok = id, true
+		}
+	}
+	t.mu.RUnlock()
+	if !ok {
+		return nil, false, nil
+	}
+	return &authenticator.Response{User: ExecutorUser(found)}, true, nil
+}
+
+// ExecutorIdentity implements executor.IdentityResolver: it reads the identity
+// back from a user produced by AuthenticateToken. Any other user, and the user
+// of an identity whose token has been revoked, yields false.
+func (t *Tokens) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error) {
+	id, ok := identityFromUser(u)
+	if !ok {
+		return executor.Identity{}, false, nil
+	}
+	t.mu.RLock()
+	_, live := t.hashes[id]
+	t.mu.RUnlock()
+	if !live {
+		return executor.Identity{}, false, nil
+	}
+	return id, true, nil
+}
+
+// ExecutorUser is the user that the token of id authenticates as.
+func ExecutorUser(id executor.Identity) *user.DefaultInfo {
+	return &user.DefaultInfo{
+		Name:   UserPrefix + id.Namespace + ":" + id.Name,
+		Groups: []string{ExecutorsGroup, user.AllAuthenticated},
+		Extra: map[string][]string{
+			ExtraRunUID:  {id.UID},
+			ExtraStage:   {id.Stage},
+			ExtraAttempt: {strconv.FormatInt(int64(id.Attempt), 10)},
+		},
+	}
+}
+
+func identityFromUser(u user.Info) (executor.Identity, bool) {
+	if u == nil {
+		return executor.Identity{}, false
+	}
+	rest, ok := strings.CutPrefix(u.GetName(), UserPrefix)
+	if !ok {
+		return executor.Identity{}, false
+	}
+	ns, name, ok := strings.Cut(rest, ":")
+	if !ok {
+		return executor.Identity{}, false
+	}
+	inGroup := false
+	for _, g := range u.GetGroups() {
+		if g == ExecutorsGroup {
+			inGroup = true
+		}
+	}
+	if !inGroup {
+		return executor.Identity{}, false
+	}
+	extra := u.GetExtra()
+	one := func(k string) (string, bool) {
+		v := extra[k]
+		if len(v) != 1 {
+			return "", false
+		}
+		return v[0], true
+	}
+	uid, ok1 := one(ExtraRunUID)
+	stg, ok2 := one(ExtraStage)
+	att, ok3 := one(ExtraAttempt)
+	if !ok1 || !ok2 || !ok3 {
+		return executor.Identity{}, false
+	}
+	n, err := strconv.ParseInt(att, 10, 32)
+	if err != nil {
+		return executor.Identity{}, false
+	}
+	id := executor.Identity{Namespace: ns, Name: name, UID: uid, Stage: stg, Attempt: int32(n)}
+	if validIdentity(id) != nil {
+		return executor.Identity{}, false
+	}
+	return id, true
+}
+
+func validIdentity(id executor.Identity) error {
+	switch {
+	case id.Namespace == "" || id.Name == "" || id.UID == "":
+		return fmt.Errorf("executor identity needs a namespace, a name and a uid")
+	case strings.Contains(id.Namespace, ":") || strings.Contains(id.Name, ":"):
+		return fmt.Errorf("invalid executor identity %s/%s", id.Namespace, id.Name)
+	case id.Stage != stage.Plan && id.Stage != stage.Apply:
+		return fmt.Errorf("invalid stage %q: must be %q or %q", id.Stage, stage.Plan, stage.Apply)
+	case id.Attempt < 1:
+		return fmt.Errorf("invalid attempt %d: attempts count from 1", id.Attempt)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+// Package stage defines what one stage of one TerraformRun is, as handed to
+// terrarun-executor, and the HTTP protocol the executor uses to write its
+// results back to terrarun-apiserver.
+//
+// # Handing a stage to the executor
+//
+// The local executor and the kubernetes executor both write a Spec as JSON to a
+// file (a private file in local mode, a Secret volume in Kubernetes mode) and
+// start `terrarun-executor --stage-file FILE`. Secret material is never in the
+// Spec itself: secret variable values, git credentials and backend
+// configuration are files whose paths the Spec names.
+//
+// # Writing results back
+//
+// The executor authenticates with `Authorization: Bearer <token>`, the token
+// read from Spec.TokenFile (a per-stage secret token in local mode, a
+// projected, pod-bound service-account token in Kubernetes mode). The server
+// accepts a write only from the identity of the run's current stage attempt.
+// All paths are relative to
+// /apis/terrarun.dev/v1alpha1/namespaces/{namespace}/terraformruns/{name}:
+//
+//	POST /logs?stage=S&attempt=N          streamed text body; appended as it arrives
+//	POST /plan?attempt=N&part=P           P is file (binary plan file), text (terraform show),
+//	                                      json (redacted terraform show -json), or source
+//	                                      (tar.gz of the configuration directory)
+//	POST /plan?attempt=N&part=result      JSON Result; last write of a plan stage
+//	GET  /plan?format=file                apply stage only: the approved plan file
+//	GET  /plan?format=source              apply stage only: the planned configuration
+//	POST /outputs?attempt=N               JSON of `terraform output -json`
+//
+// Every write returns 2xx, or a Status error; 403 means the identity is not
+// this run's current stage and the executor must stop.
+package stage
+
+// Names of stages.
+const (
+	Plan  = "plan"
+	Apply = "apply"
+)
+
+// Plan parts uploaded by the plan stage.
+const (
+	PartFile   = "file"
+	PartText   = "text"
+	PartJSON   = "json"
+	PartSource = "source"
+	PartResult = "result"
+)
+
+// Spec is everything terrarun-executor needs to run one stage.
+type Spec struct {
+	// Server is the base URL of terrarun-apiserver, e.g. https://127.0.0.1:8443.
+	Server string `json:"server"`
+	// CAFile verifies the server's certificate.
+	CAFile string `json:"caFile"`
+	// TokenFile holds the bearer token of this stage's identity.
+	TokenFile string `json:"tokenFile"`
+
+	// Namespace, Name and UID identify the run.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Stage is Plan or Apply.
+	Stage string `json:"stage"`
+	// Attempt counts executions of this stage, from 1.
+	Attempt int32 `json:"attempt"`
+
+	// Binary is the engine to run: a path, or terraform / tofu looked up on PATH.
+	Binary string `json:"binary"`
+	// WorkDir is an empty, private directory the executor may use.
+	WorkDir string `json:"workDir"`
+
+	// Operation is Apply, Destroy or Plan (the run's spec.operation).
+	Operation string `json:"operation"`
+	// Source says where the configuration comes from (plan stage only; the
+	// apply stage downloads the planned configuration).
+	Source Source `json:"source"`
+	// Variables are the run's input variables.
+	Variables []Variable `json:"variables,omitempty"`
+	// Backend is the state backend; never empty: each executor fills in its
+	// documented default.
+	Backend Backend `json:"backend"`
+	// Workspace is the Terraform workspace to select or create.
+	Workspace string `json:"workspace"`
+
+	// Targets, Replace, Parallelism and Refresh are the usual terraform flags.
+	Targets     []string `json:"targets,omitempty"`
+	Replace     []string `json:"replace,omitempty"`
+	Parallelism *int32   `json:"parallelism,omitempty"`
+	Refresh     *bool    `json:"refresh,omitempty"`
+
+	// PlanDigest is the approved plan's digest (apply stage): the executor
+	// refuses to apply a downloaded plan file with any other digest.
+	PlanDigest string `json:"planDigest,omitempty"`
+}
+
+// Source is where the plan stage gets the configuration. Exactly one is set.
+type Source struct {
+	// Dir is a directory that already holds the configuration files (inline
+	// and ConfigMap sources, written there by the executor that started the stage).
+	Dir string `json:"dir,omitempty"`
+	// Git clones a repository.
+	Git *GitSource `json:"git,omitempty"`
+}
+
+// GitSource is a repository to clone.
+type GitSource struct {
+	URL  string `json:"url"`
+	Ref  string `json:"ref"`
+	Path string `json:"path,omitempty"`
+	// CredentialsDir holds the files "username" and "password" (https) or
+	// "identity" and "known_hosts" (ssh). They reach git through GIT_ASKPASS and
+	// GIT_SSH_COMMAND, never through the URL, arguments or logs.
+	CredentialsDir string `json:"credentialsDir,omitempty"`
+}
+
+// Variable is one input variable. Exactly one of Value and File is used.
+type Variable struct {
+	Name string `json:"name"`
+	// Value is a literal, non-secret value from the run's spec.
+	Value string `json:"value,omitempty"`
+	// File holds the value (from a Secret or ConfigMap). Values from Secrets are
+	// redacted from every log line.
+	File string `json:"file,omitempty"`
+	// Secret says the value came from a Secret.
+	Secret bool `json:"secret,omitempty"`
+	// HCL says the value is an HCL expression rather than a string.
+	HCL bool `json:"hcl,omitempty"`
+}
+
+// Backend is the state backend configuration.
+type Backend struct {
+	Type string `json:"type"`
+	// Config is passed as -backend-config key=value.
+	Config map[string]string `json:"config,omitempty"`
+	// ConfigFile, when set, is passed as -backend-config FILE (from a Secret).
+	ConfigFile string `json:"configFile,omitempty"`
+}
+
+// Result is what a plan stage reports last, after every part is uploaded.
+type Result struct {
+	// SourceRevision is the resolved git commit, or the sha256 of the
+	// configuration tarball for inline and ConfigMap sources.
+	SourceRevision string `json:"sourceRevision"`
+	// Add, Change, Destroy and Import count resource changes.
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	Import  int32 `json:"import"`
+	// HasChanges is true when applying would change anything, outputs included.
+	HasChanges bool `json:"hasChanges"`
+}

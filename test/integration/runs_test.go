@@ -1,0 +1,476 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+)
+
+// runEnv is a standalone server with its admin client and a second user, bob.
+type runEnv struct {
+	*binaryServer
+	client versioned.Interface
+	bob    string
+	bobCfg versioned.Interface
+}
+
+func newRunEnv(t *testing.T, extraArgs ...string) *runEnv {
+	t.Helper()
+	s := startBinary(t, t.TempDir(), extraArgs...)
+	bob := filepath.Join(t.TempDir(), "bob.kubeconfig")
+	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob", "--output", bob).CombinedOutput(); err != nil {
+		t.Fatalf("minting bob's kubeconfig: %v\n%s", err, out)
+	}
+	return &runEnv{binaryServer: s, client: versioned.NewForConfigOrDie(s.Config), bob: bob, bobCfg: versioned.NewForConfigOrDie(kubeconfigRest(t, bob))}
+}
+
+func kubeconfigRest(t *testing.T, path string) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmdConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// secret writes a standalone-mode Secret key: a file under the data directory.
+func (e *runEnv) secret(t *testing.T, namespace, name, key, value string) {
+	t.Helper()
+	dir := filepath.Join(e.DataDir, "values", namespace, "secrets", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, key), value)
+}
+
+func runManifest(name string, spec string) string {
+	return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\nspec:\n%s", name, spec)
+}
+
+// create creates a run from a manifest with kubectl as the admin user.
+func (e *runEnv) create(t *testing.T, manifest string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "run.yaml")
+	writeFile(t, path, manifest)
+	mustKubectl(t, e.Kubeconfig, "create", "-f", path)
+}
+
+func inline(files map[string]string, extra string) string {
+	var b strings.Builder
+	b.WriteString("  engine:\n    binary: " + engineName + "\n")
+	b.WriteString("  source:\n    inline:\n")
+	for name, content := range files {
+		b.WriteString("      " + name + ": |\n")
+		for _, line := range strings.Split(strings.TrimRight(content, "\n"), "\n") {
+			b.WriteString("        " + line + "\n")
+		}
+	}
+	b.WriteString(extra)
+	return b.String()
+}
+
+// waitPhase waits until the run reaches one of phases and returns it.
+func (e *runEnv) waitPhase(t *testing.T, name string, timeout time.Duration, phases ...v1alpha1.RunPhase) *v1alpha1.TerraformRun {
+	t.Helper()
+	var run *v1alpha1.TerraformRun
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		r, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		run = r
+		for _, p := range phases {
+			if r.Status.Phase == p {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("run %s did not reach %v within %s; last status: %+v", name, phases, timeout, run.Status)
+	}
+	return run
+}
+
+func raw(name, sub string) string {
+	return "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/" + name + "/" + sub
+}
+
+const helloTF = `variable "db_password" {
+  type = string
+}
+
+resource "terraform_data" "hello" {
+  input = "hello"
+}
+
+output "greeting" {
+  value = terraform_data.hello.output
+}
+
+output "password_length" {
+  value = length(var.db_password)
+}
+
+output "connection" {
+  value     = "postgres://app:${var.db_password}@db"
+  sensitive = true
+}
+`
+
+const dbPassword = "s3cr3t-Hunter2-value"
+
+// TestRunLifecycle is the happy path: plan, logs, approval by a second user,
+// apply and outputs, through kubectl.
+func TestRunLifecycle(t *testing.T) {
+	e := newRunEnv(t)
+	e.secret(t, "default", "db", "password", dbPassword)
+
+	// Follow the plan logs from before the run exists.
+	logs := startFollow(t, e.Kubeconfig, raw("hello", "logs?follow=true&stage=plan"))
+
+	e.create(t, runManifest("hello", inline(map[string]string{"main.tf": helloTF}, `  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef:
+        name: db
+        key: password
+`)))
+	run := e.waitPhase(t, "hello", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
+		t.Fatalf("run failed: %s", run.Status.Message)
+	}
+	planLog := logs.wait(t)
+	if !strings.Contains(planLog, "Plan: 1 to add, 0 to change, 0 to destroy.") {
+		t.Errorf("followed plan log lacks the plan summary:\n%s", planLog)
+	}
+
+	plan := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "plan"))
+	if !strings.Contains(plan, "1 to add") {
+		t.Fatalf("plan text:\n%s", plan)
+	}
+	p := run.Status.Plan
+	if p == nil || p.Add != 1 || p.Change != 0 || p.Destroy != 0 || !p.HasChanges || !strings.HasPrefix(p.Digest, "sha256:") {
+		t.Fatalf("status.plan = %+v", p)
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionPlanned); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Planned condition = %+v", c)
+	}
+	out := mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello")
+	if !regexp.MustCompile(`hello\s+AwaitingApproval\s+\+1 ~0 -0\s+<none>`).MatchString(out) {
+		t.Errorf("get tfr while awaiting approval:\n%s", out)
+	}
+	mustKubectl(t, e.Kubeconfig, "wait", "tfr/hello", "--for=condition=Planned", "--timeout=10s")
+
+	// The creator may not approve; bob may.
+	approval := filepath.Join(t.TempDir(), "approval.yaml")
+	writeFile(t, approval, fmt.Sprintf(`{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":%q,"comment":"lgtm"}`, p.Digest))
+	if out, err := kubectl(t, e.Kubeconfig, "create", "--raw", raw("hello", "approve"), "-f", approval); err == nil || !strings.Contains(out, "separation of duties") {
+		t.Fatalf("creator's approval: err=%v\n%s", err, out)
+	}
+	out = mustKubectl(t, e.bob, "create", "--raw", raw("hello", "approve"), "-f", approval)
+	var approved v1alpha1.TerraformRun
+	if err := json.Unmarshal([]byte(out), &approved); err != nil || approved.Status.Approval == nil || approved.Status.Approval.ApprovedBy != "bob" {
+		t.Fatalf("approve returned %v:\n%s", err, out)
+	}
+
+	applyLogs := startFollow(t, e.Kubeconfig, raw("hello", "logs?follow=true&stage=apply"))
+	run = e.waitPhase(t, "hello", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("run ended %s: %s", run.Status.Phase, run.Status.Message)
+	}
+	if l := applyLogs.wait(t); !strings.Contains(l, "Apply complete! Resources: 1 added") {
+		t.Errorf("apply log:\n%s", l)
+	}
+	out = mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello")
+	if !regexp.MustCompile(`hello\s+Succeeded\s+\+1 ~0 -0\s+bob\s+`).MatchString(out) {
+		t.Errorf("get tfr after apply:\n%s", out)
+	}
+	for _, typ := range []string{v1alpha1.ConditionPlanned, v1alpha1.ConditionApproved, v1alpha1.ConditionApplied} {
+		if !meta.IsStatusConditionTrue(run.Status.Conditions, typ) {
+			t.Errorf("condition %s is not True: %+v", typ, run.Status.Conditions)
+		}
+	}
+
+	outputs := map[string]v1alpha1.OutputStatus{}
+	for _, o := range run.Status.Outputs {
+		outputs[o.Name] = o
+	}
+	if outputs["greeting"].Value != `"hello"` || outputs["password_length"].Value != fmt.Sprint(len(dbPassword)) {
+		t.Errorf("status.outputs = %+v", run.Status.Outputs)
+	}
+	if c := outputs["connection"]; !c.Sensitive || c.Value != "" {
+		t.Errorf("sensitive output in status: %+v", c)
+	}
+	all := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "outputs"))
+	if !strings.Contains(all, "postgres://app:"+dbPassword+"@db") {
+		t.Errorf("/outputs lacks the sensitive value:\n%s", all)
+	}
+
+	// The secret never appears anywhere but /outputs.
+	everything := map[string]string{
+		"plan logs":  planLog,
+		"apply logs": mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "logs?stage=apply")),
+		"status":     mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello", "-o", "json"),
+		"plan text":  plan,
+		"plan json":  mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "plan?format=json")),
+		"describe":   mustKubectl(t, e.Kubeconfig, "describe", "tfr", "hello"),
+	}
+	for what, content := range everything {
+		if strings.Contains(content, dbPassword) {
+			t.Errorf("the secret value appears in the %s", what)
+		}
+	}
+	if !strings.Contains(everything["plan json"], "resource_changes") {
+		t.Errorf("plan json is not a plan:\n%.500s", everything["plan json"])
+	}
+
+	// The approval was bound to the digest, and a second approval is refused.
+	if out, err := kubectl(t, e.bob, "create", "--raw", raw("hello", "approve"), "-f", approval); err == nil || !strings.Contains(out, "Conflict") && !strings.Contains(out, "AwaitingApproval") {
+		t.Fatalf("approval in the wrong phase: err=%v\n%s", err, out)
+	}
+}
+
+// follow is a `kubectl get --raw ...logs?follow=true` in flight.
+type follow struct {
+	done chan struct{}
+	out  strings.Builder
+	err  error
+}
+
+func startFollow(t *testing.T, kubeconfig, path string) *follow {
+	t.Helper()
+	f := &follow{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, kubectlBinary(t), "--kubeconfig", kubeconfig, "get", "--raw", path)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(f.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			f.out.WriteString(sc.Text() + "\n")
+		}
+		f.err = cmd.Wait()
+	}()
+	return f
+}
+
+// wait returns everything the follow printed once it ended by itself.
+func (f *follow) wait(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-f.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the log follow did not end when the stage ended")
+	}
+	if f.err != nil {
+		t.Fatalf("kubectl get --raw logs?follow=true: %v\n%s", f.err, f.out.String())
+	}
+	return f.out.String()
+}
+
+// TestApprovalRules covers stale digests, the wrong phase, and the Auto,
+// NoChanges, Plan-only and Destroy paths.
+func TestApprovalRules(t *testing.T) {
+	e := newRunEnv(t)
+	ctx := ctxT(t)
+	runs := e.bobCfg.TerrarunV1alpha1().TerraformRuns("default")
+
+	e.create(t, runManifest("manual", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "")))
+	run := e.waitPhase(t, "manual", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+
+	stale := "sha256:" + strings.Repeat("0", 64)
+	_, err := runs.Approve(ctx, "manual", &v1alpha1.TerraformRunApproval{PlanDigest: stale}, metav1.CreateOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "stale plan digest") {
+		t.Fatalf("stale digest: %v, want 409 naming the stale digest", err)
+	}
+	_, err = runs.Discard(ctx, "manual", &v1alpha1.TerraformRunDiscard{Comment: "not today"}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("discard: %v", err)
+	}
+	run = e.waitPhase(t, "manual", time.Minute, v1alpha1.RunPhaseDiscarded)
+	_, err = runs.Approve(ctx, "manual", &v1alpha1.TerraformRunApproval{PlanDigest: run.Status.Plan.Digest}, metav1.CreateOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "only while the run is AwaitingApproval") {
+		t.Fatalf("approval of a discarded run: %v, want 409", err)
+	}
+	if _, err := runs.Cancel(ctx, "manual", &v1alpha1.TerraformRunCancel{}, metav1.CreateOptions{}); !apierrors.IsConflict(err) {
+		t.Fatalf("cancel of a discarded run: %v, want 409", err)
+	}
+
+	e.create(t, runManifest("auto", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("nochanges", inline(map[string]string{"main.tf": `locals { x = 1 }`}, "")))
+	e.create(t, runManifest("planonly", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  operation: Plan\n")))
+
+	auto := e.waitPhase(t, "auto", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if auto.Status.Phase != v1alpha1.RunPhaseSucceeded || auto.Status.Approval == nil || auto.Status.Approval.ApprovedBy != "auto" {
+		t.Errorf("Auto run: %s %+v: %s", auto.Status.Phase, auto.Status.Approval, auto.Status.Message)
+	}
+	noChanges := e.waitPhase(t, "nochanges", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if c := meta.FindStatusCondition(noChanges.Status.Conditions, v1alpha1.ConditionPlanned); noChanges.Status.Phase != v1alpha1.RunPhaseSucceeded || c == nil || c.Reason != v1alpha1.ReasonNoChanges {
+		t.Errorf("NoChanges run: %s %+v", noChanges.Status.Phase, c)
+	}
+	planOnly := e.waitPhase(t, "planonly", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if planOnly.Status.Phase != v1alpha1.RunPhaseSucceeded || applyStages(planOnly) != 0 || planOnly.Status.Plan == nil || planOnly.Status.Plan.Add != 1 {
+		t.Errorf("Plan-only run: %s, %d apply stages, plan %+v", planOnly.Status.Phase, applyStages(planOnly), planOnly.Status.Plan)
+	}
+
+	// Destroy what the Auto run created: state is per namespace and workspace.
+	e.create(t, runManifest("destroy", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  operation: Destroy\n  approval:\n    mode: Auto\n")))
+	destroy := e.waitPhase(t, "destroy", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if destroy.Status.Phase != v1alpha1.RunPhaseSucceeded || destroy.Status.Plan == nil || destroy.Status.Plan.Destroy != 1 {
+		t.Errorf("Destroy run: %s, plan %+v: %s", destroy.Status.Phase, destroy.Status.Plan, destroy.Status.Message)
+	}
+}
+
+func applyStages(run *v1alpha1.TerraformRun) int {
+	n := 0
+	for _, s := range run.Status.Stages {
+		if s.Name == v1alpha1.StageApply {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRunFailures covers a syntax error, a failing apply, cancel, and an
+// executor writing to another run.
+func TestRunFailures(t *testing.T) {
+	e := newRunEnv(t, "--cancel-grace-period", "5s")
+	ctx := ctxT(t)
+
+	e.create(t, runManifest("syntax", inline(map[string]string{"main.tf": "resource \"terraform_data\" \"x\" {\n  input = \n}\n"}, "")))
+	e.create(t, runManifest("applyfails", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "echo about to fail; exit 1"
+  }
+}`}, "  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("slow", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "sleep 120"
+  }
+}`}, "  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("victim", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "")))
+
+	syntax := e.waitPhase(t, "syntax", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	if syntax.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(syntax.Status.Message, "Error") {
+		t.Errorf("syntax error run: %s: %q", syntax.Status.Phase, syntax.Status.Message)
+	}
+	if c := meta.FindStatusCondition(syntax.Status.Conditions, v1alpha1.ConditionPlanned); c == nil || c.Reason != v1alpha1.ReasonPlanFailed {
+		t.Errorf("Planned condition of the syntax error run: %+v", c)
+	}
+	if l := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("syntax", "logs")); !strings.Contains(l, "Error") {
+		t.Errorf("the syntax error is not in the logs:\n%s", l)
+	}
+
+	fails := e.waitPhase(t, "applyfails", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	if fails.Status.Phase != v1alpha1.RunPhaseFailed || applyStages(fails) != 1 {
+		t.Errorf("failing apply: %s with %d apply stages: %s", fails.Status.Phase, applyStages(fails), fails.Status.Message)
+	}
+	if c := meta.FindStatusCondition(fails.Status.Conditions, v1alpha1.ConditionApplied); c == nil || c.Reason != v1alpha1.ReasonApplyFailed {
+		t.Errorf("Applied condition of the failing apply: %+v", c)
+	}
+
+	slow := e.waitPhase(t, "slow", 3*time.Minute, v1alpha1.RunPhaseApplying)
+	victim := e.waitPhase(t, "victim", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+
+	// The slow run's apply executor holds a token for its own run only.
+	token := readToken(t, e.DataDir, slow, "apply-1")
+	for _, path := range []string{raw("victim", "plan?attempt=1&part=text"), raw("victim", "logs?stage=plan&attempt=1"), raw("victim", "outputs?attempt=1")} {
+		code, body := postWithToken(t, e.Config, token, path, "forged")
+		if code != http.StatusForbidden || !strings.Contains(body, "not for default/victim") {
+			t.Errorf("POST %s with another run's executor token: %d %s, want 403", path, code, body)
+		}
+	}
+	// A user is not an executor either.
+	code, body := postWithToken(t, e.Config, "", raw("victim", "logs?stage=plan&attempt=1"), "forged")
+	if code != http.StatusForbidden || !strings.Contains(body, "only the executor") {
+		t.Errorf("POST logs as the admin user: %d %s, want 403", code, body)
+	}
+	if plan := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("victim", "plan")); strings.Contains(plan, "forged") {
+		t.Errorf("the forged plan was stored:\n%s", plan)
+	}
+	_ = victim
+
+	start := time.Now()
+	if _, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Cancel(ctx, "slow", &v1alpha1.TerraformRunCancel{Comment: "too slow"}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	canceled := e.waitPhase(t, "slow", time.Minute, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	if canceled.Status.Phase != v1alpha1.RunPhaseCanceled || !strings.Contains(canceled.Status.Message, "too slow") {
+		t.Errorf("canceled run: %s: %s", canceled.Status.Phase, canceled.Status.Message)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("cancel took %s; the sleep was not stopped", d)
+	}
+}
+
+// readToken returns the stage token of a run's execution in the local
+// executor's work directory.
+func readToken(t *testing.T, dataDir string, run *v1alpha1.TerraformRun, stageDir string) string {
+	t.Helper()
+	path := filepath.Join(dataDir, "work", run.Namespace, run.Name, string(run.UID), stageDir, "token")
+	var data []byte
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		data, err = os.ReadFile(path)
+		return err == nil && len(data) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// postWithToken POSTs body to path as the bearer of token, or as the admin
+// user when token is empty.
+func postWithToken(t *testing.T, cfg *rest.Config, token, path, body string) (int, string) {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	if token != "" {
+		c = rest.AnonymousClientConfig(c)
+		c.BearerToken = token
+	}
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, c.Host+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp.StatusCode, b.String()
+}
