@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,9 +74,16 @@ func (e *runEnv) create(t *testing.T, manifest string) {
 	mustKubectl(t, e.Kubeconfig, "create", "-f", path)
 }
 
+// inline is a run spec with inline files. Each run gets a workspace of its
+// own unless extra names one, because runs in one namespace and workspace
+// share their state, and concurrent test runs would make each other's saved
+// plans stale.
 func inline(files map[string]string, extra string) string {
 	var b strings.Builder
 	b.WriteString("  engine:\n    binary: " + engineName + "\n")
+	if !strings.Contains(extra, "workspace:") {
+		fmt.Fprintf(&b, "  workspace: ws-%d\n", workspaceSeq.Add(1))
+	}
 	b.WriteString("  source:\n    inline:\n")
 	for name, content := range files {
 		b.WriteString("      " + name + ": |\n")
@@ -114,6 +122,8 @@ func raw(name, sub string) string {
 	return "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/" + name + "/" + sub
 }
 
+var workspaceSeq atomic.Int64
+
 const helloTF = `variable "db_password" {
   type = string
 }
@@ -144,9 +154,6 @@ func TestRunLifecycle(t *testing.T) {
 	e := newRunEnv(t)
 	e.secret(t, "default", "db", "password", dbPassword)
 
-	// Follow the plan logs from before the run exists.
-	logs := startFollow(t, e.Kubeconfig, raw("hello", "logs?follow=true&stage=plan"))
-
 	e.create(t, runManifest("hello", inline(map[string]string{"main.tf": helloTF}, `  variables:
   - name: db_password
     valueFrom:
@@ -154,6 +161,9 @@ func TestRunLifecycle(t *testing.T) {
         name: db
         key: password
 `)))
+	// Follow the plan logs right away: the follow waits for the log to appear
+	// and ends when the plan stage ends.
+	logs := startFollow(t, e.Kubeconfig, raw("hello", "logs?follow=true&stage=plan"))
 	run := e.waitPhase(t, "hello", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed)
 	if run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
 		t.Fatalf("run failed: %s", run.Status.Message)
@@ -324,7 +334,7 @@ func TestApprovalRules(t *testing.T) {
 		t.Fatalf("cancel of a discarded run: %v, want 409", err)
 	}
 
-	e.create(t, runManifest("auto", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("auto", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  workspace: app\n  approval:\n    mode: Auto\n")))
 	e.create(t, runManifest("nochanges", inline(map[string]string{"main.tf": `locals { x = 1 }`}, "")))
 	e.create(t, runManifest("planonly", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  operation: Plan\n")))
 
@@ -342,7 +352,7 @@ func TestApprovalRules(t *testing.T) {
 	}
 
 	// Destroy what the Auto run created: state is per namespace and workspace.
-	e.create(t, runManifest("destroy", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  operation: Destroy\n  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("destroy", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  workspace: app\n  operation: Destroy\n  approval:\n    mode: Auto\n")))
 	destroy := e.waitPhase(t, "destroy", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	if destroy.Status.Phase != v1alpha1.RunPhaseSucceeded || destroy.Status.Plan == nil || destroy.Status.Plan.Destroy != 1 {
 		t.Errorf("Destroy run: %s, plan %+v: %s", destroy.Status.Phase, destroy.Status.Plan, destroy.Status.Message)

@@ -98,6 +98,9 @@ const (
 	defaultContainerAnnotationKey = "kubectl.kubernetes.io/default-container"
 )
 
+// minTokenExpiration is the shortest expirationSeconds the API accepts.
+const minTokenExpiration = 10 * time.Minute
+
 // readable is the mode of files from Secret and ConfigMap volumes: owned by
 // root and the pod's fsGroup, readable by the group only.
 const readable int32 = 0o440
@@ -114,8 +117,8 @@ type JobOptions struct {
 	// Audience of the projected token that executor pods authenticate with.
 	// terrarun-apiserver's authenticator must accept it. Default "terrarun.dev".
 	Audience string
-	// TokenExpiration of the projected tokens. Default 1h; the kubelet
-	// rotates them at 80% of it.
+	// TokenExpiration of the projected tokens. Default 1h, at least 10m (the
+	// API's minimum); the kubelet rotates them at 80% of it.
 	TokenExpiration time.Duration
 	// TTLAfterFinished is the Job's ttlSecondsAfterFinished. Default 1h.
 	TTLAfterFinished time.Duration
@@ -138,6 +141,9 @@ func (o JobOptions) withDefaults() JobOptions {
 	}
 	if o.TokenExpiration <= 0 {
 		o.TokenExpiration = DefaultTokenExpiration
+	}
+	if o.TokenExpiration < minTokenExpiration {
+		o.TokenExpiration = minTokenExpiration
 	}
 	if o.TTLAfterFinished <= 0 {
 		o.TTLAfterFinished = DefaultTTLAfterFinished

@@ -460,16 +460,20 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	e.mu.Unlock()
 
-	// Best effort: the pid helps an operator find the process.
+	// Record the pid: it tells an operator which process it is, and that a
+	// process was started (see neverStarted). Without it, the record only
+	// stays more conservative.
 	rec.PID = cmd.Process.Pid
 	if val, err := json.Marshal(rec); err == nil {
-		if _, err := e.opts.Etcd.Txn(ctx).
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if _, err := e.opts.Etcd.Txn(pctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", p.createRev),
 				clientv3.Compare(clientv3.ModRevision(key), "=", p.putRev)).
 			Then(clientv3.OpPut(key, string(val))).
 			Commit(); err != nil {
-			klog.V(2).InfoS("Recording the pid of an execution", "execution", name, "err", err)
+			klog.ErrorS(err, "Recording the pid of an execution", "execution", name)
 		}
+		cancel()
 	}
 
 	go e.wait(p)

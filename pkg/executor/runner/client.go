@@ -72,6 +72,9 @@ type HTTPClient struct {
 	Retries int
 	// Backoff is the wait before the first retry; it doubles.
 	Backoff time.Duration
+	// Timeout bounds each try of an upload or download, body included (not
+	// the log stream).
+	Timeout time.Duration
 }
 
 // NewHTTPClient returns a Client for spec: the server and run it names, its
@@ -132,6 +135,7 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 		hc:        &http.Client{Transport: transport},
 		Retries:   4,
 		Backoff:   500 * time.Millisecond,
+		Timeout:   10 * time.Minute,
 	}, nil
 }
 
@@ -211,6 +215,7 @@ func retryable(code int) bool {
 }
 
 // do sends a request with a replayable body, retrying transient failures.
+// The response's body must be closed.
 func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Values, body []byte, contentType string) (*http.Response, error) {
 	backoff := c.Backoff
 	for try := 0; ; try++ {
@@ -218,23 +223,31 @@ func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Value
 		if body != nil {
 			rd = bytes.NewReader(body)
 		}
-		req, err := c.newRequest(ctx, method, sub, q, rd, contentType)
+		tryCtx, cancel := ctx, context.CancelFunc(func() {})
+		if c.Timeout > 0 {
+			tryCtx, cancel = context.WithTimeout(ctx, c.Timeout)
+		}
+		req, err := c.newRequest(tryCtx, method, sub, q, rd, contentType)
 		if err != nil {
+			cancel()
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		resp, err := c.hc.Do(req)
 		var fail error
 		switch {
 		case err != nil:
+			cancel()
 			if ctx.Err() != nil {
 				return nil, netError(op, err)
 			}
 			fail = netError(op, err)
 		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 			return resp, nil
 		default:
 			fail = statusError(op, resp)
 			resp.Body.Close()
+			cancel()
 			if !retryable(resp.StatusCode) {
 				return nil, fail
 			}
@@ -249,6 +262,18 @@ func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Value
 		}
 		backoff *= 2
 	}
+}
+
+// cancelOnClose releases a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 func (c *HTTPClient) upload(ctx context.Context, op, sub string, q url.Values, r io.Reader, contentType string) error {

@@ -43,6 +43,9 @@ type fakeServer struct {
 	forbid, forbidWrites bool
 	// serve overrides what GET /plan returns, by format.
 	serve map[string][]byte
+	// intercept, when set, sees every request first; it returns true when it
+	// answered.
+	intercept func(http.ResponseWriter, *http.Request) bool
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
@@ -87,9 +90,14 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, r.Method+" "+strings.TrimPrefix(r.URL.Path, f.base)+"?"+r.URL.RawQuery)
 	f.protoMajor = r.ProtoMajor
 	forbid, forbidWrites := f.forbid, f.forbidWrites
+	intercept := f.intercept
+	token := f.token
 	f.mu.Unlock()
+	if intercept != nil && intercept(w, r) {
+		return
+	}
 
-	if r.Header.Get("Authorization") != "Bearer "+f.token {
+	if r.Header.Get("Authorization") != "Bearer "+token {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 		return
 	}

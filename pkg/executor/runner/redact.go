@@ -52,10 +52,23 @@ func (s *secretSet) add(values ...string) {
 	}
 }
 
+// minLineLen is the shortest line of a multi-line secret that is redacted
+// on its own (terraform prints such a value line by line, with prefixes).
+const minLineLen = 6
+
 func secretForms(v string) []string {
+	// A secret's surrounding whitespace (the newline at the end of a file) is
+	// not secret, and redacting it would join lines.
+	if t := strings.TrimSpace(v); t != "" {
+		v = t
+	}
 	forms := []string{v}
-	if t := strings.TrimSpace(v); t != v {
-		forms = append(forms, t)
+	if strings.Contains(v, "\n") {
+		for _, line := range strings.Split(v, "\n") {
+			if line = strings.TrimSpace(line); len(line) >= minLineLen {
+				forms = append(forms, line)
+			}
+		}
 	}
 	for _, f := range append([]string(nil), forms...) {
 		if b, err := json.Marshal(f); err == nil {

@@ -121,16 +121,6 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 	}
 
 	secrets := newSecretSet()
-	vars, err := readVariables(spec.Variables)
-	if err != nil {
-		return err
-	}
-	for _, v := range vars {
-		if v.Secret {
-			secrets.add(v.value)
-		}
-	}
-
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The log stream outlives a cancellation: terraform's last words on
@@ -145,15 +135,27 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		cfg:     cfg,
 		secrets: secrets,
 		out:     newRedactWriter(secrets, io.MultiWriter(sink, lenientWriter{stdout})),
-		vars:    vars,
 	}
-	err = r.run(runCtx)
+	// Nothing is written before every secret is known.
+	vars, err := readVariables(spec.Variables)
+	if err == nil {
+		r.vars = vars
+		for _, v := range vars {
+			if v.Secret {
+				secrets.add(v.value)
+				if v.HCL {
+					secrets.add(hclStringLiterals(v.value)...)
+				}
+			}
+		}
+		err = r.run(runCtx)
+	}
 	_ = r.out.Flush()
 	err = r.classify(ctx, runCtx, err)
 
-	final := fmt.Sprintf("terrarun: %s stage attempt %d succeeded\n", spec.Stage, spec.Attempt)
+	final := fmt.Sprintf("terrarun: stage %s attempt %d succeeded\n", spec.Stage, spec.Attempt)
 	if err != nil {
-		final = fmt.Sprintf("terrarun: %s stage attempt %d failed: %s\n", spec.Stage, spec.Attempt, err.Error())
+		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", spec.Stage, spec.Attempt, err.Error())
 	}
 	_, _ = sink.Write([]byte(final))
 	if logErr := sink.Close(cfg.logCloseTimeout); logErr != nil {
@@ -233,11 +235,11 @@ func (r *runner) classify(parent, runCtx context.Context, err error) error {
 		}
 		marks = append(marks, ErrForbidden)
 	case parent.Err() != nil:
-		why := "canceled"
 		if errors.Is(parent.Err(), context.DeadlineExceeded) {
-			why = "deadline exceeded"
+			err = fmt.Errorf("%w (deadline exceeded): %v", ErrCanceled, err)
+		} else {
+			err = fmt.Errorf("%w: %v", ErrCanceled, err)
 		}
-		err = fmt.Errorf("%w (%s); terraform was interrupted and given %s to stop: %v", ErrCanceled, why, r.cfg.grace, err)
 		marks = append(marks, ErrCanceled, parent.Err())
 	}
 	for _, m := range []error{ErrDigestMismatch, ErrCanceled, context.Canceled, context.DeadlineExceeded} {

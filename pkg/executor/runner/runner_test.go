@@ -335,11 +335,16 @@ variable "token" {
   type = string
 }
 
+variable "pair" {
+  type    = list(string)
+  default = []
+}
+
 resource "terraform_data" "echo" {
-  input = "token-is-${var.token}"
+  input = ["token-is-${var.token}", var.pair]
 
   provisioner "local-exec" {
-    command = "echo ${var.token}"
+    command = "echo ${var.token} ${join(",", var.pair)}"
   }
 }
 
@@ -355,7 +360,10 @@ func TestSecretsAreRedacted(t *testing.T) {
 	const secret = "Sup3rS3cretValue42"
 	h := newHarness(t, map[string]string{"main.tf": leakConfig})
 	ctx := context.Background()
-	vars := []stage.Variable{{Name: "token", File: h.secretFile(secret), Secret: true}}
+	vars := []stage.Variable{
+		{Name: "token", File: h.secretFile(secret), Secret: true},
+		{Name: "pair", File: h.secretFile(`["PartOneSecret", "PartTwoSecret"]`), Secret: true, HCL: true},
+	}
 
 	plan := h.spec(stage.Plan, 1)
 	plan.Variables = vars
@@ -368,7 +376,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	logs := h.srv.allLogs()
-	if !strings.Contains(logs, "(local-exec): "+Redacted) {
+	if !strings.Contains(logs, "(local-exec): "+Redacted+" "+Redacted+","+Redacted) {
 		t.Errorf("the echo should be in the log, redacted:\n%s", logs)
 	}
 	for name, b := range map[string]string{
@@ -377,8 +385,10 @@ func TestSecretsAreRedacted(t *testing.T) {
 		"text":   string(h.srv.part(stage.PartText)),
 		"json":   string(h.srv.part(stage.PartJSON)),
 	} {
-		if strings.Contains(b, secret) {
-			t.Errorf("%s holds the secret:\n%s", name, b)
+		for _, s := range []string{secret, "PartOneSecret", "PartTwoSecret"} {
+			if strings.Contains(b, s) {
+				t.Errorf("%s holds the secret %s:\n%s", name, s, b)
+			}
 		}
 	}
 	// The outputs are the one place that holds values.
@@ -433,7 +443,7 @@ func TestSyntaxError(t *testing.T) {
 	if !strings.Contains(log, "main.tf") || !strings.Contains(log, "Error:") {
 		t.Errorf("log lacks terraform's message:\n%s", log)
 	}
-	if !strings.Contains(log, "terrarun: plan stage attempt 1 failed:") {
+	if !strings.Contains(log, "terrarun: stage plan attempt 1 failed:") {
 		t.Errorf("log lacks the final line:\n%s", log)
 	}
 	if errors.Is(err, ErrCanceled) || errors.Is(err, ErrForbidden) {
@@ -480,7 +490,7 @@ resource "terraform_data" "slow" {
 	if !strings.Contains(log, "Interrupt received") && !strings.Contains(log, "Gracefully shutting down") {
 		t.Errorf("terraform was not interrupted gracefully:\n%s", log)
 	}
-	if !strings.Contains(log, "terrarun: apply stage attempt 1 failed: stage canceled") {
+	if !strings.Contains(log, "terrarun: stage apply attempt 1 failed: stage canceled") {
 		t.Errorf("log lacks the final line:\n%s", log)
 	}
 	if h.srv.outputs != nil {
@@ -623,10 +633,10 @@ func TestGitSource(t *testing.T) {
 		add      int32
 		value    string
 	}{
-		{"v1", first, 2, "first"},
-		{"main", second, 3, "second"},
-		{first, first, 2, "first"},
-		{"", second, 3, "second"},
+		{"v1", first, 1, "first"},
+		{"main", second, 2, "second"},
+		{first, first, 1, "first"},
+		{"", second, 2, "second"},
 	} {
 		t.Run("ref="+tc.ref, func(t *testing.T) {
 			plan := h.spec(stage.Plan, 1)

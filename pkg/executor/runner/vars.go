@@ -101,3 +101,44 @@ func hclQuote(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// hclStringLiterals returns the values of the quoted string literals in an
+// HCL expression, so that the parts of a secret list or map are redacted
+// too. It understands the usual escapes; it does not evaluate templates.
+func hclStringLiterals(expr string) []string {
+	var out []string
+	for i := 0; i < len(expr); i++ {
+		if expr[i] != '"' {
+			continue
+		}
+		var b strings.Builder
+		j := i + 1
+		for ; j < len(expr) && expr[j] != '"'; j++ {
+			c := expr[j]
+			switch {
+			case c == '\\' && j+1 < len(expr):
+				j++
+				switch expr[j] {
+				case 'n':
+					b.WriteByte('\n')
+				case 'r':
+					b.WriteByte('\r')
+				case 't':
+					b.WriteByte('\t')
+				default:
+					b.WriteByte(expr[j])
+				}
+			case (c == '$' || c == '%') && strings.HasPrefix(expr[j+1:], string(c)+"{"):
+				b.WriteByte(c) // $${ is a literal ${
+				j++
+			default:
+				b.WriteByte(c)
+			}
+		}
+		if s := b.String(); s != "" {
+			out = append(out, s)
+		}
+		i = j
+	}
+	return out
+}

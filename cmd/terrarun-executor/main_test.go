@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/executor/stage"
+)
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"--stage-file"}, {"--stage-file", "f", "extra"}, {"--stage-file", "f", "--grace-period", "0s"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("run(%q) = %d, want 2", args, code)
+		}
+	}
+}
+
+func TestFailures(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noToken := filepath.Join(dir, "spec.json")
+	spec := `{"server":"https://user:hunter2@127.0.0.1:1","tokenFile":"/nonexistent","namespace":"ns","name":"r","stage":"plan","attempt":2}`
+	if err := os.WriteFile(noToken, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		filepath.Join(dir, "missing.json"): "terrarun: stage ? attempt ? failed: reading the stage file",
+		bad:                                "terrarun: stage ? attempt ? failed: decoding the stage file",
+		noToken:                            "terrarun: stage plan attempt 2 failed: server URL must not hold credentials",
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--stage-file", file}, &stdout, &stderr); code != 1 {
+			t.Errorf("%s: exit %d, want 1", file, code)
+		}
+		if !strings.HasPrefix(stdout.String(), want) {
+			t.Errorf("%s: stdout %q, want %q", file, stdout.String(), want)
+		}
+		if strings.Contains(stdout.String(), "hunter2") {
+			t.Errorf("stdout shows credentials: %s", stdout.String())
+		}
+	}
+}
+
+// TestMain lets the tests run this program as a child process: the test
+// binary re-executed with TERRARUN_EXECUTOR_MAIN=1 is terrarun-executor.
+func TestMain(m *testing.M) {
+	if os.Getenv("TERRARUN_EXECUTOR_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func engine(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TERRARUN_ENGINE"); p != "" {
+		return p
+	}
+	for _, name := range []string{"tofu", "terraform"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no tofu or terraform found on PATH and TERRARUN_ENGINE is not set: run `make engine` to install one")
+	return ""
+}
+
+// server accepts every write of the protocol and serves back the plan.
+type server struct {
+	mu    sync.Mutex
+	parts map[string][]byte
+	logs  bytes.Buffer
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer tok" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	sub := path.Base(r.URL.Path)
+	switch {
+	case sub == "logs":
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Body.Read(buf)
+			s.mu.Lock()
+			s.logs.Write(buf[:n])
+			s.mu.Unlock()
+			if err != nil {
+				break
+			}
+		}
+	case sub == "plan" && r.Method == http.MethodPost:
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.parts[r.URL.Query().Get("part")] = b
+		s.mu.Unlock()
+	case sub == "plan":
+		s.mu.Lock()
+		b := s.parts[r.URL.Query().Get("format")]
+		s.mu.Unlock()
+		_, _ = w.Write(b)
+		return
+	case sub == "outputs":
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+// TestSignal runs the program: a plan that succeeds, then an apply that
+// SIGTERM cancels while a provisioner sleeps.
+func TestSignal(t *testing.T) {
+	bin := engine(t)
+	srv := &server{parts: map[string][]byte{}}
+	ts := httptest.NewTLSServer(srv)
+	defer ts.Close()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ca := write("ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})))
+	token := write("token", "tok")
+	write("config/main.tf", "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"echo sleeping; sleep 30\"\n  }\n}\n")
+	spec := stage.Spec{
+		Server: ts.URL, CAFile: ca, TokenFile: token, Namespace: "ns", Name: "r", Stage: stage.Plan, Attempt: 1,
+		Binary: bin, WorkDir: filepath.Join(dir, "plan"), Operation: "Apply",
+		Source:  stage.Source{Dir: filepath.Join(dir, "config")},
+		Backend: stage.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(dir, "terraform.tfstate")}},
+	}
+	runProgram := func(spec stage.Spec, signalWhen string) (int, string) {
+		t.Helper()
+		if err := os.MkdirAll(spec.WorkDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(spec)
+		specFile := write(spec.Stage+".json", string(b))
+		cmd := exec.Command(os.Args[0], "--stage-file", specFile, "--grace-period", "10s")
+		cmd.Env = append(os.Environ(), "TERRARUN_EXECUTOR_MAIN=1")
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if signalWhen != "" {
+			deadline := time.Now().Add(60 * time.Second)
+			for !strings.Contains(srv.log(), signalWhen) && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		_ = cmd.Wait()
+		return cmd.ProcessState.ExitCode(), stdout.String()
+	}
+
+	code, out := runProgram(spec, "")
+	if code != 0 || !strings.HasSuffix(out, "terrarun: stage plan attempt 1 succeeded\n") {
+		t.Fatalf("plan: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "1 to add") {
+		t.Errorf("stdout lacks terraform's output:\n%s", out)
+	}
+
+	srv.mu.Lock()
+	sum := sha256.Sum256(srv.parts[stage.PartFile])
+	srv.mu.Unlock()
+	spec.Stage, spec.WorkDir, spec.Source = stage.Apply, filepath.Join(dir, "apply"), stage.Source{}
+	spec.PlanDigest = "sha256:" + hex.EncodeToString(sum[:])
+	start := time.Now()
+	code, out = runProgram(spec, "(local-exec): sleeping")
+	if code != 130 {
+		t.Errorf("apply: exit %d, want 130\n%s", code, out)
+	}
+	if !strings.Contains(out, "terrarun: stage apply attempt 1 failed: stage canceled") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	if time.Since(start) > 25*time.Second {
+		t.Errorf("took %s", time.Since(start))
+	}
+	if !strings.Contains(srv.log(), "Interrupt received") {
+		t.Errorf("terraform was not interrupted:\n%s", srv.log())
+	}
+}
