@@ -77,7 +77,9 @@ func runTests(m *testing.M) int {
 }
 
 // executorBinary is terrarun-executor, beside terrarun-apiserver.
-func executorBinary() string { return filepath.Join(filepath.Dir(apiserverBinary), "terrarun-executor") }
+func executorBinary() string {
+	return filepath.Join(filepath.Dir(apiserverBinary), "terrarun-executor")
+}
 
 // inProcessServer is terrarun-apiserver --standalone running inside the test
 // process.
