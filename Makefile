@@ -13,12 +13,17 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build terrarun-apiserver into bin/.
+build: ## Build terrarun-apiserver and terrarun-executor into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: engine
+engine: ## Find terraform or tofu (or $$TERRARUN_ENGINE), else build OpenTofu from the Go module proxy into .cache/engine.
+	@hack/engine.sh
 
 .PHONY: run
 run: build ## Start terrarun standalone (embedded etcd, self-signed certificates, admin kubeconfig in .terrarun/).
-	$(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR)
+	@engine=$$(hack/engine.sh) && PATH="$$(dirname "$$engine"):$$PATH" && export PATH && \
+	  echo "engine: $$engine" && exec $(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR)
 
 .PHONY: test
 test: verify unit integration ## Run every test: static checks, codegen verification, unit and integration.
@@ -30,16 +35,16 @@ verify: ## gofmt, go vet and generated-code freshness.
 	hack/verify-codegen.sh
 
 .PHONY: unit
-unit: ## Unit tests, with the race detector.
-	$(GO_TEST) ./pkg/... ./cmd/...
+unit: ## Unit tests, with the race detector (the executor's run against the real engine).
+	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/...
 
 .PHONY: integration
 integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl.
-	TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 20m ./test/integration/...
+	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
 
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.
-	TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime $(BENCHTIME) ./test/bench/...
+	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime $(BENCHTIME) ./test/bench/...
 
 .PHONY: codegen
 codegen: ## Regenerate deepcopy, defaults, conversion, openapi, clientset, listers, informers and applyconfigurations.

@@ -55,6 +55,9 @@ type Status struct {
 
 // Executor starts, observes and stops stage executions.
 type Executor interface {
+	// Name is the deterministic name of an execution: a Job name, or a
+	// process name. The controller records it in status.stages before Start.
+	Name(ex Execution) string
 	// Start starts the execution. It is idempotent: the execution's name is
 	// deterministic (run, stage, attempt), and starting one that already
 	// exists adopts it instead of starting a second one. It returns the name.

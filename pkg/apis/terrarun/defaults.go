@@ -18,9 +18,13 @@ const (
 )
 
 // SetBuiltinDefaults fills every defaultable field of spec that is still empty
-// with its built-in default. The registry strategy calls it after admission has
+// with its built-in default; engine is the server's default engine
+// (terraform when empty). The registry strategy calls it after admission has
 // applied the cluster policy, so the defaults hold even with admission off.
-func SetBuiltinDefaults(spec *TerraformRunSpec) {
+func SetBuiltinDefaults(spec *TerraformRunSpec, engine EngineBinary) {
+	if engine == "" {
+		engine = EngineTerraform
+	}
 	if spec.Operation == "" {
 		spec.Operation = OperationApply
 	}
@@ -34,7 +38,7 @@ func SetBuiltinDefaults(spec *TerraformRunSpec) {
 		spec.Approval.Timeout = &metav1.Duration{Duration: DefaultApprovalTimeout}
 	}
 	if spec.Engine.Binary == "" {
-		spec.Engine.Binary = EngineTerraform
+		spec.Engine.Binary = engine
 	}
 	if spec.Engine.Image == "" {
 		spec.Engine.Image = DefaultExecutorImage

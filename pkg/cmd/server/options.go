@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -204,8 +205,9 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 
 	server, err := (&apiserver.Config{GenericConfig: config, Deps: terraformrun.Deps{
-		Artifacts:  store,
-		Identities: identities,
+		Artifacts:     store,
+		Identities:    identities,
+		DefaultEngine: o.Executor.defaultEngine(),
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
 			if err := exec.Forget(ctx, namespace, name, uid); err != nil {
 				klog.ErrorS(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
@@ -227,7 +229,20 @@ func (o *Options) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	runErr := server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	// Stages in flight get SIGINT and a grace period to release their state
+	// locks before this process exits; a restarted server finds them lost,
+	// retries a plan and never re-applies.
+	if s, ok := exec.(interface {
+		Shutdown(context.Context, time.Duration) error
+	}); ok {
+		stopCtx, cancel := context.WithTimeout(context.Background(), o.Executor.CancelGrace+10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(stopCtx, o.Executor.CancelGrace); err != nil {
+			klog.ErrorS(err, "Stopping the stages in flight")
+		}
+	}
+	return runErr
 }
 
 // prepareStandalone creates the data directory, the CA and the serving

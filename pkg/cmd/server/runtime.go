@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -49,6 +50,8 @@ type ExecutorOptions struct {
 	MaxLogBytes int64
 	// MaxPlanBytes caps the plan text and the redacted plan JSON.
 	MaxPlanBytes int64
+	// DefaultEngine is spec.engine.binary for runs that set none.
+	DefaultEngine string
 }
 
 func newExecutorOptions() *ExecutorOptions {
@@ -66,6 +69,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
+	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
+		"Default: terraform, except with the local executor when only tofu is on PATH.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
 	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
 	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
@@ -78,6 +83,9 @@ func (o *ExecutorOptions) Validate() []error {
 	var errs []error
 	if o.Kind != "local" && o.Kind != "kubernetes" {
 		errs = append(errs, fmt.Errorf("--executor must be local or kubernetes, not %q", o.Kind))
+	}
+	if o.DefaultEngine != "" && o.DefaultEngine != "terraform" && o.DefaultEngine != "tofu" {
+		errs = append(errs, fmt.Errorf("--default-engine must be terraform or tofu, not %q", o.DefaultEngine))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
@@ -242,4 +250,18 @@ func (o *Options) newExecutor(config *genericapiserver.RecommendedConfig, client
 	default:
 		return nil, nil, fmt.Errorf("--executor=%s is not supported by this build yet", o.Executor.Kind)
 	}
+}
+
+// defaultEngine is --default-engine, or with the local executor the engine
+// this host has: terraform when it is on PATH, else tofu when that is.
+func (o *ExecutorOptions) defaultEngine() terrarun.EngineBinary {
+	if o.DefaultEngine != "" || o.Kind != "local" {
+		return terrarun.EngineBinary(o.DefaultEngine)
+	}
+	if _, err := exec.LookPath("terraform"); err != nil {
+		if _, err := exec.LookPath("tofu"); err == nil {
+			return terrarun.EngineTofu
+		}
+	}
+	return terrarun.EngineTerraform
 }

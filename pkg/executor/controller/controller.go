@@ -183,11 +183,6 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 }
 
-// jobName is the deterministic name of an execution in status.stages.
-func jobName(run *v1alpha1.TerraformRun, stageName string, attempt int32) string {
-	return fmt.Sprintf("%s-%s-%d", run.Name, stageName, attempt)
-}
-
 // startStage records a new stage attempt in status, then starts it. Recording
 // first means the write that wins the resourceVersion race is the only one
 // that starts: a second controller or a restarted one sees the recorded
@@ -197,7 +192,7 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
 		Name:      v1alpha1.StageName(stageName),
 		Attempt:   attempt,
-		Job:       jobName(run, stageName, attempt),
+		Job:       c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt}),
 		StartTime: &now,
 	})
 	if run.Status.StartTime == nil {

@@ -38,6 +38,11 @@ func NewExecutor(client kubernetes.Interface, opts JobOptions) *Executor {
 	return &Executor{client: client, opts: opts.withDefaults()}
 }
 
+// Name implements executor.Executor: the Job's name.
+func (e *Executor) Name(ex executor.Execution) string {
+	return JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+}
+
 // Start creates the stage Secret, then the Job. Either one may already exist,
 // from an earlier Start of the same execution (a retried reconcile, another
 // replica): it is adopted when its terrarun.dev/run-uid label is the run's

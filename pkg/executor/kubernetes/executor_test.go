@@ -426,3 +426,15 @@ func TestRunNotifies(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+func TestName(t *testing.T) {
+	e := NewExecutor(fake.NewClientset(), testOptions())
+	ex := planExecution()
+	if got, want := e.Name(ex), JobName("web", stage.Plan, 2); got != want {
+		t.Errorf("Name = %q, want %q", got, want)
+	}
+	name, err := e.Start(context.Background(), ex)
+	if err != nil || name != e.Name(ex) {
+		t.Errorf("Start = %q, %v; want Name %q", name, err, e.Name(ex))
+	}
+}

@@ -267,6 +267,11 @@ func (e *Executor) spawnLoop() {
 	}
 }
 
+// Name implements executor.Executor.
+func (e *Executor) Name(ex executor.Execution) string {
+	return ProcessName(ex.Run.Namespace, ex.Run.Name, ex.Stage, ex.Attempt)
+}
+
 // ProcessName is the deterministic name of an execution: <namespace>.<run>.<stage>.<attempt>.
 func ProcessName(namespace, name, stageName string, attempt int32) string {
 	return fmt.Sprintf("%s.%s.%s.%d", namespace, name, stageName, attempt)

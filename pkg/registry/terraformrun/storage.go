@@ -42,6 +42,9 @@ type Deps struct {
 	Identities executor.IdentityResolver
 	// Serializer encodes error responses of the streamed subresources.
 	Serializer runtime.NegotiatedSerializer
+	// DefaultEngine is spec.engine.binary when neither the run nor the
+	// cluster policy sets it; terraform when empty.
+	DefaultEngine terrarun.EngineBinary
 	// OnDelete, when set, is called after a run is deleted, for example to stop
 	// its executions. Artifacts are removed by the storage itself.
 	OnDelete func(ctx context.Context, namespace, name, uid string)
@@ -67,7 +70,7 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 // NewStorage builds the store of terraformruns and its status subresource. The
 // store uses the watch cache whenever optsGetter enables it.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps Deps) (*Storage, error) {
-	strategy := NewStrategy(scheme)
+	strategy := NewStrategy(scheme, deps.DefaultEngine)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &terrarun.TerraformRun{} },
 		NewListFunc:               func() runtime.Object { return &terrarun.TerraformRunList{} },

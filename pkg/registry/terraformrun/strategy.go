@@ -25,11 +25,14 @@ import (
 type runStrategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
+	// engine is the server's default engine.
+	engine terrarun.EngineBinary
 }
 
-// NewStrategy returns the strategy of the terraformruns resource.
-func NewStrategy(typer runtime.ObjectTyper) runStrategy {
-	return runStrategy{typer, names.SimpleNameGenerator}
+// NewStrategy returns the strategy of the terraformruns resource; engine is the
+// default of spec.engine.binary (terraform when empty).
+func NewStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) runStrategy {
+	return runStrategy{typer, names.SimpleNameGenerator, engine}
 }
 
 // NamespaceScoped is true: runs live in namespaces.
@@ -44,12 +47,12 @@ func (runStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 
 // PrepareForCreate clears status, records the creating user and applies the
 // built-in defaults to whatever the user and the cluster policy left empty.
-func (runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
+func (s runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	run := obj.(*terrarun.TerraformRun)
 	run.Status = terrarun.TerraformRunStatus{Phase: terrarun.RunPhasePending}
 	run.Generation = 1
 	run.Spec.Creator = creatorFrom(ctx)
-	terrarun.SetBuiltinDefaults(&run.Spec)
+	terrarun.SetBuiltinDefaults(&run.Spec, s.engine)
 }
 
 // creatorFrom returns the authenticated user of the request. A client-supplied
@@ -70,14 +73,14 @@ func creatorFrom(ctx context.Context) *terrarun.Creator {
 // without the server-recorded creator (for example by `kubectl replace` with the
 // original manifest) inherits it, and the built-in defaults are applied again, so
 // that resending the original manifest is not mistaken for a spec change.
-func (runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
+func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	newRun := obj.(*terrarun.TerraformRun)
 	oldRun := old.(*terrarun.TerraformRun)
 	newRun.Status = oldRun.Status
 	if newRun.Spec.Creator == nil {
 		newRun.Spec.Creator = oldRun.Spec.Creator.DeepCopy()
 	}
-	terrarun.SetBuiltinDefaults(&newRun.Spec)
+	terrarun.SetBuiltinDefaults(&newRun.Spec, s.engine)
 	newRun.Generation = oldRun.Generation
 	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
 		newRun.Generation = oldRun.Generation + 1

@@ -28,7 +28,7 @@ func userCtx(name string, groups ...string) context.Context {
 }
 
 func TestPrepareForCreateDefaultsAndRecordsCreator(t *testing.T) {
-	s := NewStrategy(nil)
+	s := NewStrategy(nil, "")
 	run := newRun()
 	run.Spec.Creator = &terrarun.Creator{Username: "mallory"}
 	run.Status.Phase = terrarun.RunPhaseSucceeded
@@ -63,7 +63,7 @@ func TestBuiltinDefaultsKeepUserValues(t *testing.T) {
 	run.Spec.Approval.Mode = terrarun.ApprovalModeAuto
 	run.Spec.Engine.Binary = terrarun.EngineTofu
 	run.Spec.Timeouts.Plan = &metav1.Duration{Duration: 5 * time.Minute}
-	NewStrategy(nil).PrepareForCreate(userCtx("alice"), run)
+	NewStrategy(nil, "").PrepareForCreate(userCtx("alice"), run)
 	if run.Spec.Operation != terrarun.OperationPlan || run.Spec.Approval.Mode != terrarun.ApprovalModeAuto ||
 		run.Spec.Engine.Binary != terrarun.EngineTofu || run.Spec.Timeouts.Plan.Duration != 5*time.Minute {
 		t.Errorf("user values were overwritten: %+v", run.Spec)
@@ -73,12 +73,12 @@ func TestBuiltinDefaultsKeepUserValues(t *testing.T) {
 func created(t *testing.T) *terrarun.TerraformRun {
 	t.Helper()
 	run := newRun()
-	NewStrategy(nil).PrepareForCreate(userCtx("alice"), run)
+	NewStrategy(nil, "").PrepareForCreate(userCtx("alice"), run)
 	return run
 }
 
 func TestSpecIsImmutable(t *testing.T) {
-	s := NewStrategy(nil)
+	s := NewStrategy(nil, "")
 	mutations := map[string]func(*terrarun.TerraformRun){
 		"operation":  func(r *terrarun.TerraformRun) { r.Spec.Operation = terrarun.OperationDestroy },
 		"source":     func(r *terrarun.TerraformRun) { r.Spec.Source.Inline["main.tf"] = "# changed" },
@@ -125,7 +125,7 @@ func TestSpecIsImmutable(t *testing.T) {
 }
 
 func TestMainResourceIgnoresStatus(t *testing.T) {
-	s := NewStrategy(nil)
+	s := NewStrategy(nil, "")
 	old := created(t)
 	updated := old.DeepCopy()
 	updated.Status.Phase = terrarun.RunPhaseSucceeded
@@ -137,7 +137,7 @@ func TestMainResourceIgnoresStatus(t *testing.T) {
 }
 
 func TestStatusSubresourceIgnoresSpec(t *testing.T) {
-	s := NewStatusStrategy(NewStrategy(nil))
+	s := NewStatusStrategy(NewStrategy(nil, ""))
 	old := created(t)
 	updated := old.DeepCopy()
 	updated.Spec.Operation = terrarun.OperationDestroy
@@ -176,4 +176,12 @@ func hasError(errs field.ErrorList, path string, typ field.ErrorType) bool {
 		}
 	}
 	return false
+}
+
+func TestServerDefaultEngine(t *testing.T) {
+	run := newRun()
+	NewStrategy(nil, terrarun.EngineTofu).PrepareForCreate(userCtx("alice"), run)
+	if run.Spec.Engine.Binary != terrarun.EngineTofu {
+		t.Errorf("engine = %q, want the server default tofu", run.Spec.Engine.Binary)
+	}
 }
