@@ -9,17 +9,23 @@ import (
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/controller"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
 )
 
@@ -63,13 +69,40 @@ func (o *Options) startController(hook genericapiserver.PostStartHookContext, co
 	if err != nil {
 		return err
 	}
+	// In cluster mode, Events go to the host cluster (kubectl describe shows
+	// them) and outputs can be published to a Secret there.
+	var (
+		recorder  record.EventRecorder
+		onApplied func(context.Context, *v1alpha1.TerraformRun) error
+	)
+	if config.ClientConfig != nil {
+		kube, err := kubernetes.NewForConfig(config.ClientConfig)
+		if err != nil {
+			return err
+		}
+		broadcaster := record.NewBroadcaster(record.WithContext(hook))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
+		onApplied = controller.OutputsSecretPublisher(kube, store)
+	}
 	id, _ := os.Hostname()
 	id = fmt.Sprintf("%s_%s", id, uuid.NewString())
 	ctx := klog.NewContext(hook, klog.Background().WithName("run-controller"))
+	if jobs, ok := exec.(interface {
+		Run(context.Context, executor.Notifier) error
+	}); ok {
+		go func() {
+			if err := jobs.Run(ctx, handle.notify); err != nil {
+				klog.FromContext(ctx).Error(err, "Watching executor Jobs")
+			}
+		}()
+	}
 	go controller.RunWhileLeader(ctx, client, leaderElectionKey, id, 15*time.Second, func(ctx context.Context) {
 		factory := informers.NewSharedInformerFactory(clientset, 0)
 		c, err := controller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), exec, store, controller.Options{
 			CancelGrace: o.Executor.CancelGrace,
+			Recorder:    recorder,
+			OnApplied:   onApplied,
 		})
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Building the run controller")

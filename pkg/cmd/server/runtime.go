@@ -13,16 +13,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/sets"
+	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/transport"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
+	kubeexecutor "github.com/terrarun/terrarun/pkg/executor/kubernetes"
 	"github.com/terrarun/terrarun/pkg/executor/local"
 
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
@@ -248,8 +253,50 @@ func (o *Options) newExecutor(config *genericapiserver.RecommendedConfig, client
 		addExecutorAuthentication(config, l.Tokens())
 		return l, l.Tokens(), nil
 	default:
-		return nil, nil, fmt.Errorf("--executor=%s is not supported by this build yet", o.Executor.Kind)
+		return o.newKubernetesExecutor(config)
 	}
+}
+
+// newKubernetesExecutor runs stages as Jobs in the runs' namespaces. Executor
+// pods authenticate with a projected, pod-bound service-account token for the
+// audience terrarun.dev, reviewed by the cluster (TokenReview), and are
+// matched to the run's current Job by the identity resolver.
+func (o *Options) newKubernetesExecutor(config *genericapiserver.RecommendedConfig) (executor.Executor, executor.IdentityResolver, error) {
+	if config.ClientConfig == nil {
+		return nil, nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
+	}
+	if o.Executor.ServerURL == "" {
+		return nil, nil, fmt.Errorf("--executor=kubernetes needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc")
+	}
+	var caBundle []byte
+	if o.Executor.CAFile != "" {
+		var err error
+		if caBundle, err = os.ReadFile(o.Executor.CAFile); err != nil {
+			return nil, nil, fmt.Errorf("reading --executor-ca-file: %w", err)
+		}
+	}
+	client, err := kubernetes.NewForConfig(config.ClientConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	jobs := kubeexecutor.NewExecutor(client, kubeexecutor.JobOptions{ServerURL: o.Executor.ServerURL, CABundle: caBundle})
+
+	tokens, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                &apiserverconfig.AnonymousAuthConfig{Enabled: false},
+		TokenAccessReviewClient:  client.AuthenticationV1(),
+		TokenAccessReviewTimeout: 10 * time.Second,
+		CacheTTL:                 10 * time.Second,
+		APIAudiences:             authenticator.Audiences{kubeexecutor.DefaultAudience},
+	}.New()
+	if err != nil {
+		return nil, nil, fmt.Errorf("building the executor token authenticator: %w", err)
+	}
+	if config.Authentication.Authenticator == nil {
+		config.Authentication.Authenticator = tokens
+	} else {
+		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, tokens)
+	}
+	return jobs, kubeexecutor.NewIdentityResolver(client), nil
 }
 
 // defaultEngine is --default-engine, or with the local executor the engine

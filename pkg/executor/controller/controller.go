@@ -249,11 +249,16 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 				return time.Second, nil
 			}
 		}
-		cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested)
-		c.completeStage(ctx, run, st, status, v1alpha1.ReasonCanceled)
-		c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
-		c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
-		return 0, c.writeStatus(ctx, run, "Canceled", cond.Message)
+		// An apply that ended with exit code 0 before the cancel took effect
+		// has changed the infrastructure: report it applied (below), not
+		// Canceled.
+		if stageName != stage.Apply || status.State != executor.StateSucceeded {
+			cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested)
+			c.completeStage(ctx, run, st, status, v1alpha1.ReasonCanceled)
+			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
+			c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
+			return 0, c.writeStatus(ctx, run, "Canceled", cond.Message)
+		}
 	}
 
 	switch status.State {
@@ -282,10 +287,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			return 0, nil
 		}
 		c.completeStage(ctx, run, st, status, v1alpha1.ReasonExecutorLost)
-		if stageName == stage.Plan && st.Attempt < c.opts.MaxPlanAttempts {
+		if st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
 			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonExecutorLost, "The plan stage attempt %d was lost with its executor; retrying", st.Attempt)
-			return c.startStage(ctx, run, stage.Plan, st.Attempt+1)
+			return c.startStage(ctx, run, stageName, st.Attempt+1)
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d was lost with its executor. ", stageName, st.Attempt)
 		if stageName == stage.Apply {
