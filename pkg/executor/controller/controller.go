@@ -287,10 +287,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			return 0, nil
 		}
 		c.completeStage(ctx, run, st, status, v1alpha1.ReasonExecutorLost)
-		if st.Attempt < c.opts.MaxPlanAttempts {
+		if stageName == stage.Plan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
 			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonExecutorLost, "The plan stage attempt %d was lost with its executor; retrying", st.Attempt)
-			return c.startStage(ctx, run, stageName, st.Attempt+1)
+			return c.startStage(ctx, run, stage.Plan, st.Attempt+1)
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d was lost with its executor. ", stageName, st.Attempt)
 		if stageName == stage.Apply {
