@@ -93,21 +93,24 @@ func TestLargePlan(t *testing.T) {
 	t.Logf("plan JSON: %d bytes", len(planJSON))
 }
 
-// bigLogLines lines of exactly 100 bytes, numbered, are printed by the apply:
-// 22,000,000 bytes before terraform prefixes each line with the resource's
-// address.
-const bigLogLines = 220000
+// bigLogLines lines of exactly 1000 bytes, numbered, are printed by the
+// apply of bigLogTF: 22,000,000 bytes before terraform prefixes each line with
+// the resource's address. (Terraform takes some 35 seconds to relay them, and
+// longer for shorter lines.)
+const bigLogLines = 22000
 
-// bigLogTF prints bigLogLines numbered lines through local-exec during the
-// apply, after a pause that leaves time to start a follower.
-var bigLogTF = fmt.Sprintf(`resource "terraform_data" "noisy" {
+// bigLogTF prints lines numbered lines of 1000 bytes through local-exec during
+// the apply, after a pause that leaves time to start a follower.
+func bigLogTF(lines int) string {
+	return fmt.Sprintf(`resource "terraform_data" "noisy" {
   provisioner "local-exec" {
     command = "sleep 3; seq -f 'line %%09.0f %s' 1 %d"
   }
 }
-`, strings.Repeat("x", 85), bigLogLines)
+`, strings.Repeat("x", 985), lines)
+}
 
-var logLineRE = regexp.MustCompile(`line (\d{9}) x{85}\n`)
+var logLineRE = regexp.MustCompile(`line (\d{9}) x{985}\n`)
 
 // checkNumberedLines checks that log holds the lines 1..want of bigLogTF's
 // command, each once and in order, and reports the first gap.
@@ -133,8 +136,9 @@ func checkNumberedLines(t *testing.T, what, log string, want int) {
 // still succeed.
 func TestLargeLog(t *testing.T) {
 	t.Run("Full", func(t *testing.T) {
+		t.Parallel()
 		e := newRunEnv(t)
-		e.create(t, runManifest("noisy", inline(map[string]string{"main.tf": bigLogTF}, "  approval:\n    mode: Auto\n")))
+		e.create(t, runManifest("noisy", inline(map[string]string{"main.tf": bigLogTF(bigLogLines)}, "  approval:\n    mode: Auto\n")))
 		e.waitPhase(t, "noisy", 5*time.Minute, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		followed := startFollow(t, e.Kubeconfig, raw("noisy", "logs?follow=true&stage=apply"))
 		run := e.waitPhase(t, "noisy", 10*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
@@ -170,9 +174,11 @@ func TestLargeLog(t *testing.T) {
 	})
 
 	t.Run("Capped", func(t *testing.T) {
+		t.Parallel()
 		const maxLog, maxPlan = 4 << 20, 64 << 10
 		e := newRunEnv(t, "--max-log-bytes", strconv.Itoa(maxLog), "--max-plan-bytes", strconv.Itoa(maxPlan))
-		e.create(t, runManifest("noisy", inline(map[string]string{"main.tf": bigLogTF}, "  approval:\n    mode: Auto\n")))
+		// 6 MB of output: past the cap of 4 MiB.
+		e.create(t, runManifest("noisy", inline(map[string]string{"main.tf": bigLogTF(6000)}, "  approval:\n    mode: Auto\n")))
 		// 300 resources with 1000-character inputs: a plan text of some 330 KB.
 		e.create(t, runManifest("wide", inline(map[string]string{"main.tf": `locals {
   long = join("", [for i in range(100) : "abcdefghij"])

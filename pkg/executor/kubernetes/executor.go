@@ -119,7 +119,20 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		return executor.Status{}, err
 	}
 	if job == nil {
-		return executor.Status{State: executor.StateUnknown, Name: JobName(ex.Run.Name, ex.Stage, ex.Attempt)}, nil
+		// Start creates the stage Secret before the Job: with the Secret
+		// present the Job existed, or was being created, and is gone (deleted,
+		// or removed by its TTL). Reporting it lost, rather than not started,
+		// keeps the controller from ever starting an apply a second time.
+		name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, StageSecretName(name), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return executor.Status{State: executor.StateUnknown, Name: name, Reason: "NotStarted"}, nil
+		case err != nil:
+			return executor.Status{}, err
+		}
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: "ExecutorLost",
+			Message: fmt.Sprintf("Job %s/%s no longer exists", ex.Run.Namespace, name)}, nil
 	}
 	st := executor.Status{State: executor.StateRunning, Name: job.Name}
 	if t := job.Status.StartTime; t != nil {

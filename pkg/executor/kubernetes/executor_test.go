@@ -295,8 +295,30 @@ func TestStatusUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
-	if st.State != executor.StateUnknown || st.Name != "web-plan-2" {
-		t.Errorf("Status of a missing Job = %+v, want Unknown web-plan-2", st)
+	if st.State != executor.StateUnknown || st.Name != "web-plan-2" || st.Reason != "NotStarted" {
+		t.Errorf("Status of a missing Job = %+v, want Unknown/NotStarted web-plan-2", st)
+	}
+}
+
+// TestStatusJobGone: a Job that existed and is gone (its Secret remains) is
+// lost, never "not started", so the controller never starts it again.
+func TestStatusJobGone(t *testing.T) {
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	ctx := context.Background()
+	name, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := client.BatchV1().Jobs("team-a").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if st.State != executor.StateUnknown || st.Reason != "ExecutorLost" {
+		t.Errorf("Status of a deleted Job = %+v, want Unknown/ExecutorLost", st)
 	}
 }
 
