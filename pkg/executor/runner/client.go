@@ -133,9 +133,11 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 		base:      u,
 		tokenFile: spec.TokenFile,
 		hc:        &http.Client{Transport: transport},
-		Retries:   4,
-		Backoff:   500 * time.Millisecond,
-		Timeout:   10 * time.Minute,
+		// About a minute of retries (0.5s doubling): enough to ride out a
+		// restart of terrarun-apiserver while a stage runs.
+		Retries: 7,
+		Backoff: 500 * time.Millisecond,
+		Timeout: 10 * time.Minute,
 	}, nil
 }
 
