@@ -219,9 +219,11 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	runs.store.Store(server.Runs.Run.Store)
 
-	server.GenericAPIServer.AddPostStartHookOrDie("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
-		return o.startController(hook, config, etcdClient, exec, store, ctrl)
-	})
+	if o.Executor.RunController {
+		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
+			return o.startController(hook, config, etcdClient, exec, store, ctrl)
+		})
+	}
 	if o.Standalone {
 		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
 			fmt.Fprintf(o.Out, "terrarun is serving in standalone mode at %s\nkubeconfig: %s\ntry:        kubectl --kubeconfig %s get terraformruns\n",

@@ -57,11 +57,15 @@ type ExecutorOptions struct {
 	MaxPlanBytes int64
 	// DefaultEngine is spec.engine.binary for runs that set none.
 	DefaultEngine string
+	// RunController runs the run controller (leader-elected). Without it the
+	// server serves the API only and runs stay Pending.
+	RunController bool
 }
 
 func newExecutorOptions() *ExecutorOptions {
 	return &ExecutorOptions{
 		Kind:              "local",
+		RunController:     true,
 		Workers:           4,
 		CancelGrace:       20 * time.Second,
 		ArtifactRetention: 30 * 24 * time.Hour,
@@ -76,6 +80,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
+	fs.BoolVar(&o.RunController, "run-controller", o.RunController, "Run the run controller (leader-elected through etcd, so several replicas are safe). "+
+		"false serves the API only and leaves runs Pending: for API-only replicas and API benchmarks.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
 	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
 	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
