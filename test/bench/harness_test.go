@@ -8,9 +8,11 @@
 // `go test ./...` (no -bench) neither builds nor starts anything.
 //
 // The binary is $TERRARUN_APISERVER (which `make bench` sets to bin/); without
-// it the harness builds one with `go build` into a temporary directory.
-// $TERRARUN_BENCH_SERVER_ARGS, split on white space, is appended to the
-// server's command line.
+// it the harness builds one with `go build` into a temporary directory. The
+// server runs with --run-controller=false: the API only, runs stay Pending.
+// With the controller every created run would be planned by a real engine,
+// and the benchmarks would measure that. $TERRARUN_BENCH_SERVER_ARGS, split
+// on white space, is appended to the server's command line.
 //
 // Every benchmark takes a fixed number of samples (see the constants in
 // bench_test.go) rather than relying on b.N, so `-benchtime 1x`, the default
@@ -127,7 +129,14 @@ func startServer() (*server, error) {
 
 	s := &server{exited: make(chan error, 1), dataDir: dataDir, logPath: logPath}
 	args := []string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}
+	// The run controller would plan every run the benchmarks create, with a
+	// real engine, and measure that instead of the API. Binaries from before
+	// --run-controller have no controller.
+	if help, _ := exec.Command(bin, "--help").CombinedOutput(); bytes.Contains(help, []byte("--run-controller")) {
+		args = append(args, "--run-controller=false")
+	}
 	args = append(args, strings.Fields(os.Getenv("TERRARUN_BENCH_SERVER_ARGS"))...)
+	fmt.Fprintf(os.Stderr, "bench: %s %s\n", bin, strings.Join(args, " "))
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	if err := s.cmd.Start(); err != nil {
@@ -192,6 +201,11 @@ func waitReady(kubeconfig string, exited <-chan error) (*rest.Config, error) {
 
 // stop sends SIGTERM and waits for a graceful exit.
 func (s *server) stop() error {
+	select {
+	case err := <-s.exited:
+		return fmt.Errorf("terrarun-apiserver exited before the end of the benchmarks: %v", err)
+	default:
+	}
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signalling terrarun-apiserver: %w", err)
 	}
@@ -208,11 +222,17 @@ func (s *server) stop() error {
 	}
 }
 
-// dumpLog prints the tail of the server's output to stderr.
+// dumpLog prints the tail of the server's output to stderr and keeps a copy
+// of all of it outside the data directory, which TestMain removes.
 func (s *server) dumpLog() {
 	out, err := os.ReadFile(s.logPath)
 	if err != nil {
 		return
+	}
+	if f, err := os.CreateTemp("", "terrarun-bench-server-*.log"); err == nil {
+		_, _ = f.Write(out)
+		_ = f.Close()
+		fmt.Fprintf(os.Stderr, "terrarun-apiserver output kept in %s\n", f.Name())
 	}
 	const tail = 16 << 10
 	if len(out) > tail {

@@ -110,24 +110,45 @@ func bigLogTF(lines int) string {
 `, strings.Repeat("x", 985), lines)
 }
 
-var logLineRE = regexp.MustCompile(`line (\d{9}) x{985}\n`)
+// provisionerPrefix starts every line terraform relays from bigLogTF's
+// command.
+const provisionerPrefix = "terraform_data.noisy (local-exec):"
 
-// checkNumberedLines checks that log holds the lines 1..want of bigLogTF's
-// command, each once and in order, and reports the first gap.
-func checkNumberedLines(t *testing.T, what, log string, want int) {
+// checkProvisionerOutput checks that log relays the output of bigLogTF's
+// command in full: the numbered lines 1..want, each once and in order.
+// Terraform relays a line in pieces, each on a line of its own, when the
+// rest of it is slow to come (go-linereader's timeout), so the pieces are
+// joined before they are compared.
+func checkProvisionerOutput(t *testing.T, what, log string, want int) {
 	t.Helper()
-	next := 1
-	for _, m := range logLineRE.FindAllStringSubmatch(log, -1) {
-		n, _ := strconv.Atoi(m[1])
-		if n != next {
-			t.Errorf("%s: line %d follows line %d; lines are missing or repeated", what, n, next-1)
-			return
+	var got strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		if rest, ok := strings.CutPrefix(line, provisionerPrefix); ok && !strings.HasPrefix(rest, " Executing: ") {
+			got.WriteString(strings.TrimPrefix(rest, " "))
 		}
-		next++
 	}
-	if next-1 != want {
-		t.Errorf("%s: %d of %d numbered lines", what, next-1, want)
+	var expect strings.Builder
+	xs := strings.Repeat("x", 985)
+	for i := 1; i <= want; i++ {
+		fmt.Fprintf(&expect, "line %09d %s", i, xs)
 	}
+	g, e := got.String(), expect.String()
+	if g == e {
+		return
+	}
+	i := 0
+	for i < len(g) && i < len(e) && g[i] == e[i] {
+		i++
+	}
+	t.Errorf("%s: the command's output differs from byte %d of %d (%d relayed): want %q, got %q",
+		what, i, len(e), len(g), abbreviate(e[max(0, i-40):min(len(e), i+200)]), abbreviate(g[max(0, i-40):min(len(g), i+200)]))
+}
+
+var xRuns = regexp.MustCompile(`x{20,}`)
+
+// abbreviate shortens runs of x.
+func abbreviate(s string) string {
+	return xRuns.ReplaceAllStringFunc(s, func(x string) string { return fmt.Sprintf("x{%d}", len(x)) })
 }
 
 // TestLargeLog streams an apply log of more than 20 MiB in full, to a reader
@@ -160,7 +181,7 @@ func TestLargeLog(t *testing.T) {
 		if strings.Contains(log, "[terrarun:") {
 			t.Errorf("the apply log of a default server holds a terrarun marker: %s", firstLineWith(log, "[terrarun:"))
 		}
-		checkNumberedLines(t, "apply log", log, bigLogLines)
+		checkProvisionerOutput(t, "apply log", log, bigLogLines)
 
 		f := followed.wait(t)
 		t.Logf("followed apply log: %d bytes", len(f))
@@ -170,7 +191,7 @@ func TestLargeLog(t *testing.T) {
 		if !strings.Contains(f, "Apply complete! Resources: 1 added") {
 			t.Errorf("the followed apply log lacks `Apply complete!`; its end:\n%s", tail(f, 1000))
 		}
-		checkNumberedLines(t, "followed apply log", f, bigLogLines)
+		checkProvisionerOutput(t, "followed apply log", f, bigLogLines)
 	})
 
 	t.Run("Capped", func(t *testing.T) {
@@ -232,6 +253,12 @@ resource "terraform_data" "w" {
 		}
 		if !strings.Contains(plan, "terraform_data.w[0]") {
 			t.Errorf("the capped plan text lacks its beginning:\n%.2000s", plan)
+		}
+		// The redacted plan JSON has the same cap.
+		planJSON := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("wide", "plan?format=json"))
+		t.Logf("capped plan JSON: %d bytes, valid JSON: %v", len(planJSON), json.Valid([]byte(planJSON)))
+		if len(planJSON) > maxPlan+len(planMarker) || !strings.HasSuffix(planJSON, planMarker) {
+			t.Errorf("the capped plan JSON has %d bytes (cap %d) and ends:\n%s", len(planJSON), maxPlan, tail(planJSON, 500))
 		}
 	})
 }

@@ -82,6 +82,11 @@ func NewOptions(out io.Writer) *Options {
 	// terrarun's types have no protobuf encoding.
 	o.Recommended.Etcd.DefaultStorageMediaType = "application/json"
 	o.Recommended.SecureServing.BindPort = defaultSecurePort
+	// kube-apiserver applies priority and fairness to every request before
+	// the aggregator proxies it here; terrarun limits concurrency with
+	// max-in-flight and does not contend for the FlowSchema status that
+	// kube-apiserver maintains. --enable-priority-and-fairness turns it on.
+	o.Recommended.Features.EnablePriorityAndFairness = false
 
 	// Only native, in-process admission: no webhooks, no admission policies.
 	plugins := admission.NewPlugins()

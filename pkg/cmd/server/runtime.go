@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 )
 
 // ExecutorOptions configure how runs execute.
@@ -291,16 +293,27 @@ func (o *Options) newKubernetesExecutor(config *genericapiserver.RecommendedConf
 		Anonymous:                &apiserverconfig.AnonymousAuthConfig{Enabled: false},
 		TokenAccessReviewClient:  client.AuthenticationV1(),
 		TokenAccessReviewTimeout: 10 * time.Second,
+		WebhookRetryBackoff:      genericoptions.DefaultAuthWebhookRetryBackoff(),
 		CacheTTL:                 10 * time.Second,
 		APIAudiences:             authenticator.Audiences{kubeexecutor.DefaultAudience},
 	}.New()
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the executor token authenticator: %w", err)
 	}
+	// The executor authenticator reviews tokens for its own audience, not the
+	// API audiences of the request, and vouches for them to this server only.
+	executors := authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		ctx := authenticator.WithAudiences(req.Context(), authenticator.Audiences{kubeexecutor.DefaultAudience})
+		resp, ok, err := tokens.AuthenticateRequest(req.WithContext(ctx))
+		if resp != nil {
+			resp.Audiences = nil
+		}
+		return resp, ok, err
+	})
 	if config.Authentication.Authenticator == nil {
-		config.Authentication.Authenticator = tokens
+		config.Authentication.Authenticator = executors
 	} else {
-		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, tokens)
+		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, executors)
 	}
 	return jobs, kubeexecutor.NewIdentityResolver(client), nil
 }

@@ -1,0 +1,454 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// newNamespace creates a namespace for one scenario, with alice as editor,
+// bob as approver (and viewer), carol as viewer, and the executor's
+// service account bound to terrarun-executor, as the README says.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	buf := make([]byte, 3)
+	_, _ = rand.Read(buf)
+	ns := "e2e-" + hex.EncodeToString(buf)
+	mustAs(t, "admin", "create", "namespace", ns)
+	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "delete", "namespace", ns, "--wait=false") })
+	mustAs(t, "admin", "create", "rolebinding", "alice-edit", "-n", ns, "--clusterrole=terrarun-edit", "--user=alice")
+	mustAs(t, "admin", "create", "rolebinding", "bob-approve", "-n", ns, "--clusterrole=terrarun-approve", "--user=bob")
+	mustAs(t, "admin", "create", "rolebinding", "bob-view", "-n", ns, "--clusterrole=terrarun-view", "--user=bob")
+	mustAs(t, "admin", "create", "rolebinding", "carol-view", "-n", ns, "--clusterrole=terrarun-view", "--user=carol")
+	mustAs(t, "admin", "create", "rolebinding", "terrarun-executor", "-n", ns, "--clusterrole=terrarun-executor", "--serviceaccount="+ns+":default")
+	// The pods run as the namespace's default service account.
+	waitFor(t, time.Minute, "the default service account of "+ns, func() bool {
+		_, err := cl.kubectlAs("admin", "get", "serviceaccount", "default", "-n", ns)
+		return err == nil
+	})
+	return ns
+}
+
+func mustAs(t *testing.T, user string, args ...string) string {
+	t.Helper()
+	out, err := cl.kubectlAs(user, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", timeout, what)
+}
+
+// createRun creates a run as user from a manifest with an inline config.
+func createRun(t *testing.T, user, ns, name, mainTF, extra string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n", name, ns)
+	fmt.Fprintf(&b, "  workspace: %s\n  source:\n    inline:\n      main.tf: |\n", name)
+	for _, line := range strings.Split(strings.TrimRight(mainTF, "\n"), "\n") {
+		b.WriteString("        " + line + "\n")
+	}
+	b.WriteString(extra)
+	if _, err := cl.kubectlStdin(user, b.String(), "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func phase(t *testing.T, ns, name string) string {
+	out, err := cl.kubectlAs("admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.phase}")
+	if err != nil {
+		return ""
+	}
+	return out
+}
+
+func waitPhase(t *testing.T, ns, name string, timeout time.Duration, phases ...string) string {
+	t.Helper()
+	var got string
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		got = phase(t, ns, name)
+		for _, p := range phases {
+			if got == p {
+				return got
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	status, _ := cl.kubectlAs("admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status}")
+	t.Fatalf("run %s/%s did not reach %v within %s (phase %q); status: %s", ns, name, phases, timeout, got, status)
+	return ""
+}
+
+func raw(ns, name, sub string) string {
+	return fmt.Sprintf("/apis/terrarun.dev/v1alpha1/namespaces/%s/terraformruns/%s/%s", ns, name, sub)
+}
+
+const helloTF = `resource "terraform_data" "hello" {
+  input = "hello"
+}
+
+output "greeting" {
+  value = terraform_data.hello.output
+}
+
+output "token" {
+  value     = "sensitive-${terraform_data.hello.output}"
+  sensitive = true
+}
+`
+
+// approve approves the run's current plan as user.
+func approve(t *testing.T, user, ns, name string) (string, error) {
+	t.Helper()
+	digest := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.plan.digest}")
+	file := filepath.Join(t.TempDir(), "approval.yaml")
+	body := fmt.Sprintf(`{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":%q,"comment":"e2e"}`, digest)
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cl.kubectlAs(user, "create", "--raw", raw(ns, name, "approve"), "-f", file)
+}
+
+// TestLifecycleAndRBAC is scenarios 1 and 2: alice creates and follows a run,
+// RBAC on subresources decides who approves, and the apply runs in a second Job.
+func TestLifecycleAndRBAC(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "hello", helloTF, "")
+
+	out := mustAs(t, "alice", "get", "terraformruns", "-n", ns)
+	if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+APPROVED-BY\s+AGE\n`).MatchString(out) || !strings.Contains(out, "hello") {
+		t.Fatalf("get terraformruns through the aggregator:\n%s", out)
+	}
+	waitFor(t, 2*time.Minute, "the plan Job", func() bool {
+		jobs, _ := cl.kubectlAs("admin", "get", "jobs", "-n", ns, "-l", "terrarun.dev/run=hello", "-o", "name")
+		return strings.Contains(jobs, "job.batch/hello-plan-1")
+	})
+	follow := streamRaw(t, "alice", raw(ns, "hello", "logs?follow=true&stage=plan"))
+	if got := waitPhase(t, ns, "hello", 5*time.Minute, "AwaitingApproval", "Failed"); got != "AwaitingApproval" {
+		t.Fatalf("run ended %s: %s", got, mustAs(t, "admin", "get", "tfr", "hello", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if l := follow.wait(t); !strings.Contains(l, "Plan: 1 to add, 0 to change, 0 to destroy.") {
+		t.Errorf("followed plan log:\n%s", l)
+	}
+	if plan := mustAs(t, "alice", "get", "--raw", raw(ns, "hello", "plan")); !strings.Contains(plan, "1 to add") {
+		t.Errorf("plan:\n%s", plan)
+	}
+	if logs := mustAs(t, "admin", "logs", "-n", ns, "job/hello-plan-1"); !strings.Contains(logs, "terrarun: running terraform plan") {
+		t.Errorf("kubectl logs job/hello-plan-1:\n%s", logs)
+	}
+
+	// RBAC on subresources. (kubectl reads "terraformruns/approve" as the run
+	// named approve; the subresource is --subresource.)
+	if out, _ := cl.kubectlAs("alice", "auth", "can-i", "create", "terraformruns", "--subresource=approve", "-n", ns); strings.TrimSpace(out) != "no" {
+		t.Errorf("alice can-i create terraformruns --subresource=approve = %q, want no", out)
+	}
+	if out := mustAs(t, "bob", "auth", "can-i", "create", "terraformruns", "--subresource=approve", "-n", ns); strings.TrimSpace(out) != "yes" {
+		t.Errorf("bob can-i create terraformruns --subresource=approve = %q, want yes", out)
+	}
+	if _, err := approve(t, "alice", ns, "hello"); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+		t.Fatalf("alice's approval: %v, want 403", err)
+	}
+	if _, err := approve(t, "bob", ns, "hello"); err != nil {
+		t.Fatalf("bob's approval: %v", err)
+	}
+	if got := waitPhase(t, ns, "hello", 5*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("run ended %s: %s", got, mustAs(t, "admin", "get", "tfr", "hello", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if by := mustAs(t, "alice", "get", "tfr", "hello", "-n", ns, "-o", "jsonpath={.status.approval.approvedBy}"); by != "bob" {
+		t.Errorf("approvedBy = %q, want bob", by)
+	}
+	jobs := mustAs(t, "admin", "get", "jobs", "-n", ns, "-l", "terrarun.dev/run=hello", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.succeeded} {end}")
+	if !strings.Contains(jobs, "hello-plan-1=1") || !strings.Contains(jobs, "hello-apply-1=1") {
+		t.Errorf("jobs: %s, want hello-plan-1 and hello-apply-1 succeeded", jobs)
+	}
+
+	// carol (terrarun-view) reads plans and logs but not outputs.
+	mustAs(t, "carol", "get", "--raw", raw(ns, "hello", "plan"))
+	mustAs(t, "carol", "get", "--raw", raw(ns, "hello", "logs?stage=apply"))
+	if _, err := cl.kubectlAs("carol", "get", "--raw", raw(ns, "hello", "outputs")); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+		t.Errorf("carol reading outputs: %v, want 403", err)
+	}
+	if outputs := mustAs(t, "alice", "get", "--raw", raw(ns, "hello", "outputs")); !strings.Contains(outputs, "sensitive-hello") {
+		t.Errorf("alice reading outputs:\n%s", outputs)
+	}
+}
+
+// stream is a kubectl get --raw in flight.
+type stream struct {
+	done chan struct{}
+	out  strings.Builder
+	err  error
+}
+
+func streamRaw(t *testing.T, user, path string) *stream {
+	t.Helper()
+	s := &stream{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, cl.kubectl, "--kubeconfig", cl.kubeconfigs[user], "get", "--raw", path)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.out.WriteString(sc.Text() + "\n")
+		}
+		s.err = cmd.Wait()
+	}()
+	return s
+}
+
+func (s *stream) wait(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the log follow did not end with the stage")
+	}
+	if s.err != nil {
+		t.Fatalf("kubectl get --raw: %v\n%s", s.err, s.out.String())
+	}
+	return s.out.String()
+}
+
+// TestExecutorIsolation is scenario 3: run A's executor token cannot write
+// run B's logs or plan.
+func TestExecutorIsolation(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "run-a", helloTF, "")
+	createRun(t, "alice", ns, "run-b", helloTF, "")
+	waitPhase(t, ns, "run-a", 5*time.Minute, "AwaitingApproval")
+	waitPhase(t, ns, "run-b", 5*time.Minute, "AwaitingApproval")
+
+	token := podToken(t, ns, "run-a-plan-1")
+	for _, path := range []string{raw(ns, "run-b", "logs?stage=plan&attempt=1"), raw(ns, "run-b", "plan?attempt=1&part=text")} {
+		code, body := postAsToken(t, token, path)
+		if code != http.StatusForbidden {
+			t.Errorf("POST %s with run-a's executor token: %d %s, want 403", path, code, body)
+		}
+	}
+	// The same token may not even write its own run once its stage ended.
+	if code, body := postAsToken(t, token, raw(ns, "run-a", "logs?stage=plan&attempt=1")); code != http.StatusForbidden {
+		t.Errorf("POST run-a's logs after its plan ended: %d %s, want 403", code, body)
+	}
+}
+
+// podToken reads the projected terrarun.dev token of a Job's pod from the
+// node agent's pod directory (the Job builder's terrarun-token volume).
+func podToken(t *testing.T, ns, job string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(cl.agentDir, ns+"_"+job+"-*", "volumes", "terrarun-token", "token"))
+	for _, m := range matches {
+		if data, err := os.ReadFile(m); err == nil && len(data) > 0 {
+			return strings.TrimSpace(string(data))
+		}
+	}
+	t.Fatalf("no projected terrarun.dev token for job %s/%s under %s", ns, job, cl.agentDir)
+	return ""
+}
+
+// postAsToken POSTs to terrarun directly, as executors do.
+func postAsToken(t *testing.T, token, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("https://%s:%d%s", nodeIP, terrarunPort, path), strings.NewReader("forged\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfigFor(cl.trCA)}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp.StatusCode, b.String()
+}
+
+// TestGarbageCollection is scenario 4: deleting a run removes its Jobs
+// through ownerReferences and its artifacts from terrarun's etcd.
+func TestGarbageCollection(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "doomed", helloTF, "")
+	waitPhase(t, ns, "doomed", 5*time.Minute, "AwaitingApproval")
+	uid := mustAs(t, "admin", "get", "tfr", "doomed", "-n", ns, "-o", "jsonpath={.metadata.uid}")
+	prefix := fmt.Sprintf("/terrarun/artifacts/%s/doomed/%s/", ns, uid)
+	if n := etcdKeys(t, prefix); n == 0 {
+		t.Fatalf("no artifacts under %s before the delete", prefix)
+	}
+	mustAs(t, "alice", "delete", "tfr", "doomed", "-n", ns)
+	waitFor(t, 2*time.Minute, "the run's Jobs to be garbage collected", func() bool {
+		jobs, err := cl.kubectlAs("admin", "get", "jobs", "-n", ns, "-l", "terrarun.dev/run=doomed", "-o", "name")
+		return err == nil && strings.TrimSpace(jobs) == ""
+	})
+	waitFor(t, time.Minute, "the run's artifacts to be removed", func() bool { return etcdKeys(t, prefix) == 0 })
+}
+
+// etcdKeys counts the keys under prefix in terrarun's etcd.
+func etcdKeys(t *testing.T, prefix string) int64 {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{cl.trEtcd}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// TestFailure is scenario 5: a failing config ends Failed, its Job fails,
+// describe shows why, and nothing is retried.
+func TestFailure(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "broken", "resource \"terraform_data\" \"x\" {\n  input = \n}\n", "")
+	if got := waitPhase(t, ns, "broken", 5*time.Minute, "Failed", "AwaitingApproval"); got != "Failed" {
+		t.Fatalf("phase %s, want Failed", got)
+	}
+	failed := mustAs(t, "admin", "get", "job", "broken-plan-1", "-n", ns, "-o", "jsonpath={.status.failed}")
+	if failed != "1" {
+		t.Errorf("job broken-plan-1 status.failed = %q, want 1", failed)
+	}
+	waitFor(t, time.Minute, "an Event explaining the failure", func() bool {
+		out, _ := cl.kubectlAs("alice", "describe", "tfr", "broken", "-n", ns)
+		return strings.Contains(out, "PlanFailed") && strings.Contains(out, "Error")
+	})
+	time.Sleep(5 * time.Second) // no retry may appear afterwards
+	jobs := mustAs(t, "admin", "get", "jobs", "-n", ns, "-l", "terrarun.dev/run=broken", "-o", "name")
+	if strings.TrimSpace(jobs) != "job.batch/broken-plan-1" {
+		t.Errorf("jobs of the failed run: %q, want only broken-plan-1", jobs)
+	}
+}
+
+// TestOutputsSecret is scenario 6.
+func TestOutputsSecret(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "publish", helloTF, "  approval:\n    mode: Auto\n  outputsSecret: publish-outputs\n")
+	if got := waitPhase(t, ns, "publish", 5*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "publish", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	var secret struct {
+		Metadata struct {
+			OwnerReferences []struct{ Kind, Name string } `json:"ownerReferences"`
+		} `json:"metadata"`
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(mustAs(t, "admin", "get", "secret", "publish-outputs", "-n", ns, "-o", "json")), &secret); err != nil {
+		t.Fatal(err)
+	}
+	if len(secret.Metadata.OwnerReferences) != 1 || secret.Metadata.OwnerReferences[0].Kind != "TerraformRun" || secret.Metadata.OwnerReferences[0].Name != "publish" {
+		t.Errorf("owner of the outputs Secret: %+v", secret.Metadata.OwnerReferences)
+	}
+	for key, want := range map[string]string{"greeting": "hello", "token": "sensitive-hello"} {
+		if got := decode(secret.Data[key]); got != want {
+			t.Errorf("secret key %s = %q, want %q", key, got, want)
+		}
+	}
+}
+
+func decode(s string) string {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return "<invalid base64>"
+	}
+	return string(b)
+}
+
+func tlsConfigFor(caFile string) *tls.Config {
+	return &tls.Config{RootCAs: cl.caPool(caFile)}
+}
+
+// TestRestartMidPlan is scenario 7: terrarun restarts while a run plans; the
+// APIService goes unavailable and comes back, and the run completes once.
+func TestRestartMidPlan(t *testing.T) {
+	ns := newNamespace(t)
+	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
+	// writable by the pod's user.
+	dir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "applied")
+	tf := fmt.Sprintf(`resource "terraform_data" "many" {
+  count = 300
+  input = count.index
+}
+
+resource "terraform_data" "once" {
+  provisioner "local-exec" {
+    command = "echo applied >> %s"
+  }
+}
+`, marker)
+	createRun(t, "alice", ns, "restart", tf, "  approval:\n    mode: Auto\n")
+	waitPhase(t, ns, "restart", 2*time.Minute, "Planning")
+
+	cl.mu.Lock()
+	p := cl.terrarun
+	cl.mu.Unlock()
+	stopProc(p, syscall.SIGKILL)
+	waitFor(t, 2*time.Minute, "the APIService to become unavailable", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "apiservice", "v1alpha1.terrarun.dev", "-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`)
+		return out == "False"
+	})
+	if err := cl.startTerrarun(); err != nil {
+		t.Fatal(err)
+	}
+	mustAs(t, "admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s")
+
+	if got := waitPhase(t, ns, "restart", 8*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "restart", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	applies := mustAs(t, "admin", "get", "tfr", "restart", "-n", ns, "-o", `jsonpath={range .status.stages[?(@.name=="apply")]}{.attempt} {end}`)
+	if strings.TrimSpace(applies) != "1" {
+		t.Errorf("apply attempts: %q, want exactly one", applies)
+	}
+	data, err := os.ReadFile(marker)
+	if err != nil || strings.Count(string(data), "applied") != 1 {
+		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
+	}
+}
