@@ -60,7 +60,7 @@ func TestKubectl(t *testing.T) {
 		if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+APPROVED-BY\s+AGE\s+OPERATION\s+SOURCE\s+ENGINE`).MatchString(out) {
 			t.Fatalf("wide header:\n%s", out)
 		}
-		if !regexp.MustCompile(`(?m)^hello\s+\S+\s+\S+(\s~\d+\s-\d+)?\s+<none>\s+\S+\s+Apply\s+inline:1 file\s+`+engineDefault()+`$`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^hello\s+\S+\s+\S+(\s~\d+\s-\d+)?\s+<none>\s+\S+\s+Apply\s+inline:1 file\s+` + engineDefault() + `$`).MatchString(out) {
 			t.Fatalf("wide row for hello:\n%s", out)
 		}
 		if !regexp.MustCompile(`(?m)^from-git\s+.*git:github.com/terrarun/examples.git//terraform-data@main\s+terraform$`).MatchString(out) {
