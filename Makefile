@@ -26,7 +26,7 @@ run: build ## Start terrarun standalone (embedded etcd, self-signed certificates
 	  echo "engine: $$engine" && exec $(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR)
 
 .PHONY: test
-test: verify unit integration ## Run every test: static checks, codegen verification, unit and integration.
+test: verify unit integration e2e ## Run every test: static checks, codegen verification, unit, integration and end-to-end.
 
 .PHONY: verify
 verify: ## gofmt, go vet and generated-code freshness.
@@ -36,11 +36,21 @@ verify: ## gofmt, go vet and generated-code freshness.
 
 .PHONY: unit
 unit: ## Unit tests, with the race detector (the executor's run against the real engine).
-	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/...
+	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/... ./test/e2e/nodeagent/...
 
 .PHONY: integration
 integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl.
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
+
+.PHONY: e2e-tools
+e2e-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl from hack/tools into .cache/e2e-tools (only when the pins change).
+	@hack/e2e-tools.sh
+
+.PHONY: e2e
+e2e: build ## End-to-end tests (root): a real cluster in a network namespace, terrarun behind an APIService, executor Jobs, all through kubectl.
+	tools=$$(hack/e2e-tools.sh) && engine=$$(hack/engine.sh) && \
+	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver \
+	  $(GO) test -count=1 -timeout 30m ./test/e2e/
 
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.

@@ -462,9 +462,23 @@ func (a *Agent) registerOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Creating a Node may drop its status; write it as the kubelet does.
-	node.Status = want.Status
-	if node, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The status was given on create, but the node may have existed; write it
+	// as the kubelet does. Admission and controllers change a new Node
+	// (taints), hence the retries.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node.Status = want.Status
+		updated, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := nodes.Get(ctx, a.o.NodeName, metav1.GetOptions{}); gerr == nil {
+				node = latest
+			}
+		}
+		if err == nil {
+			node = updated
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	a.mu.Lock()
