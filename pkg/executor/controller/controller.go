@@ -307,6 +307,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if stageName == stage.Apply {
 			reason = v1alpha1.ReasonApplyFailed
 		}
+		if status.Reason == v1alpha1.ReasonDeadlineExceeded {
+			// The executor enforced the stage timeout before this controller did.
+			reason = v1alpha1.ReasonDeadlineExceeded
+		}
 		c.completeStage(ctx, run, st, status, status.Reason)
 		msg := fmt.Sprintf("The %s stage failed", stageName)
 		if status.ExitCode != nil {

@@ -212,7 +212,7 @@ func (r *PlanREST) serve(ctx context.Context, name string, w http.ResponseWriter
 			return err
 		}
 	}
-	rc, _, err := r.artifacts.Get(ctx, r.ref(run), kind)
+	rc, meta, err := r.artifacts.Get(ctx, r.ref(run), kind)
 	if errors.Is(err, artifacts.ErrNotFound) {
 		return apierrors.NewNotFound(terrarun.Resource("terraformruns/plan"), name)
 	}
@@ -220,6 +220,11 @@ func (r *PlanREST) serve(ctx context.Context, name string, w http.ResponseWriter
 		return apierrors.NewInternalError(err)
 	}
 	defer rc.Close()
+	if kind == artifacts.PlanJSON && meta.Truncated {
+		// Truncated JSON is not JSON: say so instead of serving it.
+		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the redacted plan JSON of run %q exceeded the server's --max-plan-bytes and was truncated; read the text plan, or ask the administrator to raise the limit", name))
+	}
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Terrarun-Plan-Digest", run.Status.Plan.Digest)
