@@ -147,14 +147,20 @@ gomod env CGO_ENABLED=0 nice -n 10 go build "${build_flags[@]}" -o "${tmp}/" "${
 mv -f "${tmp}/server" "${tmp}/etcd"
 
 # Check that each runs and reports the pinned version before it replaces the
-# previous build.
-"${tmp}/kubectl" version --client 2>/dev/null | grep -qx "Client Version: ${kube_version}" ||
+# previous build. (The output is read whole: grep -q on a pipe would stop
+# reading at the match and fail the command with SIGPIPE under pipefail.)
+reports() {
+	local want=$1 out
+	shift
+	out=$("$@" 2>&1) && grep -qxF -- "${want}" <<<"${out}"
+}
+reports "Client Version: ${kube_version}" "${tmp}/kubectl" version --client ||
 	die "the built kubectl does not report ${kube_version}"
 for bin in kube-apiserver kube-controller-manager; do
-	"${tmp}/${bin}" --version 2>/dev/null | grep -qx "Kubernetes ${kube_version}" ||
+	reports "Kubernetes ${kube_version}" "${tmp}/${bin}" --version ||
 		die "the built ${bin} does not report ${kube_version}"
 done
-"${tmp}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}" ||
+reports "etcd Version: ${etcd_version#v}" "${tmp}/etcd" --version ||
 	die "the built etcd does not report ${etcd_version}"
 
 rm -f "${STAMP}"

@@ -28,7 +28,7 @@ const (
 	createSamples           = 1000 // serial creates
 	concurrentCreateSamples = 2000 // creates spread over `creators` goroutines
 	getSamples              = 1000
-	watchSamples            = 1000 // half creates, half updates
+	watchSamples            = 1000 // half creates, half label patches
 	list1kSamples           = 100
 	list10kSamples          = 50
 	pageSize                = 500 // for the paginated list walk
