@@ -115,6 +115,38 @@ func parseInt(q url.Values, key string, path *field.Path, errs *field.ErrorList)
 	return &n
 }
 
+// New returns an empty run: the subresource has no object of its own.
+func (b *streamBase) New() runtime.Object { return &terrarun.TerraformRun{} }
+
+// Destroy does nothing.
+func (b *streamBase) Destroy() {}
+
+// ConnectMethods are GET (read) and POST (the executor's writes).
+func (b *streamBase) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
+
+// NewConnectOptions returns nil: options are read from the query.
+func (b *streamBase) NewConnectOptions() (runtime.Object, bool, string) { return nil, false, "" }
+
+// handler serves GET with serve and POST with write, which answers 204 when
+// it succeeds; errors are written as Status objects.
+func (b *streamBase) handler(ctx context.Context, name string,
+	serve func(context.Context, string, http.ResponseWriter, *http.Request) error,
+	write func(context.Context, string, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var err error
+		if req.Method == http.MethodPost {
+			if err = write(ctx, name, req); err == nil {
+				w.WriteHeader(http.StatusNoContent)
+			}
+		} else {
+			err = serve(ctx, name, w, req)
+		}
+		if err != nil {
+			b.writeError(w, req, err)
+		}
+	})
+}
+
 func (b *streamBase) writeError(w http.ResponseWriter, req *http.Request, err error) {
 	responsewriters.ErrorNegotiated(err, b.serializer, terrarun.SchemeGroupVersion, w, req)
 }
@@ -144,34 +176,9 @@ type PlanREST struct {
 
 var _ rest.Connecter = &PlanREST{}
 
-// New returns an empty run: the subresource has no object of its own.
-func (r *PlanREST) New() runtime.Object { return &terrarun.TerraformRun{} }
-
-// Destroy does nothing.
-func (r *PlanREST) Destroy() {}
-
-// ConnectMethods are GET (read) and POST (executor upload).
-func (r *PlanREST) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
-
-// NewConnectOptions returns nil: options are read from the query.
-func (r *PlanREST) NewConnectOptions() (runtime.Object, bool, string) { return nil, false, "" }
-
 // Connect returns the handler of one request.
 func (r *PlanREST) Connect(ctx context.Context, name string, _ runtime.Object, _ rest.Responder) (http.Handler, error) {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var err error
-		if req.Method == http.MethodPost {
-			err = r.upload(ctx, name, req)
-			if err == nil {
-				w.WriteHeader(http.StatusNoContent)
-			}
-		} else {
-			err = r.serve(ctx, name, w, req)
-		}
-		if err != nil {
-			r.writeError(w, req, err)
-		}
-	}), nil
+	return r.handler(ctx, name, r.serve, r.upload), nil
 }
 
 func (r *PlanREST) serve(ctx context.Context, name string, w http.ResponseWriter, req *http.Request) error {
@@ -400,34 +407,9 @@ type LogsREST struct {
 
 var _ rest.Connecter = &LogsREST{}
 
-// New returns an empty run: the subresource has no object of its own.
-func (r *LogsREST) New() runtime.Object { return &terrarun.TerraformRun{} }
-
-// Destroy does nothing.
-func (r *LogsREST) Destroy() {}
-
-// ConnectMethods are GET (read) and POST (executor stream).
-func (r *LogsREST) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
-
-// NewConnectOptions returns nil: options are read from the query.
-func (r *LogsREST) NewConnectOptions() (runtime.Object, bool, string) { return nil, false, "" }
-
 // Connect returns the handler of one request.
 func (r *LogsREST) Connect(ctx context.Context, name string, _ runtime.Object, _ rest.Responder) (http.Handler, error) {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var err error
-		if req.Method == http.MethodPost {
-			err = r.append(ctx, name, req)
-			if err == nil {
-				w.WriteHeader(http.StatusNoContent)
-			}
-		} else {
-			err = r.serve(ctx, name, w, req)
-		}
-		if err != nil {
-			r.writeError(w, req, err)
-		}
-	}), nil
+	return r.handler(ctx, name, r.serve, r.append), nil
 }
 
 func parseStage(q url.Values, path *field.Path, errs *field.ErrorList) string {
@@ -570,37 +552,12 @@ type OutputsREST struct {
 
 var _ rest.Connecter = &OutputsREST{}
 
-// New returns an empty run: the subresource has no object of its own.
-func (r *OutputsREST) New() runtime.Object { return &terrarun.TerraformRun{} }
-
-// Destroy does nothing.
-func (r *OutputsREST) Destroy() {}
-
-// ConnectMethods are GET (read) and POST (executor upload).
-func (r *OutputsREST) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
-
-// NewConnectOptions returns nil: options are read from the query.
-func (r *OutputsREST) NewConnectOptions() (runtime.Object, bool, string) { return nil, false, "" }
-
 // Connect returns the handler of one request.
 func (r *OutputsREST) Connect(ctx context.Context, name string, _ runtime.Object, _ rest.Responder) (http.Handler, error) {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var err error
-		if req.Method == http.MethodPost {
-			err = r.upload(ctx, name, req)
-			if err == nil {
-				w.WriteHeader(http.StatusNoContent)
-			}
-		} else {
-			err = r.serve(ctx, name, w)
-		}
-		if err != nil {
-			r.writeError(w, req, err)
-		}
-	}), nil
+	return r.handler(ctx, name, r.serve, r.upload), nil
 }
 
-func (r *OutputsREST) serve(ctx context.Context, name string, w http.ResponseWriter) error {
+func (r *OutputsREST) serve(ctx context.Context, name string, w http.ResponseWriter, _ *http.Request) error {
 	run, err := r.status.get(ctx, name)
 	if err != nil {
 		return err

@@ -1,0 +1,564 @@
+package bench
+
+// The harness of the run benchmarks (runs_bench_test.go). Unlike the API
+// benchmarks, these need the run controller and a real engine, so each of
+// them starts a standalone terrarun-apiserver of its own, with the controller
+// and the local executor, on a fresh data directory, and stops it (SIGTERM)
+// when it ends. The engine is $TERRARUN_ENGINE (which `make bench` sets), else
+// tofu or terraform on PATH; its directory is put first on the server's PATH,
+// so that the executors find it by its name. Without an engine the run
+// benchmarks are skipped.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
+)
+
+var (
+	runBinsOnce sync.Once
+	runBinsDir  string // holds terrarun-apiserver and terrarun-executor
+	runBinsErr  error
+)
+
+// runBinaries returns the directory of terrarun-apiserver and
+// terrarun-executor: that of $TERRARUN_APISERVER, or a temporary one that
+// both are built into.
+func runBinaries() (string, error) {
+	runBinsOnce.Do(func() {
+		if bin := os.Getenv("TERRARUN_APISERVER"); bin != "" {
+			runBinsDir = filepath.Dir(bin)
+			if _, err := os.Stat(filepath.Join(runBinsDir, "terrarun-executor")); err != nil {
+				runBinsErr = fmt.Errorf("terrarun-executor is not beside $TERRARUN_APISERVER: %w", err)
+			}
+			return
+		}
+		dir, err := os.MkdirTemp("", "terrarun-bench-runbin-")
+		if err != nil {
+			runBinsErr = err
+			return
+		}
+		tempDirs = append(tempDirs, dir)
+		build := exec.Command("go", "build", "-o", dir+"/", "github.com/terrarun/terrarun/cmd/...")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			runBinsErr = fmt.Errorf("building terrarun: %w", err)
+			return
+		}
+		runBinsDir = dir
+	})
+	return runBinsDir, runBinsErr
+}
+
+// findEngine returns the absolute path of the engine: $TERRARUN_ENGINE (a
+// path or a name on PATH), else tofu or terraform on PATH.
+func findEngine() (string, error) {
+	if e := os.Getenv("TERRARUN_ENGINE"); e != "" {
+		p, err := exec.LookPath(e)
+		if err != nil {
+			return "", fmt.Errorf("TERRARUN_ENGINE=%s: %w", e, err)
+		}
+		return filepath.Abs(p)
+	}
+	for _, name := range []string{"tofu", "terraform"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", errors.New("no terraform or tofu: set TERRARUN_ENGINE (make bench does, with hack/engine.sh)")
+}
+
+// engineVersion is the first line of `<engine> version`.
+func engineVersion(engine string) string {
+	out, err := exec.Command(engine, "version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return line
+}
+
+// runServer is a standalone server with the run controller and the local
+// executor.
+type runServer struct {
+	*server
+	DataDir    string
+	Engine     string // absolute path
+	EngineName string // spec.engine.binary: terraform or tofu
+	// HTTP is an HTTP client authenticated with the admin kubeconfig's
+	// client certificate, for the streaming subresources.
+	HTTP *http.Client
+}
+
+// startRunServer starts a server with the controller (extraArgs are appended
+// to its command line) and returns it; the caller must call close.
+func startRunServer(b *testing.B, extraArgs ...string) *runServer {
+	b.Helper()
+	engine, err := findEngine()
+	if err != nil {
+		b.Skip(err)
+	}
+	name := filepath.Base(engine)
+	if name != string(v1alpha1.EngineTerraform) && name != string(v1alpha1.EngineTofu) {
+		b.Skipf("the engine %s is neither terraform nor tofu by name", engine)
+	}
+	dir, err := runBinaries()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dataDir, err := os.MkdirTemp("", "terrarun-bench-runs-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	logPath := filepath.Join(dataDir, "server.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logFile.Close()
+	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}, extraArgs...)
+	bin := filepath.Join(dir, "terrarun-apiserver")
+	b.Logf("%s %s (engine %s: %s)", bin, strings.Join(args, " "), engine, engineVersion(engine))
+	s := &server{exited: make(chan error, 1), dataDir: dataDir, logPath: logPath}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	if err := s.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	s.Pid = s.cmd.Process.Pid
+	go func() { s.exited <- s.cmd.Wait() }()
+	cfg, err := waitReady(filepath.Join(dataDir, "admin.kubeconfig"), s.exited)
+	if err != nil {
+		_ = s.cmd.Process.Kill()
+		s.dumpLog()
+		b.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	s.Config = cfg
+	rs := &runServer{server: s, DataDir: dataDir, Engine: engine, EngineName: name}
+	if s.Client, err = versioned.NewForConfig(cfg); err == nil {
+		rs.HTTP, err = rest.HTTPClientFor(cfg)
+	}
+	if err != nil {
+		rs.close(b)
+		b.Fatal(err)
+	}
+	return rs
+}
+
+// close stops the server; it keeps the server's log when the benchmark
+// failed and removes the data directory.
+func (rs *runServer) close(b *testing.B) {
+	if err := rs.stop(); err != nil {
+		b.Errorf("stopping the server: %v", err)
+	}
+	if b.Failed() {
+		rs.dumpLog()
+	}
+	_ = os.RemoveAll(rs.DataDir)
+}
+
+// autoRun is an Auto-approved run of the inline configuration tf.
+func (rs *runServer) autoRun(name, workspace, tf string) *v1alpha1.TerraformRun {
+	return &v1alpha1.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TerraformRunSpec{
+			Source:    v1alpha1.Source{Inline: map[string]string{"main.tf": tf}},
+			Workspace: workspace,
+			Approval:  v1alpha1.Approval{Mode: v1alpha1.ApprovalModeAuto},
+			Engine:    v1alpha1.Engine{Binary: v1alpha1.EngineBinary(rs.EngineName)},
+		},
+	}
+}
+
+func (rs *runServer) runs(namespace string) typedv1alpha1.TerraformRunInterface {
+	return rs.Client.TerrarunV1alpha1().TerraformRuns(namespace)
+}
+
+func isFinalPhase(p v1alpha1.RunPhase) bool {
+	switch p {
+	case v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseDiscarded:
+		return true
+	}
+	return false
+}
+
+// phaseTimes are the times at which a watch first saw each phase of a run.
+type phaseTimes map[v1alpha1.RunPhase]time.Time
+
+// watchRun watches the run (created at resourceVersion rv) until it reaches
+// one of until or a final phase, and returns it with the time each phase was
+// first seen. The watch is re-established if it breaks.
+func (rs *runServer) watchRun(ctx context.Context, namespace, name, rv string, until ...v1alpha1.RunPhase) (*v1alpha1.TerraformRun, phaseTimes, error) {
+	seen := phaseTimes{}
+	runs := rs.runs(namespace)
+	done := func(r *v1alpha1.TerraformRun) bool {
+		if _, ok := seen[r.Status.Phase]; !ok {
+			seen[r.Status.Phase] = time.Now()
+		}
+		if isFinalPhase(r.Status.Phase) {
+			return true
+		}
+		for _, p := range until {
+			if r.Status.Phase == p {
+				return true
+			}
+		}
+		return false
+	}
+	for {
+		w, err := runs.Watch(ctx, metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+			ResourceVersion: rv,
+		})
+		if err != nil {
+			return nil, seen, err
+		}
+		for ev := range w.ResultChan() {
+			r, ok := ev.Object.(*v1alpha1.TerraformRun)
+			if !ok {
+				continue
+			}
+			rv = r.ResourceVersion
+			if done(r) {
+				w.Stop()
+				return r, seen, nil
+			}
+		}
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return nil, seen, err
+		}
+		// The watch ended (timeout, compaction): read the run and watch again.
+		r, err := runs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, seen, err
+		}
+		rv = r.ResourceVersion
+		if done(r) {
+			return r, seen, nil
+		}
+	}
+}
+
+// runPath is the API path of a run's subresource, with a query.
+func (rs *runServer) runPath(namespace, name, sub string) string {
+	return fmt.Sprintf("%s/apis/terrarun.dev/v1alpha1/namespaces/%s/terraformruns/%s/%s", rs.Config.Host, namespace, name, sub)
+}
+
+// follow opens GET <run>/logs?follow=true&<query> as the admin user; the
+// body streams the log and ends when the stage ends.
+func (rs *runServer) follow(ctx context.Context, namespace, name, query string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rs.runPath(namespace, name, "logs?follow=true&"+query), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := rs.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET logs: %d %s", resp.StatusCode, body)
+	}
+	return resp.Body, nil
+}
+
+// stageToken waits for the token of a stage execution of the run in the
+// local executor's work directory (stageDir is e.g. apply-1) and returns it.
+func (rs *runServer) stageToken(ctx context.Context, run *v1alpha1.TerraformRun, stageDir string) (string, error) {
+	path := filepath.Join(rs.DataDir, "work", run.Namespace, run.Name, string(run.UID), stageDir, "token")
+	for {
+		if data, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(data))) > 0 {
+			return strings.TrimSpace(string(data)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no token at %s: %w", path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// logStream is a streaming POST to a run's logs subresource, authenticated
+// with a stage token, as terrarun-executor sends its log: every Write is sent
+// as it happens (the body is an io.Pipe).
+type logStream struct {
+	pw   *io.PipeWriter
+	done chan struct{}
+	code int
+	body string
+	err  error
+}
+
+func (rs *runServer) openLogStream(ctx context.Context, namespace, name, token, query string) (*logStream, error) {
+	c := rest.AnonymousClientConfig(rs.Config)
+	c.BearerToken = token
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rs.runPath(namespace, name, "logs?"+query), pr)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	ls := &logStream{pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(ls.done)
+		resp, err := hc.Do(req)
+		if err != nil {
+			ls.err = err
+			pr.CloseWithError(err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		ls.code, ls.body = resp.StatusCode, string(b)
+		pr.CloseWithError(fmt.Errorf("the server answered %d: %s", resp.StatusCode, b))
+	}()
+	return ls, nil
+}
+
+func (ls *logStream) Write(p []byte) (int, error) { return ls.pw.Write(p) }
+
+// Close ends the body and returns an error unless the server answered 204.
+func (ls *logStream) Close() error {
+	_ = ls.pw.Close()
+	<-ls.done
+	if ls.err != nil {
+		return ls.err
+	}
+	if ls.code != http.StatusNoContent {
+		return fmt.Errorf("POST logs: %d %s", ls.code, ls.body)
+	}
+	return nil
+}
+
+// loadavg is the content of /proc/loadavg: the 1, 5 and 15 minute load.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// load1 is the 1-minute load average, or -1.
+func load1() float64 {
+	f := strings.Fields(loadavg())
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// logLoad logs the load average and reports the 1-minute load as a metric,
+// so that every figure has the machine's load next to it.
+func logLoad(b *testing.B, when string) {
+	b.Helper()
+	b.Logf("load average (1m 5m 15m) %s: %s", when, loadavg())
+	if when == "at the end" {
+		b.ReportMetric(load1(), "load1-end")
+	}
+}
+
+// memAvailableMiB is MemAvailable of /proc/meminfo in MiB, or -1.
+func memAvailableMiB() float64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) > 0 {
+				kb, err := strconv.ParseFloat(fs[0], 64)
+				if err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// ppids maps every process in /proc to its parent.
+func ppids() map[int]int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	m := make(map[int]int, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(data), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			m[pid] = pp
+		}
+	}
+	return m
+}
+
+// descendants returns root and every process below it.
+func descendants(root int) []int {
+	children := map[int][]int{}
+	for pid, pp := range ppids() {
+		children[pp] = append(children[pp], pid)
+	}
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// treeSample is one sample of the memory of the server and its descendants.
+type treeSample struct {
+	ServerRSS       float64 // MiB
+	TreeRSS         float64 // MiB, the sum of VmRSS (shared pages counted in each process)
+	TreeAnon        float64 // MiB, the sum of RssAnon
+	Procs           int
+	MemAvailableMiB float64
+}
+
+// memSampler polls the server's process tree every interval.
+type memSampler struct {
+	stop chan struct{}
+	done chan struct{}
+
+	mu   sync.Mutex
+	peak treeSample // each field its own peak; MemAvailableMiB the minimum
+	n    int
+	// onSample, when set, sees every sample (from the sampler's goroutine).
+	onSample func(treeSample)
+}
+
+func startMemSampler(pid int, interval time.Duration, onSample func(treeSample)) *memSampler {
+	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{}), onSample: onSample}
+	m.peak.MemAvailableMiB = -1
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			m.sample(pid)
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+func (m *memSampler) sample(pid int) {
+	var s treeSample
+	for _, p := range descendants(pid) {
+		mem, err := readMem(p)
+		if err != nil {
+			continue // exited, or a zombie
+		}
+		if p == pid {
+			s.ServerRSS = mem.VmRSS
+		}
+		s.TreeRSS += mem.VmRSS
+		s.TreeAnon += mem.RssAnon
+		s.Procs++
+	}
+	s.MemAvailableMiB = memAvailableMiB()
+	m.mu.Lock()
+	m.n++
+	m.peak.ServerRSS = max(m.peak.ServerRSS, s.ServerRSS)
+	m.peak.TreeRSS = max(m.peak.TreeRSS, s.TreeRSS)
+	m.peak.TreeAnon = max(m.peak.TreeAnon, s.TreeAnon)
+	m.peak.Procs = max(m.peak.Procs, s.Procs)
+	if m.peak.MemAvailableMiB < 0 || s.MemAvailableMiB < m.peak.MemAvailableMiB {
+		m.peak.MemAvailableMiB = s.MemAvailableMiB
+	}
+	m.mu.Unlock()
+	if m.onSample != nil {
+		m.onSample(s)
+	}
+}
+
+// Stop stops sampling and returns the peaks and the number of samples.
+func (m *memSampler) Stop() (treeSample, int) {
+	close(m.stop)
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak, m.n
+}
+
+// vmHWM is the peak resident set (VmHWM) of pid in MiB, or -1.
+func vmHWM(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 {
+				if kb, err := strconv.ParseFloat(f[0], 64); err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
+	return -1
+}
