@@ -20,6 +20,11 @@ const mainTF = `resource "terraform_data" "hello" {
 }
 `
 
+// apiOnly runs the server without the run controller: these tests are about
+// the API (CRUD, watch, validation, immutability, apply), and a controller
+// moving runs along would add watch events and resourceVersions of its own.
+const apiOnly = "--run-controller=false"
+
 func inlineRun(name string) *v1alpha1.TerraformRun {
 	return &v1alpha1.TerraformRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -38,7 +43,7 @@ func ctxT(t *testing.T) context.Context {
 // TestClientsetLifecycle drives create, get, list, watch, update and delete
 // through the generated clientset.
 func TestClientsetLifecycle(t *testing.T) {
-	s := startInProcess(t, t.TempDir())
+	s := startInProcess(t, t.TempDir(), apiOnly)
 	ctx := ctxT(t)
 	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
 
@@ -143,7 +148,7 @@ func TestClientsetLifecycle(t *testing.T) {
 
 // TestInvalidSpecReportsFieldPath sends bad specs and reads the exact field errors.
 func TestInvalidSpecReportsFieldPath(t *testing.T) {
-	s := startInProcess(t, t.TempDir())
+	s := startInProcess(t, t.TempDir(), apiOnly)
 	ctx := ctxT(t)
 	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
 
@@ -200,7 +205,7 @@ func TestInvalidSpecReportsFieldPath(t *testing.T) {
 
 // TestSpecUpdateIsRefused checks spec immutability end to end.
 func TestSpecUpdateIsRefused(t *testing.T) {
-	s := startInProcess(t, t.TempDir())
+	s := startInProcess(t, t.TempDir(), apiOnly)
 	ctx := ctxT(t)
 	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
 	run, err := runs.Create(ctx, inlineRun("hello"), metav1.CreateOptions{})
@@ -233,7 +238,7 @@ func TestSpecUpdateIsRefused(t *testing.T) {
 // TestRestartKeepsObjects restarts the server on the same data directory.
 func TestRestartKeepsObjects(t *testing.T) {
 	dir := t.TempDir()
-	s := startInProcess(t, dir)
+	s := startInProcess(t, dir, apiOnly)
 	ctx := ctxT(t)
 	for _, name := range []string{"one", "two", "three"} {
 		if _, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun(name), metav1.CreateOptions{}); err != nil {
@@ -246,7 +251,7 @@ func TestRestartKeepsObjects(t *testing.T) {
 	}
 	s.Stop()
 
-	s2 := startInProcess(t, dir)
+	s2 := startInProcess(t, dir, apiOnly)
 	list, err := s2.Client.TerrarunV1alpha1().TerraformRuns("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +270,7 @@ func TestRestartKeepsObjects(t *testing.T) {
 
 // TestServerSideApplyConflict applies with two field managers.
 func TestServerSideApplyConflict(t *testing.T) {
-	s := startInProcess(t, t.TempDir())
+	s := startInProcess(t, t.TempDir(), apiOnly)
 	ctx := ctxT(t)
 	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
 
