@@ -160,6 +160,8 @@ func BenchmarkCreate(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := benchCtx(b)
 			runs := runsIn(b, "bench-create")
+			logLoad(b, "at the start")
+			defer logLoad(b, "at the end")
 			if _, _, err := createMany(ctx, runs, "warm", warmup, 1); err != nil {
 				b.Fatal(err)
 			}
@@ -182,6 +184,8 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	ctx := benchCtx(b)
 	runs := runsIn(b, "bench-get")
+	logLoad(b, "at the start")
+	defer logLoad(b, "at the end")
 	name := uniqueName("get")
 	if _, err := runs.Create(ctx, benchRun(name), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -278,6 +282,9 @@ func BenchmarkList(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := benchCtx(b)
 			namespace := "bench-list-" + tc.name
+			getServer(b)
+			logLoad(b, "at the start")
+			defer logLoad(b, "at the end")
 			p := populate(b, namespace, tc.size)
 			runs := runsIn(b, namespace)
 
@@ -367,6 +374,8 @@ func BenchmarkList(b *testing.B) {
 func BenchmarkWatchDelivery(b *testing.B) {
 	ctx := benchCtx(b)
 	runs := runsIn(b, "bench-watch")
+	logLoad(b, "at the start")
+	defer logLoad(b, "at the end")
 	w, err := runs.Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)

@@ -2,24 +2,29 @@
 // standalone mode (embedded etcd, self-signed certificates), run as the real
 // binary and driven over HTTPS on 127.0.0.1 through the generated clientset.
 //
-// One server is shared by every benchmark in the package. It is started
-// lazily, by the first benchmark that needs it, on a fresh temporary data
-// directory, and stopped with SIGTERM when the benchmarks are over, so plain
-// `go test ./...` (no -bench) neither builds nor starts anything.
+// The API benchmarks (bench_test.go, this harness) measure create, get, list
+// and watch latency and the server's memory per stored run. They share one
+// server, started lazily by the first of them that runs, on a fresh temporary
+// data directory, and stopped with SIGTERM by TestMain when the benchmarks
+// are over, so plain `go test ./...` (no -bench) neither builds nor starts
+// anything. The benchmarks of the run machinery (runs_bench_test.go) start
+// servers of their own.
 //
 // The binary is $TERRARUN_APISERVER (which `make bench` sets to bin/); without
 // it the harness builds one with `go build` into a temporary directory. The
-// server runs with --run-controller=false: the API only, runs stay Pending.
-// With the controller every created run would be planned by a real engine,
-// and the benchmarks would measure that. $TERRARUN_BENCH_SERVER_ARGS, split
-// on white space, is appended to the server's command line.
+// API server runs with --run-controller=false: the API only, runs stay
+// Pending. With the controller every created run would be planned by a real
+// engine, and the benchmarks would measure that. $TERRARUN_BENCH_SERVER_ARGS,
+// split on white space, is appended to its command line.
 //
-// Every benchmark takes a fixed number of samples (see the constants in
+// Every API benchmark takes a fixed number of samples (see the constants in
 // bench_test.go) rather than relying on b.N, so `-benchtime 1x`, the default
 // of `make bench`, still yields meaningful percentiles. A larger -benchtime Nx
 // raises the number of samples to N when N is larger. Latencies are reported
 // with b.ReportMetric as p50-ms and p99-ms (nearest-rank percentiles of the
 // samples), and ns/op is set to the mean latency of one sampled operation.
+// The load average is logged at the start and end of each (the machine may be
+// shared) and the 1-minute load at the end reported as load1-end.
 //
 // The client has no client-side rate limit (rest.Config.QPS = -1), so the
 // figures are the server's, not client-go's default 5 QPS / 10 burst.

@@ -141,7 +141,7 @@ func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 	defer logFile.Close()
 	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}, extraArgs...)
 	bin := filepath.Join(dir, "terrarun-apiserver")
-	b.Logf("%s %s (engine %s: %s)", bin, strings.Join(args, " "), engine, engineVersion(engine))
+	detail(b, "%s %s (engine %s: %s)", bin, strings.Join(args, " "), engine, engineVersion(engine))
 	s := &server{exited: make(chan error, 1), dataDir: dataDir, logPath: logPath}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -362,6 +362,15 @@ func (ls *logStream) Close() error {
 	return nil
 }
 
+// detail prints a line of a run benchmark's findings to stdout, prefixed with
+// the benchmark's name. (b.Logf output is cut after ten lines, and the
+// timelines are longer; with the default -benchtime 1x the benchmark body
+// runs before its result line is printed, so the lines do not interleave.)
+func detail(b *testing.B, format string, args ...any) {
+	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", "\n    ")
+	fmt.Printf("    %s: %s\n", b.Name(), msg)
+}
+
 // loadavg is the content of /proc/loadavg: the 1, 5 and 15 minute load.
 func loadavg() string {
 	data, err := os.ReadFile("/proc/loadavg")
@@ -392,7 +401,7 @@ func load1() float64 {
 // so that every figure has the machine's load next to it.
 func logLoad(b *testing.B, when string) {
 	b.Helper()
-	b.Logf("load average (1m 5m 15m) %s: %s", when, loadavg())
+	detail(b, "load average (1m 5m 15m) %s: %s", when, loadavg())
 	if when == "at the end" {
 		b.ReportMetric(load1(), "load1-end")
 	}
@@ -474,27 +483,33 @@ type treeSample struct {
 	MemAvailableMiB float64
 }
 
-// memSampler polls the server's process tree every interval.
+// memSampler polls the server's resident set every interval and, every
+// treeEvery-th time, the whole process tree (which reads /proc/*/stat of
+// every process of the machine, too costly to do every 100ms on a loaded
+// 2-core machine).
 type memSampler struct {
 	stop chan struct{}
 	done chan struct{}
 
 	mu   sync.Mutex
 	peak treeSample // each field its own peak; MemAvailableMiB the minimum
-	n    int
-	// onSample, when set, sees every sample (from the sampler's goroutine).
+	n    int        // server samples
+	nt   int        // tree samples
+	// onSample, when set, sees every sample (from the sampler's goroutine);
+	// the tree fields are those of the last tree sample.
 	onSample func(treeSample)
 }
 
-func startMemSampler(pid int, interval time.Duration, onSample func(treeSample)) *memSampler {
+func startMemSampler(pid int, interval time.Duration, treeEvery int, onSample func(treeSample)) *memSampler {
 	m := &memSampler{stop: make(chan struct{}), done: make(chan struct{}), onSample: onSample}
 	m.peak.MemAvailableMiB = -1
 	go func() {
 		defer close(m.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		for {
-			m.sample(pid)
+		var last treeSample
+		for i := 0; ; i++ {
+			last = m.sample(pid, treeEvery > 0 && i%treeEvery == 0, last)
 			select {
 			case <-m.stop:
 				return
@@ -505,23 +520,29 @@ func startMemSampler(pid int, interval time.Duration, onSample func(treeSample))
 	return m
 }
 
-func (m *memSampler) sample(pid int) {
-	var s treeSample
-	for _, p := range descendants(pid) {
-		mem, err := readMem(p)
-		if err != nil {
-			continue // exited, or a zombie
+func (m *memSampler) sample(pid int, tree bool, last treeSample) treeSample {
+	s := last
+	if tree {
+		s.TreeRSS, s.TreeAnon, s.Procs = 0, 0, 0
+		for _, p := range descendants(pid) {
+			mem, err := readMem(p)
+			if err != nil {
+				continue // exited, or a zombie
+			}
+			s.TreeRSS += mem.VmRSS
+			s.TreeAnon += mem.RssAnon
+			s.Procs++
 		}
-		if p == pid {
-			s.ServerRSS = mem.VmRSS
-		}
-		s.TreeRSS += mem.VmRSS
-		s.TreeAnon += mem.RssAnon
-		s.Procs++
+	}
+	if mem, err := readMem(pid); err == nil {
+		s.ServerRSS = mem.VmRSS
 	}
 	s.MemAvailableMiB = memAvailableMiB()
 	m.mu.Lock()
 	m.n++
+	if tree {
+		m.nt++
+	}
 	m.peak.ServerRSS = max(m.peak.ServerRSS, s.ServerRSS)
 	m.peak.TreeRSS = max(m.peak.TreeRSS, s.TreeRSS)
 	m.peak.TreeAnon = max(m.peak.TreeAnon, s.TreeAnon)
@@ -533,15 +554,17 @@ func (m *memSampler) sample(pid int) {
 	if m.onSample != nil {
 		m.onSample(s)
 	}
+	return s
 }
 
-// Stop stops sampling and returns the peaks and the number of samples.
-func (m *memSampler) Stop() (treeSample, int) {
+// Stop stops sampling and returns the peaks and the numbers of server and
+// tree samples.
+func (m *memSampler) Stop() (treeSample, int, int) {
 	close(m.stop)
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.peak, m.n
+	return m.peak, m.n, m.nt
 }
 
 // vmHWM is the peak resident set (VmHWM) of pid in MiB, or -1.
