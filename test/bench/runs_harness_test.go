@@ -115,11 +115,11 @@ func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 	b.Helper()
 	engine, err := findEngine()
 	if err != nil {
-		b.Skip(err)
+		b.Fatalf("%v (make bench finds or builds one with hack/engine.sh)", err)
 	}
 	name := filepath.Base(engine)
 	if name != string(v1alpha1.EngineTerraform) && name != string(v1alpha1.EngineTofu) {
-		b.Skipf("the engine %s is neither terraform nor tofu by name", engine)
+		b.Fatalf("the engine %s is neither terraform nor tofu by name; set TERRARUN_ENGINE to one of them", engine)
 	}
 	dir, err := runBinaries()
 	if err != nil {
