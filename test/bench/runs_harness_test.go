@@ -7,7 +7,7 @@ package bench
 // when it ends. The engine is $TERRARUN_ENGINE (which `make bench` sets), else
 // tofu or terraform on PATH; its directory is put first on the server's PATH,
 // so that the executors find it by its name. Without an engine the run
-// benchmarks are skipped.
+// benchmarks fail.
 
 import (
 	"bufio"
