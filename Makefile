@@ -7,6 +7,7 @@ BIN       := $(CURDIR)/bin
 DATA_DIR  ?= $(CURDIR)/.terrarun
 GO_TEST   ?= $(GO) test -race
 BENCHTIME ?= 1x
+BENCH     ?= .
 
 .PHONY: help
 help: ## Show the targets.
@@ -54,7 +55,7 @@ e2e: build ## End-to-end tests (root): a real cluster in a network namespace, te
 
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.
-	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench . -benchtime $(BENCHTIME) ./test/bench/...
+	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...
 
 .PHONY: codegen
 codegen: ## Regenerate deepcopy, defaults, conversion, openapi, clientset, listers, informers and applyconfigurations.
