@@ -6,7 +6,16 @@ set -o errexit -o nounset -o pipefail
 
 SCRIPT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "${SCRIPT_ROOT}"
-CODEGEN_PKG=${CODEGEN_PKG:-$(go list -m -f '{{.Dir}}' k8s.io/code-generator)}
+# `go list -m -f {{.Dir}}` prints nothing for a module that is not in the module
+# cache yet (a fresh machine): download it first, at the version go.mod pins.
+if [[ -z ${CODEGEN_PKG:-} ]]; then
+    go mod download k8s.io/code-generator
+    CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+fi
+if [[ ! -f ${CODEGEN_PKG}/kube_codegen.sh ]]; then
+    echo "update-codegen.sh: k8s.io/code-generator has no kube_codegen.sh in '${CODEGEN_PKG}'; check the module cache (go env GOMODCACHE) or set CODEGEN_PKG" >&2
+    exit 1
+fi
 THIS_PKG="github.com/terrarun/terrarun"
 BOILERPLATE="${SCRIPT_ROOT}/hack/boilerplate.go.txt"
 

@@ -3,7 +3,7 @@
 //	terrarun-executor --stage-file FILE [--grace-period 20s]
 //
 // FILE holds the JSON stage.Spec (package
-// github.com/terrarun/terrarun/pkg/executor/stage) written by the local or
+// github.com/terrarun/terrarun/pkg/stage) written by the local or
 // the kubernetes executor. The executor runs terraform (or tofu) with
 // github.com/hashicorp/terraform-exec, streams its output to the run's logs
 // subresource and to stdout, and uploads the plan or the outputs to the run.
@@ -32,8 +32,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/terrarun/terrarun/pkg/executor/runner"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/runner"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 const (

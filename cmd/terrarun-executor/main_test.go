@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 func TestUsage(t *testing.T) {

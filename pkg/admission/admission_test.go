@@ -19,10 +19,10 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
-	"github.com/terrarun/terrarun/pkg/admission/defaults"
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrundefaults"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
 	"github.com/terrarun/terrarun/pkg/admission/policy"
-	"github.com/terrarun/terrarun/pkg/admission/runpolicy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
@@ -59,7 +59,7 @@ func newChain(t *testing.T, provider admission.ConfigProvider) admission.Interfa
 	plugins := admission.NewPlugins()
 	tradmission.Register(plugins)
 	chain, err := plugins.NewFromPlugins(tradmission.PluginOrder, provider,
-		admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{}, nil)}, nil)
+		admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, nil)}, nil)
 	if err != nil {
 		t.Fatalf("NewFromPlugins: %v", err)
 	}
@@ -173,7 +173,7 @@ func TestChainBadConfig(t *testing.T) {
 	_, err := plugins.NewFromPlugins(tradmission.PluginOrder,
 		configProvider{[]byte("apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\nmaxTimeout: {plan: 1h}\n")},
 		admission.PluginInitializers{}, nil)
-	if err == nil || !strings.Contains(err.Error(), `unknown field "maxTimeout"`) || !strings.Contains(err.Error(), defaults.PluginName) {
+	if err == nil || !strings.Contains(err.Error(), `unknown field "maxTimeout"`) || !strings.Contains(err.Error(), terraformrundefaults.PluginName) {
 		t.Fatalf("want the first plugin to fail on the unknown field, got %v", err)
 	}
 }

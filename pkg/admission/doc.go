@@ -7,12 +7,12 @@
 //
 // PluginOrder lists them in the order they must run:
 //
-//  1. TerraformRunDefaults (package defaults, mutating, create only) fills the
+//  1. TerraformRunDefaults (package plugin/terraformrundefaults, mutating, create only) fills the
 //     fields a user left empty from the cluster policy's defaults:
 //     spec.engine.binary, spec.engine.image, spec.approval.mode,
 //     spec.approval.timeout, spec.timeouts.plan and spec.timeouts.apply. It
 //     never overwrites a value the user set.
-//  2. TerraformRunPolicy (package runpolicy, validating, create and update)
+//  2. TerraformRunPolicy (package plugin/terraformrunpolicy, validating, create and update)
 //     enforces the policy: spec.source.git.url must point to an allowed host;
 //     spec.approval.mode Auto is forbidden in namespaces matching
 //     manualApprovalNamespaceSelector; timeouts may not exceed maxTimeouts; and
@@ -26,7 +26,7 @@
 // between the two phases and hold even with admission disabled.
 //
 // Separation of duties on the approve subresource is not an admission step:
-// the approve handler calls runpolicy.CheckApprover with the same policy.
+// the approve handler calls terraformrunpolicy.CheckApprover with the same policy.
 //
 // # Configuration
 //
@@ -68,7 +68,7 @@
 // informer factory, from which it builds a namespace informer (only when a
 // selector is configured; the server then needs list and watch on
 // namespaces). In standalone mode the server passes
-// initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{}, nil), which
+// initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, nil), which
 // knows only the kubernetes.io/metadata.name label that Kubernetes sets on
 // every namespace, so selectors on that label work in both modes.
 package admission
@@ -76,16 +76,16 @@ package admission
 import (
 	"k8s.io/apiserver/pkg/admission"
 
-	"github.com/terrarun/terrarun/pkg/admission/defaults"
-	"github.com/terrarun/terrarun/pkg/admission/runpolicy"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrundefaults"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
 )
 
 // PluginOrder is the order of terrarun's plugins in the admission chain:
 // TerraformRunDefaults (mutating) first, then TerraformRunPolicy (validating).
-var PluginOrder = []string{defaults.PluginName, runpolicy.PluginName}
+var PluginOrder = []string{terraformrundefaults.PluginName, terraformrunpolicy.PluginName}
 
 // Register registers every terrarun admission plugin.
 func Register(plugins *admission.Plugins) {
-	defaults.Register(plugins)
-	runpolicy.Register(plugins)
+	terraformrundefaults.Register(plugins)
+	terraformrunpolicy.Register(plugins)
 }

@@ -1,5 +1,5 @@
 // Package executor runs the stages of TerraformRuns. The run controller
-// (package controller) decides what runs when; an Executor starts, observes and
+// (package controller/terraformrun) decides what runs when; an Executor starts, observes and
 // stops one stage execution. Two executors implement the interface: local
 // (child processes of the server, the standalone default) and kubernetes (one
 // Job per stage).

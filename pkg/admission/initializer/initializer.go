@@ -11,7 +11,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
-// NamespaceLabeler returns the labels of a namespace. Package runpolicy holds
+// NamespaceLabeler returns the labels of a namespace. Package terraformrunpolicy holds
 // the implementations: one backed by a namespace informer (cluster mode) and
 // one that knows only the name label (standalone mode).
 type NamespaceLabeler interface {

@@ -12,7 +12,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
-	"github.com/terrarun/terrarun/pkg/admission/runpolicy"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
 )
 
 // admissionConfigScheme decodes AdmissionConfiguration files.
@@ -38,7 +38,7 @@ func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *generico
 	if err != nil {
 		return fmt.Errorf("reading --admission-control-config-file: %w", err)
 	}
-	initializers := admission.PluginInitializers{initializer.NewInitializer(runpolicy.NameOnlyNamespaceLabeler{}, runs)}
+	initializers := admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, runs)}
 	chain, err := a.Plugins.NewFromPlugins(names, provider, initializers, a.Decorators)
 	if err != nil {
 		return err

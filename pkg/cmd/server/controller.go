@@ -22,8 +22,9 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
+	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/controller"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
@@ -53,7 +54,7 @@ func (g *lazyRunGetter) GetRun(ctx context.Context, namespace, name string) (*te
 // controllerHandle lets the executor notify the controller, which is built
 // later, once this replica leads.
 type controllerHandle struct {
-	c atomic.Pointer[controller.Controller]
+	c atomic.Pointer[runcontroller.Controller]
 }
 
 func (h *controllerHandle) notify(namespace, name string) {
@@ -83,7 +84,7 @@ func (o *Options) startController(hook genericapiserver.PostStartHookContext, co
 		broadcaster := record.NewBroadcaster(record.WithContext(hook))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
-		onApplied = controller.OutputsSecretPublisher(kube, store)
+		onApplied = runcontroller.OutputsSecretPublisher(kube, store)
 	}
 	id, _ := os.Hostname()
 	id = fmt.Sprintf("%s_%s", id, uuid.NewString())
@@ -97,9 +98,9 @@ func (o *Options) startController(hook genericapiserver.PostStartHookContext, co
 			}
 		}()
 	}
-	go controller.RunWhileLeader(ctx, client, leaderElectionKey, id, 15*time.Second, func(ctx context.Context) {
+	go leaderelection.RunWhileLeader(ctx, client, leaderElectionKey, id, 15*time.Second, func(ctx context.Context) {
 		factory := informers.NewSharedInformerFactory(clientset, 0)
-		c, err := controller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), exec, store, controller.Options{
+		c, err := runcontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), exec, store, runcontroller.Options{
 			CancelGrace: o.Executor.CancelGrace,
 			Recorder:    recorder,
 			OnApplied:   onApplied,

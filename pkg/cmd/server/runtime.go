@@ -28,7 +28,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
-	kubeexecutor "github.com/terrarun/terrarun/pkg/executor/kubernetes"
+	kubeexecutor "github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
 
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"

@@ -21,7 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // DefaultEtcdPrefix is where executions are recorded when Options.EtcdPrefix is empty.

@@ -24,7 +24,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 var (

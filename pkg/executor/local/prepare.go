@@ -16,7 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // gitCredentialKeys are copied from spec.source.git.credentialsSecret, when present.

@@ -28,7 +28,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // streamBase is shared by the plan, logs and outputs subresources: they are

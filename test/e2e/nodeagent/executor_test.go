@@ -12,8 +12,8 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	kexec "github.com/terrarun/terrarun/pkg/executor/kubernetes"
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	kexec "github.com/terrarun/terrarun/pkg/executor/job"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // fakeExecutor stands in for terrarun-executor: it prints what the real one

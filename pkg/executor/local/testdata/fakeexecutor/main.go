@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/terrarun/terrarun/pkg/executor/stage"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 type fileInfo struct {

@@ -1,0 +1,107 @@
+// Package defaults implements the TerraformRunDefaults admission plugin, which
+// fills the empty fields of a new TerraformRun from the cluster policy's
+// defaults (see package policy).
+package terraformrundefaults
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/terrarun/terrarun/pkg/admission/policy"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// PluginName is the name under which the plugin is registered and enabled.
+const PluginName = "TerraformRunDefaults"
+
+// Register registers the plugin. Its configuration is a policy file
+// (policy.Load); without one the plugin changes nothing.
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(config io.Reader) (admission.Interface, error) {
+		cfg, err := policy.Load(config)
+		if err != nil {
+			return nil, err
+		}
+		return New(cfg), nil
+	})
+}
+
+// Plugin is the TerraformRunDefaults mutating admission plugin. On the creation
+// of a terraformruns object it sets, from the policy defaults, only the fields
+// the user left empty: spec.engine.binary, spec.engine.image,
+// spec.approval.mode, spec.approval.timeout, spec.timeouts.plan and
+// spec.timeouts.apply. It never overwrites a value the user set, and ignores
+// every other resource, subresource and operation.
+type Plugin struct {
+	*admission.Handler
+	cfg *policy.Config
+}
+
+var _ admission.MutationInterface = &Plugin{}
+
+// New returns the plugin for a loaded policy. A nil policy sets nothing.
+func New(cfg *policy.Config) *Plugin {
+	if cfg == nil {
+		cfg = &policy.Config{}
+	}
+	return &Plugin{Handler: admission.NewHandler(admission.Create), cfg: cfg}
+}
+
+// Policy returns the policy the plugin applies.
+func (p *Plugin) Policy() *policy.Config { return p.cfg }
+
+// Admit implements admission.MutationInterface.
+func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if a.GetOperation() != admission.Create ||
+		a.GetResource().GroupResource() != terrarun.Resource("terraformruns") ||
+		a.GetSubresource() != "" {
+		return nil
+	}
+	run, ok := a.GetObject().(*terrarun.TerraformRun)
+	if !ok {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s: expected a *terrarun.TerraformRun, got %T", PluginName, a.GetObject()))
+	}
+	ApplyDefaults(p.cfg, run)
+	return nil
+}
+
+// ApplyDefaults sets the policy defaults on the empty fields of run's spec and
+// leaves every other field alone.
+func ApplyDefaults(cfg *policy.Config, run *terrarun.TerraformRun) {
+	if cfg == nil || run == nil {
+		return
+	}
+	d := cfg.Defaults
+	s := &run.Spec
+	if s.Engine.Binary == "" {
+		s.Engine.Binary = d.Engine.Binary
+	}
+	if s.Engine.Image == "" {
+		s.Engine.Image = d.Engine.Image
+	}
+	if s.Approval.Mode == "" {
+		s.Approval.Mode = d.Approval.Mode
+	}
+	if s.Approval.Timeout == nil {
+		s.Approval.Timeout = copyDuration(d.Approval.Timeout)
+	}
+	if s.Timeouts.Plan == nil {
+		s.Timeouts.Plan = copyDuration(d.Timeouts.Plan)
+	}
+	if s.Timeouts.Apply == nil {
+		s.Timeouts.Apply = copyDuration(d.Timeouts.Apply)
+	}
+}
+
+func copyDuration(d *metav1.Duration) *metav1.Duration {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	return &c
+}

@@ -1,0 +1,225 @@
+package terraformrundefaults
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/terrarun/terrarun/pkg/admission/policy"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+const testPolicy = `
+apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+defaults:
+  engine: {binary: tofu, image: registry.example.com/terrarun-executor:v1}
+  approval: {mode: Manual, timeout: 24h}
+  timeouts: {plan: 30m, apply: 1h}
+`
+
+var (
+	alice   = &user.DefaultInfo{Name: "alice", UID: "u-alice", Groups: []string{"system:authenticated"}}
+	runsGVR = terrarun.SchemeGroupVersion.WithResource("terraformruns")
+	runGVK  = terrarun.SchemeGroupVersion.WithKind("TerraformRun")
+)
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+func newRun(mutate func(*terrarun.TerraformRun)) *terrarun.TerraformRun {
+	run := &terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "run", Namespace: "dev"},
+		Spec: terrarun.TerraformRunSpec{
+			Source: terrarun.Source{Inline: map[string]string{"main.tf": ""}},
+		},
+	}
+	if mutate != nil {
+		mutate(run)
+	}
+	return run
+}
+
+func attrs(obj, old runtime.Object, gvr schema.GroupVersionResource, sub string, op admission.Operation) admission.Attributes {
+	var opts runtime.Object
+	switch op {
+	case admission.Create:
+		opts = &metav1.CreateOptions{}
+	case admission.Update:
+		opts = &metav1.UpdateOptions{}
+	}
+	return admission.NewAttributesRecord(obj, old, runGVK, "dev", "run", gvr, sub, op, opts, false, alice)
+}
+
+func loadPolicy(t *testing.T, s string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.Load(strings.NewReader(s))
+	if err != nil {
+		t.Fatalf("policy.Load: %v", err)
+	}
+	return cfg
+}
+
+func TestAdmitDefaults(t *testing.T) {
+	p := New(loadPolicy(t, testPolicy))
+	cases := []struct {
+		name string
+		in   func(*terrarun.TerraformRun)
+		want terrarun.TerraformRunSpec
+	}{
+		{
+			name: "every field empty gets the default",
+			want: terrarun.TerraformRunSpec{
+				Engine:   terrarun.Engine{Binary: terrarun.EngineTofu, Image: "registry.example.com/terrarun-executor:v1"},
+				Approval: terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: dur(24 * time.Hour)},
+				Timeouts: terrarun.Timeouts{Plan: dur(30 * time.Minute), Apply: dur(time.Hour)},
+			},
+		},
+		{
+			name: "user values are kept",
+			in: func(r *terrarun.TerraformRun) {
+				r.Spec.Engine = terrarun.Engine{Binary: terrarun.EngineTerraform, Image: "my/image:1"}
+				r.Spec.Approval = terrarun.Approval{Mode: terrarun.ApprovalModeAuto, Timeout: dur(time.Hour)}
+				r.Spec.Timeouts = terrarun.Timeouts{Plan: dur(5 * time.Minute), Apply: dur(10 * time.Minute)}
+			},
+			want: terrarun.TerraformRunSpec{
+				Engine:   terrarun.Engine{Binary: terrarun.EngineTerraform, Image: "my/image:1"},
+				Approval: terrarun.Approval{Mode: terrarun.ApprovalModeAuto, Timeout: dur(time.Hour)},
+				Timeouts: terrarun.Timeouts{Plan: dur(5 * time.Minute), Apply: dur(10 * time.Minute)},
+			},
+		},
+		{
+			name: "only the empty fields are filled",
+			in: func(r *terrarun.TerraformRun) {
+				r.Spec.Engine.Image = "my/image:1"
+				r.Spec.Approval.Mode = terrarun.ApprovalModeAuto
+				r.Spec.Timeouts.Apply = dur(2 * time.Hour)
+			},
+			want: terrarun.TerraformRunSpec{
+				Engine:   terrarun.Engine{Binary: terrarun.EngineTofu, Image: "my/image:1"},
+				Approval: terrarun.Approval{Mode: terrarun.ApprovalModeAuto, Timeout: dur(24 * time.Hour)},
+				Timeouts: terrarun.Timeouts{Plan: dur(30 * time.Minute), Apply: dur(2 * time.Hour)},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newRun(tc.in)
+			if err := p.Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil); err != nil {
+				t.Fatalf("Admit: %v", err)
+			}
+			got := run.Spec
+			if got.Engine != tc.want.Engine || got.Approval.Mode != tc.want.Approval.Mode ||
+				*got.Approval.Timeout != *tc.want.Approval.Timeout ||
+				*got.Timeouts.Plan != *tc.want.Timeouts.Plan || *got.Timeouts.Apply != *tc.want.Timeouts.Apply {
+				t.Errorf("spec = %+v / %+v / %+v, want %+v / %+v / %+v",
+					got.Engine, got.Approval, got.Timeouts, tc.want.Engine, tc.want.Approval, tc.want.Timeouts)
+			}
+		})
+	}
+}
+
+func TestDefaultsAreCopies(t *testing.T) {
+	cfg := loadPolicy(t, testPolicy)
+	p := New(cfg)
+	run := newRun(nil)
+	if err := p.Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil); err != nil {
+		t.Fatal(err)
+	}
+	run.Spec.Timeouts.Plan.Duration = time.Second
+	run.Spec.Approval.Timeout.Duration = time.Second
+	if cfg.Defaults.Timeouts.Plan.Duration != 30*time.Minute || cfg.Defaults.Approval.Timeout.Duration != 24*time.Hour {
+		t.Errorf("mutating a run changed the policy defaults: %+v", cfg.Defaults)
+	}
+}
+
+func TestZeroPolicyChangesNothing(t *testing.T) {
+	for _, cfg := range []*policy.Config{nil, {}} {
+		p := New(cfg)
+		run := newRun(nil)
+		before := run.DeepCopy()
+		if err := p.Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil); err != nil {
+			t.Fatal(err)
+		}
+		if run.Spec.Engine != before.Spec.Engine || run.Spec.Approval != before.Spec.Approval || run.Spec.Timeouts != before.Spec.Timeouts {
+			t.Errorf("zero policy changed the run: %+v", run.Spec)
+		}
+	}
+}
+
+func TestIgnoresOtherRequests(t *testing.T) {
+	p := New(loadPolicy(t, testPolicy))
+	other := schema.GroupVersionResource{Group: "terrarun.dev", Version: runtime.APIVersionInternal, Resource: "widgets"}
+	core := schema.GroupVersionResource{Version: "v1", Resource: "terraformruns"}
+	cases := []struct {
+		name string
+		a    func(*terrarun.TerraformRun) admission.Attributes
+	}{
+		{"other resource", func(r *terrarun.TerraformRun) admission.Attributes {
+			return attrs(r, nil, other, "", admission.Create)
+		}},
+		{"same resource name in another group", func(r *terrarun.TerraformRun) admission.Attributes {
+			return attrs(r, nil, core, "", admission.Create)
+		}},
+		{"status subresource", func(r *terrarun.TerraformRun) admission.Attributes {
+			return attrs(r, r.DeepCopy(), runsGVR, "status", admission.Update)
+		}},
+		{"approve subresource", func(r *terrarun.TerraformRun) admission.Attributes {
+			return attrs(r, nil, runsGVR, "approve", admission.Create)
+		}},
+		{"update", func(r *terrarun.TerraformRun) admission.Attributes {
+			return attrs(r, r.DeepCopy(), runsGVR, "", admission.Update)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newRun(nil)
+			if err := p.Admit(context.Background(), tc.a(run), nil); err != nil {
+				t.Fatalf("Admit: %v", err)
+			}
+			if run.Spec.Engine.Binary != "" || run.Spec.Timeouts.Plan != nil {
+				t.Errorf("run was defaulted: %+v", run.Spec)
+			}
+		})
+	}
+	if p.Handles(admission.Update) || p.Handles(admission.Delete) || !p.Handles(admission.Create) {
+		t.Errorf("plugin must handle Create only")
+	}
+}
+
+func TestWrongObjectType(t *testing.T) {
+	p := New(loadPolicy(t, testPolicy))
+	a := admission.NewAttributesRecord(&terrarun.TerraformRunApproval{}, nil, runGVK, "dev", "run", runsGVR, "", admission.Create, &metav1.CreateOptions{}, false, alice)
+	if err := p.Admit(context.Background(), a, nil); !apierrors.IsBadRequest(err) {
+		t.Errorf("want BadRequest, got %v", err)
+	}
+}
+
+func TestRegister(t *testing.T) {
+	plugins := admission.NewPlugins()
+	Register(plugins)
+	if got := plugins.Registered(); len(got) != 1 || got[0] != PluginName {
+		t.Fatalf("registered %v", got)
+	}
+	if _, err := plugins.InitPlugin(PluginName, strings.NewReader("kind: Nope\n"), admission.PluginInitializers{}); err == nil ||
+		!strings.Contains(err.Error(), "kind: must be") {
+		t.Errorf("want a config error, got %v", err)
+	}
+	pl, err := plugins.InitPlugin(PluginName, strings.NewReader(testPolicy), admission.PluginInitializers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pl.(admission.MutationInterface); !ok {
+		t.Errorf("plugin is not mutating")
+	}
+	if _, ok := pl.(admission.ValidationInterface); ok {
+		t.Errorf("plugin must not be validating")
+	}
+}

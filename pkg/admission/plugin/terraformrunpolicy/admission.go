@@ -1,0 +1,384 @@
+// Package runpolicy implements the TerraformRunPolicy validating admission
+// plugin, which enforces the cluster policy (see package policy) on
+// TerraformRuns, and CheckApprover, the separation-of-duties rule of the
+// approve subresource.
+package terraformrunpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
+	genericadmissioninitializer "k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/informers"
+
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
+	"github.com/terrarun/terrarun/pkg/admission/policy"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// PluginName is the name under which the plugin is registered and enabled.
+const PluginName = "TerraformRunPolicy"
+
+// Register registers the plugin. Its configuration is a policy file
+// (policy.Load); without one the plugin only protects spec.creator.
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(config io.Reader) (admission.Interface, error) {
+		cfg, err := policy.Load(config)
+		if err != nil {
+			return nil, err
+		}
+		return New(cfg)
+	})
+}
+
+// Plugin is the TerraformRunPolicy validating admission plugin. On the create
+// and update of terraformruns objects (not their subresources) it enforces:
+//
+//   - spec.source.git.url points to a host in allowedGitHosts;
+//   - spec.approval.mode is not Auto in a namespace selected by
+//     manualApprovalNamespaceSelector;
+//   - spec.timeouts.plan, spec.timeouts.apply and spec.approval.timeout do not
+//     exceed maxTimeouts;
+//   - spec.creator names the requesting user on create, and never changes on
+//     update.
+//
+// The spec is immutable after creation, so on update the policy rules are
+// checked only if the spec (other than spec.creator) changed: tightening the
+// policy never blocks metadata updates of existing runs, such as the removal
+// of a finalizer.
+//
+// Namespace labels come from a NamespaceLabeler set through
+// initializer.NewInitializer or, failing that, from a namespace informer built
+// from the Kubernetes informer factory (cluster mode). The informer is started
+// only when a namespace selector is configured.
+type Plugin struct {
+	*admission.Handler
+
+	cfg *policy.Config
+	// selector is nil when the policy has no manualApprovalNamespaceSelector.
+	selector labels.Selector
+
+	labeler         NamespaceLabeler
+	informerFactory informers.SharedInformerFactory
+	runs            initializer.RunGetter
+}
+
+var (
+	_ admission.ValidationInterface                                = &Plugin{}
+	_ initializer.WantsNamespaceLabeler                            = &Plugin{}
+	_ genericadmissioninitializer.WantsExternalKubeInformerFactory = &Plugin{}
+)
+
+// New returns the plugin for a loaded policy. A nil policy is the zero policy.
+func New(cfg *policy.Config) (*Plugin, error) {
+	if cfg == nil {
+		cfg = &policy.Config{}
+	}
+	p := &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), cfg: cfg}
+	if cfg.ManualApprovalNamespaceSelector != nil {
+		s, err := cfg.NamespaceSelector()
+		if err != nil {
+			return nil, err
+		}
+		p.selector = s
+	}
+	return p, nil
+}
+
+// SetRunGetter implements initializer.WantsRunGetter: the approve subresource
+// needs the run's creator for separation of duties.
+func (p *Plugin) SetRunGetter(r initializer.RunGetter) { p.runs = r }
+
+// validateApprove enforces separation of duties on terraformruns/approve.
+func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) error {
+	if !p.cfg.SeparationOfDutiesEnabled() {
+		return nil
+	}
+	if p.runs == nil {
+		return apierrors.NewInternalError(fmt.Errorf("%s: separation of duties is enabled but the plugin cannot read runs", PluginName))
+	}
+	run, err := p.runs.GetRun(ctx, a.GetNamespace(), a.GetName())
+	if err != nil {
+		return err
+	}
+	return CheckApprover(p.cfg, run, a.GetUserInfo())
+}
+
+// Policy returns the policy the plugin enforces.
+func (p *Plugin) Policy() *policy.Config { return p.cfg }
+
+// SetNamespaceLabeler implements initializer.WantsNamespaceLabeler. A labeler
+// set here takes precedence over the Kubernetes informer factory.
+func (p *Plugin) SetNamespaceLabeler(l NamespaceLabeler) {
+	p.labeler = l
+	// An explicit labeler needs no informer to sync.
+	p.SetReadyFunc(nil)
+}
+
+// SetExternalKubeInformerFactory implements
+// genericadmissioninitializer.WantsExternalKubeInformerFactory. The factory is
+// used by ValidateInitialization when no labeler was set explicitly.
+func (p *Plugin) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
+	p.informerFactory = f
+}
+
+// ValidateInitialization implements admission.InitializationValidator. It runs
+// after every initializer. When a namespace selector is configured and no
+// labeler was set explicitly, it builds an InformerNamespaceLabeler from the
+// informer factory's namespace informer (registering that informer before the
+// factory is started) and makes admission wait for its cache to sync. It fails
+// when a selector is configured and neither source of labels was provided.
+func (p *Plugin) ValidateInitialization() error {
+	if p.selector == nil || p.labeler != nil {
+		return nil
+	}
+	if p.informerFactory == nil {
+		return fmt.Errorf("%s: manualApprovalNamespaceSelector is configured but namespace labels are unavailable: "+
+			"provide a Kubernetes informer factory (cluster mode) or a NamespaceLabeler through initializer.NewInitializer "+
+			"(standalone mode: terraformrunpolicy.NameOnlyNamespaceLabeler)", PluginName)
+	}
+	nsInformer := p.informerFactory.Core().V1().Namespaces()
+	p.labeler = NewInformerNamespaceLabeler(nsInformer.Lister())
+	p.SetReadyFunc(nsInformer.Informer().HasSynced)
+	return nil
+}
+
+// violation is one broken rule: the field and a message that says what to do.
+type violation struct {
+	path *field.Path
+	msg  string
+}
+
+// Validate implements admission.ValidationInterface.
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") {
+		return nil
+	}
+	if a.GetSubresource() == "approve" && a.GetOperation() == admission.Create {
+		return p.validateApprove(ctx, a)
+	}
+	if a.GetSubresource() != "" {
+		return nil
+	}
+	op := a.GetOperation()
+	if op != admission.Create && op != admission.Update {
+		return nil
+	}
+	run, ok := a.GetObject().(*terrarun.TerraformRun)
+	if !ok {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s: expected a *terrarun.TerraformRun, got %T", PluginName, a.GetObject()))
+	}
+
+	var vs []violation
+	creatorPath := field.NewPath("spec", "creator")
+	switch op {
+	case admission.Create:
+		requester := userName(a.GetUserInfo())
+		if c := run.Spec.Creator; c != nil && c.Username != requester {
+			vs = append(vs, violation{creatorPath, fmt.Sprintf(
+				"is set by the server from the creating user and cannot be chosen by the client: it names %q but the request was made by %q; omit spec.creator",
+				c.Username, requester)})
+		}
+	case admission.Update:
+		old, ok := a.GetOldObject().(*terrarun.TerraformRun)
+		if !ok {
+			return apierrors.NewBadRequest(fmt.Sprintf("%s: expected an old *terrarun.TerraformRun, got %T", PluginName, a.GetOldObject()))
+		}
+		if !apiequality.Semantic.DeepEqual(old.Spec.Creator, run.Spec.Creator) {
+			vs = append(vs, violation{creatorPath, "is set by the server from the creating user and cannot be changed"})
+		}
+		if specEqualIgnoringCreator(old, run) {
+			return deny(a, vs)
+		}
+	}
+
+	namespace := a.GetNamespace()
+	if namespace == "" {
+		namespace = run.Namespace
+	}
+	vs = append(vs, p.checkGitHost(run)...)
+	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
+	vs = append(vs, p.checkTimeouts(run)...)
+	return deny(a, vs)
+}
+
+func (p *Plugin) checkGitHost(run *terrarun.TerraformRun) []violation {
+	git := run.Spec.Source.Git
+	if git == nil || len(p.cfg.AllowedGitHosts) == 0 {
+		return nil
+	}
+	path := field.NewPath("spec", "source", "git", "url")
+	allowed := strings.Join(p.cfg.AllowedGitHosts, ", ")
+	host, err := GitURLHost(git.URL)
+	if err != nil {
+		return []violation{{path, fmt.Sprintf("%v; use an https:// or ssh:// URL on an allowed host; allowed hosts: %s", err, allowed)}}
+	}
+	if !p.cfg.GitHostAllowed(host) {
+		return []violation{{path, fmt.Sprintf("host %q is not allowed by the cluster policy; allowed hosts: %s", host, allowed)}}
+	}
+	return nil
+}
+
+func (p *Plugin) checkApprovalMode(ctx context.Context, namespace string, run *terrarun.TerraformRun) []violation {
+	if p.selector == nil || run.Spec.Approval.Mode != terrarun.ApprovalModeAuto {
+		return nil
+	}
+	path := field.NewPath("spec", "approval", "mode")
+	if p.labeler == nil {
+		return []violation{{path, fmt.Sprintf(
+			"Auto approval cannot be checked against the cluster policy in namespace %q: the %s admission plugin has no source of namespace labels; use Manual, or ask the server administrator to fix the configuration",
+			namespace, PluginName)}}
+	}
+	if !p.WaitForReady() {
+		return []violation{{path, fmt.Sprintf(
+			"Auto approval cannot be checked against the cluster policy in namespace %q yet: the namespace cache is not synced; retry shortly, or use Manual",
+			namespace)}}
+	}
+	lbls, err := p.labeler.NamespaceLabels(ctx, namespace)
+	if err != nil {
+		return []violation{{path, fmt.Sprintf(
+			"Auto approval cannot be checked against the cluster policy in namespace %q: %v; retry, or use Manual",
+			namespace, err)}}
+	}
+	if p.selector.Matches(labels.Set(lbls)) {
+		return []violation{{path, fmt.Sprintf(
+			"Auto approval is forbidden in namespace %q by the cluster policy; use Manual", namespace)}}
+	}
+	return nil
+}
+
+func (p *Plugin) checkTimeouts(run *terrarun.TerraformRun) []violation {
+	m := p.cfg.MaxTimeouts
+	checks := []struct {
+		path    *field.Path
+		maxName string
+		value   *metav1.Duration
+		max     *metav1.Duration
+	}{
+		{field.NewPath("spec", "timeouts", "plan"), "maxTimeouts.plan", run.Spec.Timeouts.Plan, m.Plan},
+		{field.NewPath("spec", "timeouts", "apply"), "maxTimeouts.apply", run.Spec.Timeouts.Apply, m.Apply},
+		{field.NewPath("spec", "approval", "timeout"), "maxTimeouts.approval", run.Spec.Approval.Timeout, m.Approval},
+	}
+	var vs []violation
+	for _, c := range checks {
+		if c.value == nil || c.max == nil || c.value.Duration <= c.max.Duration {
+			continue
+		}
+		max := policy.FormatDuration(c.max.Duration)
+		vs = append(vs, violation{c.path, fmt.Sprintf(
+			"%s exceeds the cluster policy maximum of %s (%s); use at most %s",
+			policy.FormatDuration(c.value.Duration), max, c.maxName, max)})
+	}
+	return vs
+}
+
+// GitURLHost returns the lower-cased host of a git URL, without port: the
+// host of an https://, http://, ssh:// or git:// URL, or of the scp-like form
+// [user@]host:path. It refuses what it cannot read unambiguously.
+func GitURLHost(raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", fmt.Errorf("the URL is empty")
+	}
+	var host string
+	if i := strings.Index(raw, "://"); i >= 0 {
+		authority := raw[i+3:]
+		if j := strings.IndexAny(authority, "/?#"); j >= 0 {
+			authority = authority[:j]
+		}
+		if strings.Contains(authority, `\`) {
+			return "", fmt.Errorf("cannot determine the host of the URL: it contains a backslash")
+		}
+		u, err := url.Parse(raw)
+		if err != nil {
+			return "", fmt.Errorf("cannot determine the host of the URL: it does not parse")
+		}
+		host = u.Hostname()
+	} else {
+		// scp-like syntax: [user@]host:path or [user@][ipv6]:path, where the
+		// part before the colon holds no slash.
+		const notSCP = "cannot determine the host of the URL: it is neither a URL with a scheme nor of the form user@host:path"
+		rest := raw
+		if at := strings.Index(raw, "@"); at >= 0 && !strings.ContainsAny(raw[:at], `/:\`) {
+			rest = raw[at+1:]
+		}
+		if strings.HasPrefix(rest, "[") {
+			end := strings.Index(rest, "]")
+			if end < 0 || !strings.HasPrefix(rest[end+1:], ":") {
+				return "", errors.New(notSCP)
+			}
+			host = rest[1:end]
+		} else {
+			colon := strings.Index(rest, ":")
+			if colon <= 0 || strings.ContainsAny(rest[:colon], `/\`) {
+				return "", errors.New(notSCP)
+			}
+			host = rest[:colon]
+		}
+	}
+	host = policy.NormalizeHost(host)
+	if host == "" {
+		return "", fmt.Errorf("cannot determine the host of the URL: it has none")
+	}
+	if strings.Contains(host, ":") {
+		// An IPv6 literal. No allowedGitHosts entry can name one, so it is
+		// allowed only when the list is empty.
+		return host, nil
+	}
+	if msgs := validation.IsDNS1123Subdomain(host); len(msgs) > 0 {
+		return "", fmt.Errorf("cannot determine the host of the URL: %q is not a valid host name", host)
+	}
+	return host, nil
+}
+
+// specEqualIgnoringCreator reports whether the specs of two runs are equal
+// apart from spec.creator, which is checked on its own.
+func specEqualIgnoringCreator(old, cur *terrarun.TerraformRun) bool {
+	a, b := old.Spec, cur.Spec
+	a.Creator, b.Creator = nil, nil
+	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+func userName(u user.Info) string {
+	if u == nil {
+		return ""
+	}
+	return u.GetName()
+}
+
+// deny turns violations into one Forbidden error whose message lists every
+// violation as "<field>: <message>", and whose details carry one cause per
+// field. It returns nil when there are none.
+func deny(a admission.Attributes, vs []violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	errs := make([]error, 0, len(vs))
+	for _, v := range vs {
+		errs = append(errs, fmt.Errorf("%s: %s", v.path.String(), v.msg))
+	}
+	err := admission.NewForbidden(a, utilerrors.NewAggregate(errs))
+	if se, ok := err.(*apierrors.StatusError); ok && se.ErrStatus.Details != nil {
+		for _, v := range vs {
+			se.ErrStatus.Details.Causes = append(se.ErrStatus.Details.Causes, metav1.StatusCause{
+				Type:    metav1.CauseType(field.ErrorTypeForbidden),
+				Message: v.msg,
+				Field:   v.path.String(),
+			})
+		}
+	}
+	return err
+}

@@ -1,0 +1,518 @@
+// Package controller is the run controller: it drives every TerraformRun
+// through Pending → Planning → AwaitingApproval → Applying → Succeeded (or
+// Failed, Canceled, Discarded), starting one execution per stage through an
+// executor.Executor. It follows client-go's informer and rate-limited
+// workqueue pattern: it reacts to changes of runs and of executions, and never
+// polls.
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
+	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// AutoApprover is status.approval.approvedBy of runs approved by Auto mode.
+const AutoApprover = "auto"
+
+// Options configure a Controller.
+type Options struct {
+	// MaxPlanAttempts bounds retries of a plan stage lost with its executor.
+	// An apply is never retried.
+	MaxPlanAttempts int32
+	// CancelGrace is how long a canceled or timed-out stage may take to stop
+	// after SIGINT before it is killed.
+	CancelGrace time.Duration
+	// Recorder records Events on runs; nil records none.
+	Recorder record.EventRecorder
+	// OnApplied, when set, is called after a run has applied, for example to
+	// publish its outputs to the Secret named by spec.outputsSecret.
+	OnApplied func(ctx context.Context, run *v1alpha1.TerraformRun) error
+	// Clock is the controller's clock; nil is the real clock.
+	Clock clock.Clock
+}
+
+// Controller reconciles TerraformRuns.
+type Controller struct {
+	client    versioned.Interface
+	lister    listers.TerraformRunLister
+	synced    cache.InformerSynced
+	queue     workqueue.TypedRateLimitingInterface[string]
+	exec      executor.Executor
+	artifacts *artifacts.Store
+	opts      Options
+}
+
+// New returns a controller for the runs of informer.
+func New(client versioned.Interface, informer informers.TerraformRunInformer, exec executor.Executor, store *artifacts.Store, opts Options) (*Controller, error) {
+	if opts.MaxPlanAttempts <= 0 {
+		opts.MaxPlanAttempts = 3
+	}
+	if opts.CancelGrace <= 0 {
+		opts.CancelGrace = 20 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = &record.FakeRecorder{}
+	}
+	c := &Controller{
+		client:    client,
+		lister:    informer.Lister(),
+		synced:    informer.Informer().HasSynced,
+		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformruns"}),
+		exec:      exec,
+		artifacts: store,
+		opts:      opts,
+	}
+	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj interface{}) {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// Notify enqueues a run whose execution changed. It is the executor.Notifier
+// to give to the executor.
+func (c *Controller) Notify(namespace, name string) {
+	c.queue.Add(namespace + "/" + name)
+}
+
+// Run processes runs with workers goroutines until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting the run controller")
+	if !cache.WaitForNamedCacheSync("terraformruns", ctx.Done(), c.synced) {
+		return fmt.Errorf("the terraformruns cache did not sync")
+	}
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping the run controller")
+	return nil
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	requeueAfter, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Reconciling run", "run", key)
+		c.queue.AddRateLimited(key)
+	case requeueAfter > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, requeueAfter)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	cached, err := c.lister.TerraformRuns(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cached.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	run := cached.DeepCopy()
+	switch run.Status.Phase {
+	case "", v1alpha1.RunPhasePending:
+		return c.startStage(ctx, run, stage.Plan, 1)
+	case v1alpha1.RunPhasePlanning:
+		return c.syncStage(ctx, run, stage.Plan)
+	case v1alpha1.RunPhaseAwaitingApproval:
+		return c.syncApproval(ctx, run)
+	case v1alpha1.RunPhaseApplying:
+		return c.syncStage(ctx, run, stage.Apply)
+	default:
+		return 0, nil
+	}
+}
+
+// startStage records a new stage attempt in status, then starts it. Recording
+// first means the write that wins the resourceVersion race is the only one
+// that starts: a second controller or a restarted one sees the recorded
+// attempt and adopts it instead of starting another.
+func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName string, attempt int32) (time.Duration, error) {
+	now := metav1.NewTime(c.opts.Clock.Now())
+	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
+		Name:      v1alpha1.StageName(stageName),
+		Attempt:   attempt,
+		Job:       c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt}),
+		StartTime: &now,
+	})
+	if run.Status.StartTime == nil {
+		run.Status.StartTime = &now
+	}
+	run.Status.ObservedGeneration = run.Generation
+	if stageName == stage.Plan {
+		run.Status.Phase = v1alpha1.RunPhasePlanning
+		run.Status.Message = fmt.Sprintf("Planning (attempt %d).", attempt)
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "The plan stage is running.")
+	} else {
+		run.Status.Phase = v1alpha1.RunPhaseApplying
+		run.Status.Message = "Applying the approved plan."
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApplying, "The apply stage is running.")
+	}
+	updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	if err != nil {
+		return 0, err
+	}
+	c.opts.Recorder.Eventf(updated, "Normal", "StageStarted", "Started the %s stage, attempt %d", stageName, attempt)
+	return c.syncStage(ctx, updated, stageName)
+}
+
+func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) executor.Execution {
+	ex := executor.Execution{Run: run, Stage: string(st.Name), Attempt: st.Attempt}
+	if run.Status.Approval != nil {
+		ex.PlanDigest = run.Status.Approval.PlanDigest
+	}
+	return ex
+}
+
+// syncStage observes the current execution of stageName and acts on its end.
+func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName string) (time.Duration, error) {
+	st := currentStage(run, stageName)
+	if st == nil {
+		// The phase says the stage runs but none is recorded: record attempt 1.
+		return c.startStage(ctx, run, stageName, 1)
+	}
+	ex := c.execution(run, st)
+	status, err := c.exec.Status(ctx, ex)
+	if err != nil {
+		return 0, err
+	}
+
+	if meta.IsStatusConditionTrue(run.Status.Conditions, v1alpha1.ConditionCancelRequested) {
+		if status.State == executor.StateRunning {
+			if err := c.exec.Stop(ctx, ex, c.opts.CancelGrace); err != nil {
+				return 0, err
+			}
+			if status, err = c.exec.Status(ctx, ex); err != nil {
+				return 0, err
+			}
+			if status.State == executor.StateRunning {
+				return time.Second, nil
+			}
+		}
+		// An apply that ended with exit code 0 before the cancel took effect
+		// has changed the infrastructure: report it applied (below), not
+		// Canceled.
+		if stageName != stage.Apply || status.State != executor.StateSucceeded {
+			cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested)
+			c.completeStage(ctx, run, st, status, v1alpha1.ReasonCanceled)
+			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
+			c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
+			return 0, c.writeStatus(ctx, run, "Canceled", cond.Message)
+		}
+	}
+
+	switch status.State {
+	case executor.StateRunning:
+		timeout := stageTimeout(run, stageName)
+		elapsed := c.opts.Clock.Since(st.StartTime.Time)
+		if elapsed < timeout {
+			return timeout - elapsed, nil
+		}
+		if err := c.exec.Stop(ctx, ex, c.opts.CancelGrace); err != nil {
+			return 0, err
+		}
+		msg := fmt.Sprintf("The %s stage exceeded its timeout of %s and was stopped; raise spec.timeouts.%s if it needs longer.", stageName, timeout, stageName)
+		status.State, status.Reason = executor.StateFailed, v1alpha1.ReasonDeadlineExceeded
+		c.completeStage(ctx, run, st, status, v1alpha1.ReasonDeadlineExceeded)
+		c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonDeadlineExceeded, msg)
+		c.finish(run, v1alpha1.RunPhaseFailed, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDeadlineExceeded, msg)
+
+	case executor.StateUnknown:
+		if status.Reason != v1alpha1.ReasonExecutorLost {
+			// Recorded but never started (a crash between the two): start it.
+			if _, err := c.exec.Start(ctx, ex); err != nil {
+				return 0, err
+			}
+			return 0, nil
+		}
+		c.completeStage(ctx, run, st, status, v1alpha1.ReasonExecutorLost)
+		if stageName == stage.Plan && st.Attempt < c.opts.MaxPlanAttempts {
+			// A plan changes nothing: run it again.
+			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonExecutorLost, "The plan stage attempt %d was lost with its executor; retrying", st.Attempt)
+			return c.startStage(ctx, run, stage.Plan, st.Attempt+1)
+		}
+		msg := fmt.Sprintf("The %s stage attempt %d was lost with its executor. ", stageName, st.Attempt)
+		if stageName == stage.Apply {
+			msg += "terrarun never re-applies automatically: check the state, then create a new run."
+		} else {
+			msg += "No attempts are left; create a new run."
+		}
+		c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonExecutorLost, msg)
+		c.finish(run, v1alpha1.RunPhaseFailed, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonExecutorLost, msg)
+
+	case executor.StateFailed:
+		reason := v1alpha1.ReasonPlanFailed
+		if stageName == stage.Apply {
+			reason = v1alpha1.ReasonApplyFailed
+		}
+		if status.Reason == v1alpha1.ReasonDeadlineExceeded {
+			// The executor enforced the stage timeout before this controller did.
+			reason = v1alpha1.ReasonDeadlineExceeded
+		}
+		c.completeStage(ctx, run, st, status, status.Reason)
+		msg := fmt.Sprintf("The %s stage failed", stageName)
+		if status.ExitCode != nil {
+			msg += fmt.Sprintf(" (exit code %d)", *status.ExitCode)
+		}
+		if detail := summarizeFailure(status.Message); detail != "" {
+			msg += ": " + detail
+		} else {
+			msg += "; see the logs: kubectl get --raw .../terraformruns/" + run.Name + "/logs?stage=" + stageName
+		}
+		c.setStageCondition(run, stageName, metav1.ConditionFalse, reason, msg)
+		c.finish(run, v1alpha1.RunPhaseFailed, msg)
+		return 0, c.writeStatus(ctx, run, reason, msg)
+
+	case executor.StateSucceeded:
+		c.completeStage(ctx, run, st, status, "Completed")
+		if stageName == stage.Plan {
+			return c.planned(ctx, run)
+		}
+		return c.applied(ctx, run)
+	}
+	return 0, fmt.Errorf("unknown execution state %q", status.State)
+}
+
+// planned decides what follows a successful plan.
+func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
+	p := run.Status.Plan
+	if p == nil || p.Digest == "" {
+		msg := "The plan stage ended without uploading a plan; see the plan stage's logs."
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanFailed, msg)
+		c.finish(run, v1alpha1.RunPhaseFailed, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanFailed, msg)
+	}
+	summary := fmt.Sprintf("Plan: %d to add, %d to change, %d to destroy.", p.Add, p.Change, p.Destroy)
+	switch {
+	case !p.HasChanges:
+		msg := "No changes: the infrastructure matches the configuration."
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonNoChanges, msg)
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonNoChanges, "Nothing to approve.")
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonNoChanges, "Nothing to apply.")
+		c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonNoChanges, msg)
+	case run.Spec.Operation == v1alpha1.OperationPlan:
+		msg := summary + " This is a speculative plan (operation Plan) and is never applied."
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanOnly, summary)
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonPlanOnly, "A speculative plan is not approved.")
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonPlanOnly, "A speculative plan is not applied.")
+		c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanOnly, msg)
+	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto:
+		now := metav1.NewTime(c.opts.Clock.Now())
+		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
+		return c.startStage(ctx, run, stage.Apply, 1)
+	default:
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingApproval,
+			fmt.Sprintf("Waiting for an approval of plan %s, until %s.", p.Digest, approvalDeadline(run).UTC().Format(time.RFC3339)))
+		run.Status.Phase = v1alpha1.RunPhaseAwaitingApproval
+		run.Status.Message = summary + " Review it (the plan subresource) and approve its digest (the approve subresource), or discard it."
+		if err := c.writeStatus(ctx, run, v1alpha1.ReasonAwaitingApproval, summary); err != nil {
+			return 0, err
+		}
+		return approvalDeadline(run).Sub(c.opts.Clock.Now()), nil
+	}
+}
+
+// syncApproval starts the apply once the plan is approved, and discards the
+// run when the approval times out.
+func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
+	p, a := run.Status.Plan, run.Status.Approval
+	if p != nil && a != nil && a.PlanDigest == p.Digest {
+		return c.startStage(ctx, run, stage.Apply, 1)
+	}
+	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
+		return wait, nil
+	}
+	msg := fmt.Sprintf("No approval within %s; the plan was discarded. Create a new run to plan again.", approvalTimeout(run))
+	c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonApprovalExpired, msg)
+	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApprovalExpired, "The plan was not approved in time.")
+	c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
+	return 0, c.writeStatus(ctx, run, v1alpha1.ReasonApprovalExpired, msg)
+}
+
+// applied completes a run whose apply succeeded.
+func (c *Controller) applied(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
+	p := run.Status.Plan
+	msg := "Applied."
+	if p != nil {
+		msg = fmt.Sprintf("Apply complete: %d added, %d changed, %d destroyed.", p.Add, p.Change, p.Destroy)
+	}
+	if c.opts.OnApplied != nil {
+		if err := c.opts.OnApplied(ctx, run); err != nil {
+			return 0, fmt.Errorf("publishing the outputs of %s/%s: %w", run.Namespace, run.Name, err)
+		}
+	}
+	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied, msg)
+	c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
+	return 0, c.writeStatus(ctx, run, v1alpha1.ReasonApplied, msg)
+}
+
+// completeStage records how a stage ended and closes its log, so followers end.
+func (c *Controller) completeStage(ctx context.Context, run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus, status executor.Status, reason string) {
+	now := metav1.NewTime(c.opts.Clock.Now())
+	if status.CompletionTime != nil {
+		now = metav1.NewTime(*status.CompletionTime)
+	}
+	st.CompletionTime = &now
+	st.ExitCode = status.ExitCode
+	st.Reason = reason
+	if c.artifacts == nil {
+		return
+	}
+	ref := artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
+	if err := c.artifacts.CloseLog(ctx, ref, string(st.Name), st.Attempt); err != nil {
+		klog.FromContext(ctx).Error(err, "Closing a stage log", "run", klog.KObj(run), "stage", st.Name, "attempt", st.Attempt)
+	}
+}
+
+func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase, msg string) {
+	now := metav1.NewTime(c.opts.Clock.Now())
+	run.Status.Phase = phase
+	run.Status.Message = msg
+	run.Status.CompletionTime = &now
+}
+
+func (c *Controller) setCondition(run *v1alpha1.TerraformRun, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: run.Generation,
+	})
+}
+
+func (c *Controller) setStageCondition(run *v1alpha1.TerraformRun, stageName string, status metav1.ConditionStatus, reason, msg string) {
+	if stageName == stage.Plan {
+		c.setCondition(run, v1alpha1.ConditionPlanned, status, reason, msg)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, reason, "Nothing was applied.")
+		return
+	}
+	c.setCondition(run, v1alpha1.ConditionApplied, status, reason, msg)
+}
+
+// writeStatus stores run.Status and records an Event.
+func (c *Controller) writeStatus(ctx context.Context, run *v1alpha1.TerraformRun, reason, msg string) error {
+	run.Status.ObservedGeneration = run.Generation
+	updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	eventType := "Normal"
+	if updated.Status.Phase == v1alpha1.RunPhaseFailed || reason == v1alpha1.ReasonApprovalExpired {
+		eventType = "Warning"
+	}
+	c.opts.Recorder.Event(updated, eventType, reason, msg)
+	return nil
+}
+
+func currentStage(run *v1alpha1.TerraformRun, stageName string) *v1alpha1.StageStatus {
+	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
+		if string(run.Status.Stages[i].Name) == stageName {
+			return &run.Status.Stages[i]
+		}
+	}
+	return nil
+}
+
+func stageTimeout(run *v1alpha1.TerraformRun, stageName string) time.Duration {
+	d := run.Spec.Timeouts.Plan
+	if stageName == stage.Apply {
+		d = run.Spec.Timeouts.Apply
+	}
+	if d == nil || d.Duration <= 0 {
+		return time.Hour
+	}
+	return d.Duration
+}
+
+func approvalTimeout(run *v1alpha1.TerraformRun) time.Duration {
+	if t := run.Spec.Approval.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return 24 * time.Hour
+}
+
+func approvalDeadline(run *v1alpha1.TerraformRun) time.Time {
+	start := run.CreationTimestamp.Time
+	if p := run.Status.Plan; p != nil && p.CompletedAt != nil {
+		start = p.CompletedAt.Time
+	}
+	return start.Add(approvalTimeout(run))
+}
+
+// summarizeFailure keeps the end of an executor's output that explains a
+// failure: terraform's "Error:" block when there is one.
+func summarizeFailure(output string) string {
+	output = strings.TrimSpace(output)
+	if i := strings.LastIndex(output, "Error:"); i >= 0 {
+		output = output[i:]
+	}
+	const max = 1024
+	if len(output) > max {
+		output = output[:max] + "…"
+	}
+	return output
+}

@@ -1,0 +1,359 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/executor"
+)
+
+// jobNameLabel is set by the Job controller on the pods of a Job.
+const jobNameLabel = batchv1.JobNameLabel // "batch.kubernetes.io/job-name"
+
+// Executor runs each stage execution as a Job in the run's namespace. It
+// implements executor.Executor.
+type Executor struct {
+	client kubernetes.Interface
+	opts   JobOptions
+}
+
+var _ executor.Executor = (*Executor)(nil)
+
+// NewExecutor returns an executor that creates Jobs with client, built with
+// opts.
+func NewExecutor(client kubernetes.Interface, opts JobOptions) *Executor {
+	return &Executor{client: client, opts: opts.withDefaults()}
+}
+
+// Name implements executor.Executor: the Job's name.
+func (e *Executor) Name(ex executor.Execution) string {
+	return JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+}
+
+// Start creates the stage Secret, then the Job. Either one may already exist,
+// from an earlier Start of the same execution (a retried reconcile, another
+// replica): it is adopted when its terrarun.dev/run-uid label is the run's
+// UID, and an error otherwise. Start returns the Job's name.
+func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
+	job, secret, err := BuildJob(ex.Run, ex, e.opts)
+	if err != nil {
+		return "", err
+	}
+	uid := string(ex.Run.UID)
+	if _, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("creating Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		}
+		existing, err := e.client.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		}
+		if err := checkOwned(&existing.ObjectMeta, "Secret", uid); err != nil {
+			return "", err
+		}
+	}
+	if _, err := e.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err)
+		}
+		existing, err := e.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("getting existing Job %s/%s: %w", job.Namespace, job.Name, err)
+		}
+		if err := checkOwned(&existing.ObjectMeta, "Job", uid); err != nil {
+			return "", err
+		}
+	}
+	return job.Name, nil
+}
+
+// checkOwned refuses an object that is not of the run with UID uid.
+func checkOwned(m *metav1.ObjectMeta, kind, uid string) error {
+	if got := m.Labels[LabelRunUID]; got != uid {
+		return fmt.Errorf("%s %s/%s exists and is not of this run (%s is %q, want %q)", kind, m.Namespace, m.Name, LabelRunUID, got, uid)
+	}
+	return nil
+}
+
+// getJob returns the execution's Job, nil when there is none.
+func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.Job, error) {
+	if ex.Run == nil {
+		return nil, fmt.Errorf("no run")
+	}
+	name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+	job, err := e.client.BatchV1().Jobs(ex.Run.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting Job %s/%s: %w", ex.Run.Namespace, name, err)
+	}
+	if err := checkOwned(&job.ObjectMeta, "Job", string(ex.Run.UID)); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// Status maps the Job's Complete and Failed conditions, and the executor
+// container's termination, to an executor.Status. A Job that does not exist
+// (never started, deleted by Stop, or cleaned up after its TTL) is
+// StateUnknown. While running, Reason and Message report why the container
+// is waiting (ImagePullBackOff, CreateContainerConfigError for a missing
+// Secret, ...).
+func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
+	job, err := e.getJob(ctx, ex)
+	if err != nil {
+		return executor.Status{}, err
+	}
+	if job == nil {
+		// Start creates the stage Secret before the Job: with the Secret
+		// present the Job existed, or was being created, and is gone (deleted,
+		// or removed by its TTL). Reporting it lost, rather than not started,
+		// keeps the controller from ever starting an apply a second time.
+		name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, StageSecretName(name), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return executor.Status{State: executor.StateUnknown, Name: name, Reason: "NotStarted"}, nil
+		case err != nil:
+			return executor.Status{}, err
+		}
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: "ExecutorLost",
+			Message: fmt.Sprintf("Job %s/%s no longer exists", ex.Run.Namespace, name)}, nil
+	}
+	st := executor.Status{State: executor.StateRunning, Name: job.Name}
+	if t := job.Status.StartTime; t != nil {
+		st.StartTime = ptr.To(t.Time)
+	}
+	pod, err := e.latestPod(ctx, job)
+	if err != nil {
+		return executor.Status{}, err
+	}
+	cs := containerStatus(pod)
+	var terminated *corev1.ContainerStateTerminated
+	if cs != nil {
+		terminated = cs.State.Terminated
+		if terminated == nil {
+			terminated = cs.LastTerminationState.Terminated
+		}
+	}
+	if terminated != nil {
+		st.ExitCode = ptr.To(terminated.ExitCode)
+	}
+
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			st.State = executor.StateSucceeded
+			st.Reason = "Completed"
+			if st.ExitCode == nil {
+				st.ExitCode = ptr.To[int32](0)
+			}
+			st.CompletionTime = completionTime(job, c)
+			return st, nil
+		case batchv1.JobFailed:
+			st.State = executor.StateFailed
+			st.Reason, st.Message = c.Reason, c.Message
+			switch {
+			case c.Reason == batchv1.JobReasonDeadlineExceeded:
+				// Keep it: the stage timed out, whatever the container did.
+			case terminated != nil && terminated.Reason != "" && terminated.Reason != "Error" && terminated.Reason != "Completed":
+				// OOMKilled, ContainerCannotRun, ...
+				st.Reason = terminated.Reason
+			case terminated != nil && terminated.ExitCode != 0:
+				st.Reason = "Error"
+				st.Message = fmt.Sprintf("terrarun-executor exited with code %d", terminated.ExitCode)
+			}
+			if terminated != nil && terminated.Message != "" {
+				st.Message = terminated.Message
+			}
+			if st.Reason == "" {
+				st.Reason = "Failed"
+			}
+			st.CompletionTime = completionTime(job, c)
+			return st, nil
+		}
+	}
+	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
+		st.Reason, st.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
+	}
+	return st, nil
+}
+
+func completionTime(job *batchv1.Job, c batchv1.JobCondition) *time.Time {
+	if t := job.Status.CompletionTime; t != nil {
+		return ptr.To(t.Time)
+	}
+	if !c.LastTransitionTime.IsZero() {
+		return ptr.To(c.LastTransitionTime.Time)
+	}
+	return nil
+}
+
+// latestPod returns the newest pod of job (there is one: backoffLimit is 0),
+// or nil.
+func (e *Executor) latestPod(ctx context.Context, job *batchv1.Job) (*corev1.Pod, error) {
+	pods, err := e.jobPods(ctx, job)
+	if err != nil || len(pods) == 0 {
+		return nil, err
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		return pods[j].CreationTimestamp.Before(&pods[i].CreationTimestamp)
+	})
+	return &pods[0], nil
+}
+
+// jobPods lists the pods of job: those with its job-name label that it controls.
+func (e *Executor) jobPods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod, error) {
+	list, err := e.client.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{jobNameLabel: job.Name}).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods of Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	var pods []corev1.Pod
+	for _, p := range list.Items {
+		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "Job" && ref.Name == job.Name && (job.UID == "" || ref.UID == job.UID) {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
+func containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == ContainerName {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// Stop deletes the execution's Job (propagation Background) and its pods,
+// with grace as the pods' grace period: the kubelet sends SIGTERM, which
+// terrarun-executor forwards to terraform as SIGINT so that it releases its
+// state lock, and SIGKILL after grace. A zero or negative grace means the
+// pod's terminationGracePeriodSeconds (JobOptions.GracePeriod). Stopping a
+// finished or missing Job does nothing.
+func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.Duration) error {
+	job, err := e.getJob(ctx, ex)
+	if err != nil || job == nil {
+		return err
+	}
+	if finished(job) {
+		return nil
+	}
+	var gracePeriod *int64
+	if grace > 0 {
+		gracePeriod = ptr.To(seconds(grace))
+	}
+	// Pods are deleted explicitly: the garbage collector deletes the
+	// dependents of a deleted Job with their default grace period, not ours.
+	pods, err := e.jobPods(ctx, job)
+	if err != nil {
+		return err
+	}
+	err = e.client.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{
+		PropagationPolicy:  ptr.To(metav1.DeletePropagationBackground),
+		GracePeriodSeconds: gracePeriod,
+		Preconditions:      uidPrecondition(job.UID),
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	for _, p := range pods {
+		err := e.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: gracePeriod,
+			Preconditions:      uidPrecondition(p.UID),
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+func uidPrecondition(uid types.UID) *metav1.Preconditions {
+	if uid == "" {
+		return nil
+	}
+	return &metav1.Preconditions{UID: ptr.To(uid)}
+}
+
+func finished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// Forget does nothing: the run's ownerReferences let the host's garbage
+// collector delete its Jobs and Secrets, and ttlSecondsAfterFinished removes
+// finished Jobs in any case.
+func (e *Executor) Forget(ctx context.Context, namespace, name string, uid string) error {
+	return nil
+}
+
+// Run watches the Jobs labeled terrarun.dev/run, in every namespace, and
+// calls notify with the run's namespace and name whenever one is added,
+// changes or is deleted. It blocks until ctx is done, and returns an error
+// only when the informer cache cannot sync.
+func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(e.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelRun }))
+	informer := factory.Batch().V1().Jobs().Informer()
+	handle := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		job, ok := obj.(*batchv1.Job)
+		if !ok {
+			return
+		}
+		if _, ok := job.Labels[LabelRun]; !ok {
+			return
+		}
+		name := job.Annotations[AnnotationRunName]
+		if name == "" {
+			name = job.Labels[LabelRun]
+		}
+		notify(job.Namespace, name)
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+		DeleteFunc: handle,
+	}); err != nil {
+		return fmt.Errorf("watching Jobs: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("syncing the %v cache failed", typ)
+		}
+	}
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,462 @@
+package job
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+const testJobUID = types.UID("a0000000-0000-4000-8000-00000000j0b1")
+
+func planExecution() executor.Execution {
+	return executor.Execution{Run: testRun(), Stage: stage.Plan, Attempt: 2}
+}
+
+func TestStartCreatesSecretAndJob(t *testing.T) {
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	name, err := e.Start(context.Background(), planExecution())
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if name != "web-plan-2" {
+		t.Errorf("Start = %q, want web-plan-2", name)
+	}
+	if _, err := client.BatchV1().Jobs("team-a").Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+		t.Errorf("Job: %v", err)
+	}
+	if _, err := client.CoreV1().Secrets("team-a").Get(context.Background(), name+"-stage", metav1.GetOptions{}); err != nil {
+		t.Errorf("Secret: %v", err)
+	}
+	// The Secret is created before the Job, which mounts it.
+	var order []string
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			order = append(order, a.GetResource().Resource)
+		}
+	}
+	if len(order) != 2 || order[0] != "secrets" || order[1] != "jobs" {
+		t.Errorf("creates = %v, want secrets then jobs", order)
+	}
+}
+
+func TestStartTwiceAdopts(t *testing.T) {
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	ctx := context.Background()
+	first, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("first Start: %v", err)
+	}
+	second, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	if first != second {
+		t.Errorf("Start names %q then %q", first, second)
+	}
+	jobs, _ := client.BatchV1().Jobs("team-a").List(ctx, metav1.ListOptions{})
+	if len(jobs.Items) != 1 {
+		t.Errorf("%d Jobs after two Starts, want 1", len(jobs.Items))
+	}
+	secrets, _ := client.CoreV1().Secrets("team-a").List(ctx, metav1.ListOptions{})
+	if len(secrets.Items) != 1 {
+		t.Errorf("%d Secrets after two Starts, want 1", len(secrets.Items))
+	}
+}
+
+func TestStartConcurrentOneJob(t *testing.T) {
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			if _, err := e.Start(context.Background(), planExecution()); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Start: %v", err)
+	}
+	jobs, _ := client.BatchV1().Jobs("team-a").List(context.Background(), metav1.ListOptions{})
+	if len(jobs.Items) != 1 {
+		t.Errorf("%d Jobs, want 1", len(jobs.Items))
+	}
+}
+
+func TestStartForeignJob(t *testing.T) {
+	foreign := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: "web-plan-2", Namespace: "team-a",
+		Labels: map[string]string{LabelRun: "web", LabelRunUID: "another-run-uid"},
+	}}
+	client := fake.NewClientset(foreign)
+	if _, err := NewExecutor(client, testOptions()).Start(context.Background(), planExecution()); err == nil {
+		t.Errorf("Start adopted a Job of another run")
+	}
+	// An unlabeled Job of the same name is foreign too.
+	client = fake.NewClientset(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "web-plan-2", Namespace: "team-a"}})
+	if _, err := NewExecutor(client, testOptions()).Start(context.Background(), planExecution()); err == nil {
+		t.Errorf("Start adopted an unlabeled Job")
+	}
+}
+
+func TestStartForeignSecret(t *testing.T) {
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-plan-2-stage", Namespace: "team-a"}}
+	client := fake.NewClientset(foreign)
+	if _, err := NewExecutor(client, testOptions()).Start(context.Background(), planExecution()); err == nil {
+		t.Errorf("Start adopted a Secret of another run")
+	}
+	if jobs, _ := client.BatchV1().Jobs("team-a").List(context.Background(), metav1.ListOptions{}); len(jobs.Items) != 0 {
+		t.Errorf("Start created a Job mounting a foreign Secret")
+	}
+}
+
+// started returns a client holding the execution's Job with the given
+// status, and its pod with the given container state.
+func started(t *testing.T, jobStatus batchv1.JobStatus, container *corev1.ContainerState) (*fake.Clientset, *Executor) {
+	t.Helper()
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	ctx := context.Background()
+	name, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	job, err := client.BatchV1().Jobs("team-a").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.UID = testJobUID
+	job.Status = jobStatus
+	if _, err := client.BatchV1().Jobs("team-a").Update(ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if container != nil {
+		pod := jobPod(job, "p0d-uid")
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: *container}}
+		if _, err := client.CoreV1().Pods("team-a").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return client, e
+}
+
+// jobPod returns a pod as the Job controller makes it for job.
+func jobPod(job *batchv1.Job, uid types.UID) *corev1.Pod {
+	labels := map[string]string{batchv1.JobNameLabel: job.Name, "job-name": job.Name}
+	for k, v := range job.Spec.Template.Labels {
+		labels[k] = v
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name + "-x7k2q", Namespace: job.Namespace, UID: uid,
+			Labels:      labels,
+			Annotations: job.Spec.Template.Annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true),
+			}},
+		},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+}
+
+func TestStatus(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	end := metav1.NewTime(start.Add(time.Minute))
+	cases := []struct {
+		name      string
+		status    batchv1.JobStatus
+		container *corev1.ContainerState
+		state     executor.State
+		exitCode  *int32
+		reason    string
+	}{
+		{
+			name:   "running, no pod yet",
+			status: batchv1.JobStatus{StartTime: &start, Active: 1},
+			state:  executor.StateRunning,
+		},
+		{
+			name:      "running",
+			status:    batchv1.JobStatus{StartTime: &start, Active: 1},
+			container: &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: start}},
+			state:     executor.StateRunning,
+		},
+		{
+			name:   "waiting for a missing Secret",
+			status: batchv1.JobStatus{StartTime: &start, Active: 1},
+			container: &corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "CreateContainerConfigError", Message: `secret "db-credentials" not found`,
+			}},
+			state:  executor.StateRunning,
+			reason: "CreateContainerConfigError",
+		},
+		{
+			name: "succeeded",
+			status: batchv1.JobStatus{StartTime: &start, CompletionTime: &end, Succeeded: 1, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: end},
+			}},
+			container: &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}},
+			state:     executor.StateSucceeded,
+			exitCode:  ptr.To[int32](0),
+			reason:    "Completed",
+		},
+		{
+			name: "failed with an exit code",
+			status: batchv1.JobStatus{StartTime: &start, Failed: 1, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded},
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: end},
+			}},
+			container: &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}},
+			state:     executor.StateFailed,
+			exitCode:  ptr.To[int32](3),
+			reason:    "Error",
+		},
+		{
+			name: "failed: OOMKilled",
+			status: batchv1.JobStatus{StartTime: &start, Failed: 1, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: end},
+			}},
+			container: &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}},
+			state:     executor.StateFailed,
+			exitCode:  ptr.To[int32](137),
+			reason:    "OOMKilled",
+		},
+		{
+			name: "failed: deadline exceeded",
+			status: batchv1.JobStatus{StartTime: &start, Failed: 1, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded, Message: "Job was active longer than specified deadline", LastTransitionTime: end},
+			}},
+			container: &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 130, Reason: "Error"}},
+			state:     executor.StateFailed,
+			exitCode:  ptr.To[int32](130),
+			reason:    batchv1.JobReasonDeadlineExceeded,
+		},
+		{
+			name: "failing, not yet failed",
+			status: batchv1.JobStatus{StartTime: &start, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded},
+			}},
+			state: executor.StateRunning,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, e := started(t, c.status, c.container)
+			st, err := e.Status(context.Background(), planExecution())
+			if err != nil {
+				t.Fatalf("Status: %v", err)
+			}
+			if st.State != c.state {
+				t.Errorf("State = %s, want %s", st.State, c.state)
+			}
+			if st.Name != "web-plan-2" {
+				t.Errorf("Name = %q", st.Name)
+			}
+			if (st.ExitCode == nil) != (c.exitCode == nil) || (st.ExitCode != nil && *st.ExitCode != *c.exitCode) {
+				t.Errorf("ExitCode = %v, want %v", ptr.Deref(st.ExitCode, -1), ptr.Deref(c.exitCode, -1))
+			}
+			if st.Reason != c.reason {
+				t.Errorf("Reason = %q, want %q (message %q)", st.Reason, c.reason, st.Message)
+			}
+			if st.StartTime == nil || !st.StartTime.Equal(start.Time) {
+				t.Errorf("StartTime = %v, want %v", st.StartTime, start)
+			}
+			if ended := c.state != executor.StateRunning; ended != (st.CompletionTime != nil) {
+				t.Errorf("CompletionTime = %v in state %s", st.CompletionTime, st.State)
+			} else if ended && !st.CompletionTime.Equal(end.Time) {
+				t.Errorf("CompletionTime = %v, want %v", st.CompletionTime, end)
+			}
+		})
+	}
+}
+
+func TestStatusUnknown(t *testing.T) {
+	e := NewExecutor(fake.NewClientset(), testOptions())
+	st, err := e.Status(context.Background(), planExecution())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if st.State != executor.StateUnknown || st.Name != "web-plan-2" || st.Reason != "NotStarted" {
+		t.Errorf("Status of a missing Job = %+v, want Unknown/NotStarted web-plan-2", st)
+	}
+}
+
+// TestStatusJobGone: a Job that existed and is gone (its Secret remains) is
+// lost, never "not started", so the controller never starts it again.
+func TestStatusJobGone(t *testing.T) {
+	client := fake.NewClientset()
+	e := NewExecutor(client, testOptions())
+	ctx := context.Background()
+	name, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := client.BatchV1().Jobs("team-a").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(ctx, planExecution())
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if st.State != executor.StateUnknown || st.Reason != "ExecutorLost" {
+		t.Errorf("Status of a deleted Job = %+v, want Unknown/ExecutorLost", st)
+	}
+}
+
+func TestStatusForeignJob(t *testing.T) {
+	client := fake.NewClientset(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: "web-plan-2", Namespace: "team-a", Labels: map[string]string{LabelRunUID: "other"},
+	}})
+	if _, err := NewExecutor(client, testOptions()).Status(context.Background(), planExecution()); err == nil {
+		t.Errorf("Status of another run's Job succeeded")
+	}
+}
+
+func TestStop(t *testing.T) {
+	running := batchv1.JobStatus{Active: 1}
+	client, e := started(t, running, &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	ctx := context.Background()
+	client.ClearActions()
+	if err := e.Stop(ctx, planExecution(), 45*time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	var jobDelete, podDelete *metav1.DeleteOptions
+	for _, a := range client.Actions() {
+		d, ok := a.(k8stesting.DeleteActionImpl)
+		if !ok {
+			continue
+		}
+		opts := d.GetDeleteOptions()
+		switch d.GetResource().Resource {
+		case "jobs":
+			jobDelete = &opts
+		case "pods":
+			podDelete = &opts
+		}
+	}
+	if jobDelete == nil {
+		t.Fatalf("Stop did not delete the Job; actions %v", client.Actions())
+	}
+	if p := jobDelete.PropagationPolicy; p == nil || *p != metav1.DeletePropagationBackground {
+		t.Errorf("Job propagationPolicy = %v, want Background", p)
+	}
+	if g := ptr.Deref(jobDelete.GracePeriodSeconds, 0); g != 45 {
+		t.Errorf("Job gracePeriodSeconds = %d, want 45", g)
+	}
+	if podDelete == nil {
+		t.Fatalf("Stop did not delete the pod with the grace period")
+	}
+	if g := ptr.Deref(podDelete.GracePeriodSeconds, 0); g != 45 {
+		t.Errorf("pod gracePeriodSeconds = %d, want 45", g)
+	}
+	if _, err := client.BatchV1().Jobs("team-a").Get(ctx, "web-plan-2", metav1.GetOptions{}); err == nil {
+		t.Errorf("Job still exists after Stop")
+	}
+	st, err := e.Status(ctx, planExecution())
+	if err != nil || st.State != executor.StateUnknown {
+		t.Errorf("Status after Stop = %+v, %v; want Unknown", st, err)
+	}
+	// Stopping again, or a stage that never started, does nothing.
+	if err := e.Stop(ctx, planExecution(), time.Second); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestStopFinishedDoesNothing(t *testing.T) {
+	done := batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}
+	client, e := started(t, done, &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}})
+	client.ClearActions()
+	if err := e.Stop(context.Background(), planExecution(), time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Errorf("Stop of a finished Job: %v", a)
+		}
+	}
+}
+
+func TestForget(t *testing.T) {
+	client := fake.NewClientset()
+	if err := NewExecutor(client, testOptions()).Forget(context.Background(), "team-a", "web", testUID); err != nil {
+		t.Errorf("Forget: %v", err)
+	}
+	if len(client.Actions()) != 0 {
+		t.Errorf("Forget acted: %v", client.Actions())
+	}
+}
+
+func TestRunNotifies(t *testing.T) {
+	client := fake.NewClientset()
+	// Only labeled Jobs reach the informer, as with a real server.
+	client.PrependReactor("list", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if sel := a.(k8stesting.ListAction).GetListRestrictions().Labels.String(); sel != LabelRun {
+			t.Errorf("list Jobs with selector %q, want %q", sel, LabelRun)
+		}
+		return false, nil, nil
+	})
+	e := NewExecutor(client, testOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 16)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, func(ns, name string) { got <- ns + "/" + name }) }()
+
+	// A Job of another controller is not reported.
+	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "team-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run := testRun()
+	run.Name = "a-run-name-that-is-much-longer-than-sixty-three-characters-as-label-values-allow"
+	if _, err := e.Start(ctx, executor.Execution{Run: run, Stage: stage.Plan, Attempt: 1}); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	select {
+	case n := <-got:
+		if n != "team-a/"+run.Name {
+			t.Errorf("notified %q, want team-a/%s", n, run.Name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification for a new Job")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestName(t *testing.T) {
+	e := NewExecutor(fake.NewClientset(), testOptions())
+	ex := planExecution()
+	if got, want := e.Name(ex), JobName("web", stage.Plan, 2); got != want {
+		t.Errorf("Name = %q, want %q", got, want)
+	}
+	name, err := e.Start(context.Background(), ex)
+	if err != nil || name != e.Name(ex) {
+		t.Errorf("Start = %q, %v; want Name %q", name, err, e.Name(ex))
+	}
+}

@@ -1,0 +1,148 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// ErrIdentityRejected wraps every error of IdentityResolver that means the
+// request claims an executor identity it cannot prove (as opposed to an error
+// reaching kube-apiserver). Callers answer it with 403 Forbidden.
+var ErrIdentityRejected = errors.New("executor identity rejected")
+
+// IdentityResolver maps the user of a pod-bound service-account token (the
+// projected token of an executor pod) to the stage execution whose Job
+// created that pod. It implements executor.IdentityResolver.
+//
+// A request is from an executor when its user is a service account and
+// carries the pod-name and pod-uid extras of a pod-bound token, and that pod
+// is labeled terrarun.dev/run. The claim then holds only when the pod still
+// exists with that UID and runs as that service account, and it is controlled
+// by the Job JobName(run, stage, attempt) of its labels, which exists with that
+// UID, carries the same run-uid label and is controlled by the run.
+//
+// Anyone allowed to create pods in a namespace can run them as any service
+// account of the namespace, and can copy labels and ownerReferences; what no
+// one can forge is the Job itself, which the Job name and UID checks pin.
+type IdentityResolver struct {
+	client kubernetes.Interface
+}
+
+var _ executor.IdentityResolver = (*IdentityResolver)(nil)
+
+// NewIdentityResolver returns a resolver that reads pods and Jobs with client.
+func NewIdentityResolver(client kubernetes.Interface) *IdentityResolver {
+	return &IdentityResolver{client: client}
+}
+
+// ExecutorIdentity returns the stage execution whose pod holds u's token. It
+// returns false and no error when u makes no claim to be an executor (not a
+// pod-bound service-account token, or a pod without the terrarun.dev/run
+// label), and an error wrapping ErrIdentityRejected when the claim fails.
+func (r *IdentityResolver) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error) {
+	if u == nil {
+		return executor.Identity{}, false, nil
+	}
+	namespace, serviceAccount, err := serviceaccount.SplitUsername(u.GetName())
+	if err != nil {
+		return executor.Identity{}, false, nil
+	}
+	podName, podUID := single(u.GetExtra()[serviceaccount.PodNameKey]), single(u.GetExtra()[serviceaccount.PodUIDKey])
+	if podName == "" || podUID == "" {
+		// Not a pod-bound token.
+		return executor.Identity{}, false, nil
+	}
+	reject := func(format string, args ...any) (executor.Identity, bool, error) {
+		return executor.Identity{}, false, fmt.Errorf("%w: pod %s/%s: %s", ErrIdentityRejected, namespace, podName, fmt.Sprintf(format, args...))
+	}
+
+	pod, err := r.client.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reject("not found")
+	}
+	if err != nil {
+		return executor.Identity{}, false, fmt.Errorf("getting pod %s/%s: %w", namespace, podName, err)
+	}
+	if string(pod.UID) != podUID {
+		return reject("the token is bound to pod UID %s, the pod's UID is %s", podUID, pod.UID)
+	}
+	runLabel, ok := pod.Labels[LabelRun]
+	if !ok {
+		// A pod, but not an executor's.
+		return executor.Identity{}, false, nil
+	}
+	if sa := pod.Spec.ServiceAccountName; sa != serviceAccount && !(sa == "" && serviceAccount == "default") {
+		return reject("runs as service account %q, the token is of %q", pod.Spec.ServiceAccountName, serviceAccount)
+	}
+
+	runName := pod.Annotations[AnnotationRunName]
+	if runName == "" {
+		runName = runLabel
+	}
+	if RunLabelValue(runName) != runLabel {
+		return reject("label %s=%q does not match run %q", LabelRun, runLabel, runName)
+	}
+	runUID := pod.Labels[LabelRunUID]
+	if runUID == "" {
+		return reject("no label %s", LabelRunUID)
+	}
+	stageName := pod.Labels[LabelStage]
+	if stageName != stage.Plan && stageName != stage.Apply {
+		return reject("label %s=%q is not a stage", LabelStage, stageName)
+	}
+	attempt, err := strconv.ParseInt(pod.Labels[LabelAttempt], 10, 32)
+	if err != nil || attempt < 1 {
+		return reject("label %s=%q is not an attempt", LabelAttempt, pod.Labels[LabelAttempt])
+	}
+
+	jobName := JobName(runName, stageName, int32(attempt))
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.APIVersion != "batch/v1" || ref.Kind != "Job" || ref.Name != jobName {
+		return reject("is not controlled by Job %s", jobName)
+	}
+	job, err := r.client.BatchV1().Jobs(namespace).Get(ctx, jobName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reject("Job %s not found", jobName)
+	}
+	if err != nil {
+		return executor.Identity{}, false, fmt.Errorf("getting Job %s/%s: %w", namespace, jobName, err)
+	}
+	if job.UID != ref.UID {
+		return reject("is controlled by Job UID %s, Job %s has UID %s", ref.UID, jobName, job.UID)
+	}
+	if job.Labels[LabelRunUID] != runUID {
+		return reject("label %s=%s, Job %s has %q", LabelRunUID, runUID, jobName, job.Labels[LabelRunUID])
+	}
+	owner := metav1.GetControllerOf(job)
+	if owner == nil || owner.APIVersion != v1alpha1.SchemeGroupVersion.String() || owner.Kind != "TerraformRun" ||
+		owner.Name != runName || string(owner.UID) != runUID {
+		return reject("Job %s is not controlled by TerraformRun %s (UID %s)", jobName, runName, runUID)
+	}
+	return executor.Identity{
+		Namespace: namespace,
+		Name:      runName,
+		UID:       runUID,
+		Stage:     stageName,
+		Attempt:   int32(attempt),
+	}, true, nil
+}
+
+// single returns the only value of an extra, or "".
+func single(values []string) string {
+	if len(values) != 1 {
+		return ""
+	}
+	return values[0]
+}

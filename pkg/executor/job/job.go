@@ -1,0 +1,637 @@
+package job
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// Paths inside the executor container.
+const (
+	// StageDir holds the stage Secret's stage.json and ca.crt.
+	StageDir = "/etc/terrarun/stage"
+	// StageFile is the stage.Spec handed to terrarun-executor.
+	StageFile = StageDir + "/" + StageKey
+	// CAFile verifies terrarun-apiserver's serving certificate.
+	CAFile = StageDir + "/" + CAKey
+	// TokenDir holds the projected, audience-bound service-account token.
+	TokenDir = "/var/run/secrets/terrarun"
+	// TokenFile is the token; the kubelet rotates it, so it is read per request.
+	TokenFile = TokenDir + "/token"
+	// SourceDir holds inline and ConfigMap configuration files (plan stage).
+	SourceDir = "/etc/terrarun/source"
+	// GitCredentialsDir holds the keys of spec.source.git.credentialsSecret.
+	GitCredentialsDir = "/etc/terrarun/git"
+	// BackendDir holds backend.hcl of spec.backend.configSecret.
+	BackendDir = "/etc/terrarun/backend"
+	// BackendConfigFile is passed as -backend-config.
+	BackendConfigFile = BackendDir + "/" + BackendConfigKey
+	// VariablesDir holds one directory per Secret or ConfigMap that variables
+	// read from, with one file per variable, named after it.
+	VariablesDir = "/etc/terrarun/variables"
+	// WorkDir is the private, empty working directory, and HOME.
+	WorkDir = "/work"
+	// TmpDir is a writable /tmp (the root filesystem is read-only).
+	TmpDir = "/tmp"
+	// KubeAPIAccessDir is where client-go's in-cluster configuration finds its
+	// token, CA and namespace. It is mounted only for the in-cluster kubernetes
+	// backend (see the package documentation).
+	KubeAPIAccessDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// Keys of the stage Secret, and keys read from user Secrets.
+const (
+	StageKey = "stage.json"
+	CAKey    = "ca.crt"
+	// SourceKeyPrefix prefixes the keys of inline configuration files.
+	SourceKeyPrefix = "src-"
+	// BackendConfigKey is the key of spec.backend.configSecret.
+	BackendConfigKey = "backend.hcl"
+)
+
+// ContainerName is the name of the executor container.
+const ContainerName = "executor"
+
+// NonRootID is the user, group and fsGroup of executor pods (distroless's
+// "nonroot").
+const NonRootID int64 = 65532
+
+// Defaults of JobOptions.
+const (
+	DefaultAudience               = "terrarun.dev"
+	DefaultTokenExpiration        = time.Hour
+	DefaultTTLAfterFinished       = time.Hour
+	DefaultGracePeriod            = 30 * time.Second
+	DefaultTimeout                = time.Hour
+	DefaultBackendType            = "kubernetes"
+	DefaultWorkspace              = "default"
+	defaultRequestCPU             = "100m"
+	defaultRequestMemory          = "256Mi"
+	defaultLimitMemory            = "1Gi"
+	stageSecretSuffix             = "-stage"
+	volumeStage                   = "stage"
+	volumeToken                   = "terrarun-token"
+	volumeSource                  = "source"
+	volumeGit                     = "git-credentials"
+	volumeBackend                 = "backend-config"
+	volumeWork                    = "work"
+	volumeTmp                     = "tmp"
+	volumeKubeAPIAccess           = "kube-api-access"
+	kubeRootCAConfigMap           = "kube-root-ca.crt"
+	defaultContainerAnnotationKey = "kubectl.kubernetes.io/default-container"
+)
+
+// minTokenExpiration is the shortest expirationSeconds the API accepts.
+const minTokenExpiration = 10 * time.Minute
+
+// readable is the mode of files from Secret and ConfigMap volumes: owned by
+// root and the pod's fsGroup, readable by the group only.
+const readable int32 = 0o440
+
+// JobOptions are the settings of the kubernetes executor that do not come
+// from the run. Zero values mean the documented defaults.
+type JobOptions struct {
+	// ServerURL is terrarun-apiserver's base URL as seen from executor pods,
+	// e.g. https://terrarun-apiserver.terrarun-system.svc:443.
+	ServerURL string
+	// CABundle verifies terrarun-apiserver's serving certificate. When empty,
+	// the executor uses the system roots.
+	CABundle []byte
+	// Audience of the projected token that executor pods authenticate with.
+	// terrarun-apiserver's authenticator must accept it. Default "terrarun.dev".
+	Audience string
+	// TokenExpiration of the projected tokens. Default 1h, at least 10m (the
+	// API's minimum); the kubelet rotates them at 80% of it.
+	TokenExpiration time.Duration
+	// TTLAfterFinished is the Job's ttlSecondsAfterFinished. Default 1h.
+	TTLAfterFinished time.Duration
+	// GracePeriod is the pod's terminationGracePeriodSeconds: the time
+	// terraform has after SIGINT to release locks and save state. Default 30s.
+	GracePeriod time.Duration
+	// Image is the executor image for runs without spec.engine.image.
+	Image string
+	// ServiceAccountName is the executor pods' service account for runs
+	// without spec.executor.serviceAccountName. Default: the namespace's
+	// "default" service account.
+	ServiceAccountName string
+	// DefaultTimeout bounds stages of runs without spec.timeouts. Default 1h.
+	DefaultTimeout time.Duration
+}
+
+func (o JobOptions) withDefaults() JobOptions {
+	if o.Audience == "" {
+		o.Audience = DefaultAudience
+	}
+	if o.TokenExpiration <= 0 {
+		o.TokenExpiration = DefaultTokenExpiration
+	}
+	if o.TokenExpiration < minTokenExpiration {
+		o.TokenExpiration = minTokenExpiration
+	}
+	if o.TTLAfterFinished <= 0 {
+		o.TTLAfterFinished = DefaultTTLAfterFinished
+	}
+	if o.GracePeriod <= 0 {
+		o.GracePeriod = DefaultGracePeriod
+	}
+	if o.DefaultTimeout <= 0 {
+		o.DefaultTimeout = DefaultTimeout
+	}
+	return o
+}
+
+// StageSecretName is the name of the Secret that holds a Job's stage.json.
+func StageSecretName(jobName string) string { return jobName + stageSecretSuffix }
+
+// BuildJob returns the Job of one stage execution and the Secret it mounts,
+// both in the run's namespace and controlled by the run. It does not talk to
+// any server. See the package documentation for what the Job holds.
+func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Secret, error) {
+	opts = opts.withDefaults()
+	if run == nil {
+		return nil, nil, fmt.Errorf("no run")
+	}
+	if run.Name == "" || run.Namespace == "" || run.UID == "" {
+		return nil, nil, fmt.Errorf("run %s/%s has no name, namespace or UID", run.Namespace, run.Name)
+	}
+	if ex.Stage != stage.Plan && ex.Stage != stage.Apply {
+		return nil, nil, fmt.Errorf("run %s/%s: unknown stage %q", run.Namespace, run.Name, ex.Stage)
+	}
+	if ex.Attempt < 1 {
+		return nil, nil, fmt.Errorf("run %s/%s: stage %s: attempt %d is not positive", run.Namespace, run.Name, ex.Stage, ex.Attempt)
+	}
+	if opts.ServerURL == "" {
+		return nil, nil, fmt.Errorf("kubernetes executor: no server URL")
+	}
+	spec := &run.Spec
+	image := spec.Engine.Image
+	if image == "" {
+		image = opts.Image
+	}
+	if image == "" {
+		return nil, nil, fmt.Errorf("run %s/%s has no spec.engine.image, and the executor has no default image", run.Namespace, run.Name)
+	}
+
+	name := JobName(run.Name, ex.Stage, ex.Attempt)
+	secretName := StageSecretName(name)
+	labels := Labels(run, ex.Stage, ex.Attempt)
+	annotations := map[string]string{AnnotationRunName: run.Name}
+	owner := ownerReference(run)
+
+	b := &podBuilder{
+		secret: &corev1.Secret{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name:            secretName,
+				Namespace:       run.Namespace,
+				Labels:          maps.Clone(labels),
+				Annotations:     maps.Clone(annotations),
+				OwnerReferences: []metav1.OwnerReference{owner},
+			},
+			Type:      corev1.SecretTypeOpaque,
+			Immutable: ptr.To(true),
+			Data:      map[string][]byte{},
+		},
+	}
+	st := stage.Spec{
+		Server:      opts.ServerURL,
+		TokenFile:   TokenFile,
+		Namespace:   run.Namespace,
+		Name:        run.Name,
+		UID:         string(run.UID),
+		Stage:       ex.Stage,
+		Attempt:     ex.Attempt,
+		Binary:      string(spec.Engine.Binary),
+		WorkDir:     WorkDir,
+		Operation:   string(spec.Operation),
+		Workspace:   spec.Workspace,
+		Targets:     spec.Targets,
+		Replace:     spec.Replace,
+		Parallelism: spec.Parallelism,
+		Refresh:     spec.Refresh,
+		PlanDigest:  ex.PlanDigest,
+	}
+	if st.Binary == "" {
+		st.Binary = string(v1alpha1.EngineTerraform)
+	}
+	if st.Operation == "" {
+		st.Operation = string(v1alpha1.OperationApply)
+	}
+	if st.Workspace == "" {
+		st.Workspace = DefaultWorkspace
+	}
+	if len(opts.CABundle) > 0 {
+		st.CAFile = CAFile
+		b.secret.Data[CAKey] = opts.CABundle
+	}
+
+	// The stage Secret: stage.json and ca.crt. Inline sources add items below.
+	stageItems := []corev1.KeyToPath{{Key: StageKey, Path: StageKey}}
+	if len(opts.CABundle) > 0 {
+		stageItems = append(stageItems, corev1.KeyToPath{Key: CAKey, Path: CAKey})
+	}
+	b.addVolume(corev1.Volume{Name: volumeStage, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secretName, Items: stageItems, DefaultMode: ptr.To(readable),
+	}}}, StageDir)
+
+	// The only credential towards terrarun-apiserver: a pod-bound token with
+	// terrarun's audience, useless against kube-apiserver.
+	b.addVolume(corev1.Volume{Name: volumeToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience:          opts.Audience,
+			ExpirationSeconds: ptr.To(seconds(opts.TokenExpiration)),
+			Path:              "token",
+		}}},
+	}}}, TokenDir)
+
+	// The source is fetched by the plan stage only: the apply stage downloads
+	// the planned configuration from the server.
+	if ex.Stage == stage.Plan {
+		if err := b.addSource(spec.Source, &st.Source); err != nil {
+			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
+		}
+	}
+	if err := b.addVariables(spec.Variables, &st); err != nil {
+		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
+	}
+	b.addBackend(run, &st.Backend)
+	if st.Backend.Type == "kubernetes" && st.Backend.Config["in_cluster_config"] == "true" {
+		b.addKubeAPIAccess(opts)
+	}
+
+	stageJSON, err := json.Marshal(st)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run %s/%s: encoding the stage: %w", run.Namespace, run.Name, err)
+	}
+	b.secret.Data[StageKey] = stageJSON
+
+	b.addVolume(corev1.Volume{Name: volumeWork, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, WorkDir)
+	b.addVolume(corev1.Volume{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, TmpDir)
+
+	var (
+		serviceAccount = opts.ServiceAccountName
+		nodeSelector   map[string]string
+		tolerations    []corev1.Toleration
+		resources      corev1.ResourceRequirements
+	)
+	if x := spec.Executor; x != nil {
+		if x.ServiceAccountName != "" {
+			serviceAccount = x.ServiceAccountName
+		}
+		nodeSelector = maps.Clone(x.NodeSelector)
+		for i := range x.Tolerations {
+			tolerations = append(tolerations, *x.Tolerations[i].DeepCopy())
+		}
+		resources = *x.Resources.DeepCopy()
+	}
+	if err := defaultResources(&resources); err != nil {
+		return nil, nil, err
+	}
+
+	timeout := opts.DefaultTimeout
+	switch t := spec.Timeouts; {
+	case ex.Stage == stage.Plan && t.Plan != nil && t.Plan.Duration > 0:
+		timeout = t.Plan.Duration
+	case ex.Stage == stage.Apply && t.Apply != nil && t.Apply.Duration > 0:
+		timeout = t.Apply.Duration
+	}
+
+	podAnnotations := maps.Clone(annotations)
+	podAnnotations[defaultContainerAnnotationKey] = ContainerName
+	job := &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       run.Namespace,
+			Labels:          maps.Clone(labels),
+			Annotations:     maps.Clone(annotations),
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: batchv1.JobSpec{
+			// One pod, never retried: a retry is a new attempt, decided by the
+			// controller, with a new Job.
+			Parallelism:             ptr.To[int32](1),
+			Completions:             ptr.To[int32](1),
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To(seconds(timeout)),
+			TTLSecondsAfterFinished: ptr.To(int32(seconds(opts.TTLAfterFinished))),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      maps.Clone(labels),
+					Annotations: podAnnotations,
+				},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					ServiceAccountName:            serviceAccount,
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(seconds(opts.GracePeriod)),
+					NodeSelector:                  nodeSelector,
+					Tolerations:                   tolerations,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(NonRootID),
+						RunAsGroup:     ptr.To(NonRootID),
+						FSGroup:        ptr.To(NonRootID),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:    ContainerName,
+						Image:   image,
+						Command: []string{"terrarun-executor", "--stage-file", StageFile},
+						// Never a Secret value here: secrets are files.
+						Env: []corev1.EnvVar{
+							{Name: "HOME", Value: WorkDir},
+							{Name: "TMPDIR", Value: TmpDir},
+						},
+						WorkingDir:   WorkDir,
+						Resources:    resources,
+						VolumeMounts: b.mounts,
+						// Not FallbackToLogsOnError: a log tail would carry terraform
+						// output into the pod's status and the run's message.
+						// terrarun-executor may write a short, redacted reason to
+						// /dev/termination-log.
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							RunAsNonRoot:             ptr.To(true),
+							Privileged:               ptr.To(false),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: b.volumes,
+				},
+			},
+		},
+	}
+	return job, b.secret, nil
+}
+
+// Labels returns the labels of the Job, pods and Secret of one stage execution.
+func Labels(run *v1alpha1.TerraformRun, stageName string, attempt int32) map[string]string {
+	return map[string]string{
+		LabelRun:     RunLabelValue(run.Name),
+		LabelRunUID:  string(run.UID),
+		LabelStage:   stageName,
+		LabelAttempt: strconv.FormatInt(int64(attempt), 10),
+	}
+}
+
+// ownerReference makes the run the controller of a Job or Secret, so that the
+// host's garbage collector deletes them with the run.
+//
+// BlockOwnerDeletion is false on purpose: the run is served by the aggregated
+// terrarun-apiserver, not by kube-apiserver. Setting it would make the
+// OwnerReferencesPermissionEnforcement admission plugin require "update" on
+// terraformruns/finalizers, checked against an API kube-apiserver does not
+// serve, and would tie a foreground deletion of the run (in terrarun's etcd)
+// to the host garbage collector deleting Jobs; with it false, deleting a run
+// never waits on the host cluster, and the collector still removes the Jobs
+// and Secrets in the background.
+func ownerReference(run *v1alpha1.TerraformRun) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         v1alpha1.SchemeGroupVersion.String(),
+		Kind:               "TerraformRun",
+		Name:               run.Name,
+		UID:                run.UID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(false),
+	}
+}
+
+// podBuilder collects the stage Secret's data and the pod's volumes and mounts.
+type podBuilder struct {
+	secret  *corev1.Secret
+	volumes []corev1.Volume
+	mounts  []corev1.VolumeMount
+}
+
+func (b *podBuilder) addVolume(v corev1.Volume, mountPath string) {
+	b.volumes = append(b.volumes, v)
+	readOnly := v.EmptyDir == nil
+	b.mounts = append(b.mounts, corev1.VolumeMount{Name: v.Name, MountPath: mountPath, ReadOnly: readOnly})
+}
+
+// addSource mounts the configuration at SourceDir (inline and ConfigMap), or
+// the git credentials at GitCredentialsDir.
+func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
+	switch {
+	case len(src.Inline) > 0:
+		// Inline files travel in the stage Secret as src-<file>, mounted back
+		// under their own names.
+		var items []corev1.KeyToPath
+		for _, file := range sortedKeys(src.Inline) {
+			key := SourceKeyPrefix + file
+			if len(validation.IsConfigMapKey(key)) != 0 {
+				// A file name too long for the prefix: key it by its hash.
+				sum := sha256.Sum256([]byte(file))
+				key = SourceKeyPrefix + hex.EncodeToString(sum[:16])
+			}
+			if _, dup := b.secret.Data[key]; dup {
+				return fmt.Errorf("inline file %q: duplicate key %q", file, key)
+			}
+			b.secret.Data[key] = []byte(src.Inline[file])
+			items = append(items, corev1.KeyToPath{Key: key, Path: file})
+		}
+		b.addVolume(corev1.Volume{Name: volumeSource, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: b.secret.Name, Items: items, DefaultMode: ptr.To(readable),
+		}}}, SourceDir)
+		out.Dir = SourceDir
+	case src.ConfigMap != nil:
+		b.addVolume(corev1.Volume{Name: volumeSource, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: src.ConfigMap.Name},
+			DefaultMode:          ptr.To(readable),
+		}}}, SourceDir)
+		out.Dir = SourceDir
+	case src.Git != nil:
+		out.Git = &stage.GitSource{URL: src.Git.URL, Ref: src.Git.Ref, Path: src.Git.Path}
+		if src.Git.CredentialsSecret != "" {
+			b.addVolume(corev1.Volume{Name: volumeGit, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: src.Git.CredentialsSecret, DefaultMode: ptr.To(readable),
+			}}}, GitCredentialsDir)
+			out.Git.CredentialsDir = GitCredentialsDir
+		}
+	default:
+		return fmt.Errorf("spec.source has neither inline, configMap nor git")
+	}
+	return nil
+}
+
+// addVariables lists the variables in the stage, and mounts every variable
+// read from a Secret or ConfigMap as a file: one volume per Secret or
+// ConfigMap, at VariablesDir/<volume>, one item per variable, named after it.
+func (b *podBuilder) addVariables(vars []v1alpha1.Variable, st *stage.Spec) error {
+	type source struct {
+		secret bool
+		name   string
+	}
+	volumeOf := map[source]int{} // index into b.volumes
+	for _, v := range vars {
+		out := stage.Variable{Name: v.Name, HCL: v.HCL}
+		if v.ValueFrom == nil {
+			out.Value = v.Value
+			st.Variables = append(st.Variables, out)
+			continue
+		}
+		var (
+			src source
+			sel *v1alpha1.KeySelector
+		)
+		switch {
+		case v.ValueFrom.SecretKeyRef != nil:
+			src, sel = source{secret: true, name: v.ValueFrom.SecretKeyRef.Name}, v.ValueFrom.SecretKeyRef
+		case v.ValueFrom.ConfigMapKeyRef != nil:
+			src, sel = source{name: v.ValueFrom.ConfigMapKeyRef.Name}, v.ValueFrom.ConfigMapKeyRef
+		default:
+			return fmt.Errorf("variable %s: valueFrom has neither secretKeyRef nor configMapKeyRef", v.Name)
+		}
+		i, ok := volumeOf[src]
+		if !ok {
+			i = len(b.volumes)
+			volumeOf[src] = i
+			var vs corev1.VolumeSource
+			name := fmt.Sprintf("var-configmap-%d", len(volumeOf)-1)
+			if src.secret {
+				name = fmt.Sprintf("var-secret-%d", len(volumeOf)-1)
+				vs.Secret = &corev1.SecretVolumeSource{SecretName: src.name, DefaultMode: ptr.To(readable)}
+			} else {
+				vs.ConfigMap = &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: src.name}, DefaultMode: ptr.To(readable)}
+			}
+			b.addVolume(corev1.Volume{Name: name, VolumeSource: vs}, VariablesDir+"/"+name)
+		}
+		vol := &b.volumes[i]
+		item := corev1.KeyToPath{Key: sel.Key, Path: v.Name}
+		if vol.Secret != nil {
+			vol.Secret.Items = append(vol.Secret.Items, item)
+		} else {
+			vol.ConfigMap.Items = append(vol.ConfigMap.Items, item)
+		}
+		out.File = VariablesDir + "/" + vol.Name + "/" + v.Name
+		out.Secret = src.secret
+		st.Variables = append(st.Variables, out)
+	}
+	return nil
+}
+
+// addBackend fills in the run's backend, or the default: the kubernetes
+// backend in the run's namespace, keyed by the workspace.
+func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, out *stage.Backend) {
+	be := run.Spec.Backend
+	if be == nil || be.Type == "" {
+		workspace := run.Spec.Workspace
+		if workspace == "" {
+			workspace = DefaultWorkspace
+		}
+		*out = stage.Backend{Type: DefaultBackendType, Config: map[string]string{
+			"secret_suffix":     workspace,
+			"in_cluster_config": "true",
+			"namespace":         run.Namespace,
+		}}
+		return
+	}
+	*out = stage.Backend{Type: be.Type, Config: maps.Clone(be.Config)}
+	if be.ConfigSecret != "" {
+		b.addVolume(corev1.Volume{Name: volumeBackend, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  be.ConfigSecret,
+			Items:       []corev1.KeyToPath{{Key: BackendConfigKey, Path: BackendConfigKey}},
+			DefaultMode: ptr.To(readable),
+		}}}, BackendDir)
+		out.ConfigFile = BackendConfigFile
+	}
+}
+
+// addKubeAPIAccess mounts, at the path client-go's in-cluster configuration
+// reads, what automountServiceAccountToken would: a token for kube-apiserver
+// (default audience, expiring), the cluster CA and the namespace. Only the
+// in-cluster kubernetes backend needs it, to keep state in the namespace.
+func (b *podBuilder) addKubeAPIAccess(opts JobOptions) {
+	b.addVolume(corev1.Volume{Name: volumeKubeAPIAccess, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				ExpirationSeconds: ptr.To(seconds(opts.TokenExpiration)),
+				Path:              "token",
+			}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: kubeRootCAConfigMap},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{
+				Items: []corev1.DownwardAPIVolumeFile{{
+					Path:     "namespace",
+					FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+				}},
+			}},
+		},
+	}}}, KubeAPIAccessDir)
+}
+
+// defaultResources fills in requests (cpu 100m, memory 256Mi) and a memory
+// limit (1Gi) that the run leaves unset, unless that would put a request
+// above a limit.
+func defaultResources(r *corev1.ResourceRequirements) error {
+	set := func(list *corev1.ResourceList, name corev1.ResourceName, value string, ok func(resource.Quantity) bool) {
+		if _, exists := (*list)[name]; exists {
+			return
+		}
+		q := resource.MustParse(value)
+		if !ok(q) {
+			return
+		}
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		(*list)[name] = q
+	}
+	belowLimit := func(name corev1.ResourceName) func(resource.Quantity) bool {
+		return func(q resource.Quantity) bool {
+			limit, exists := r.Limits[name]
+			return !exists || q.Cmp(limit) <= 0
+		}
+	}
+	aboveRequest := func(name corev1.ResourceName) func(resource.Quantity) bool {
+		return func(q resource.Quantity) bool {
+			request, exists := r.Requests[name]
+			return !exists || q.Cmp(request) >= 0
+		}
+	}
+	set(&r.Requests, corev1.ResourceCPU, defaultRequestCPU, belowLimit(corev1.ResourceCPU))
+	set(&r.Requests, corev1.ResourceMemory, defaultRequestMemory, belowLimit(corev1.ResourceMemory))
+	set(&r.Limits, corev1.ResourceMemory, defaultLimitMemory, aboveRequest(corev1.ResourceMemory))
+	for name, request := range r.Requests {
+		if limit, ok := r.Limits[name]; ok && request.Cmp(limit) > 0 {
+			return fmt.Errorf("spec.executor.resources: %s request %s is above its limit %s", name, request.String(), limit.String())
+		}
+	}
+	return nil
+}
+
+// seconds rounds d up to whole seconds, at least 1.
+func seconds(d time.Duration) int64 {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}

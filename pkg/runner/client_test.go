@@ -1,0 +1,253 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+func TestHTTPClientUploadsAndDownloads(t *testing.T) {
+	srv := newFakeServer(t)
+	c, err := NewHTTPClient(srv.spec(stage.Plan, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.PutPlanPart(ctx, 3, stage.PartFile, strings.NewReader("plan-bytes")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutOutputs(ctx, 3, strings.NewReader(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.GetPlan(ctx, stage.PartFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "plan-bytes" {
+		t.Errorf("downloaded %q", b)
+	}
+	want := []string{"POST plan?attempt=3&part=file", "POST outputs?attempt=3", "GET plan?format=file"}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if strings.Join(srv.requests, ",") != strings.Join(want, ",") {
+		t.Errorf("requests = %v", srv.requests)
+	}
+	if srv.protoMajor != 2 {
+		t.Errorf("HTTP/%d, want HTTP/2", srv.protoMajor)
+	}
+}
+
+func TestHTTPClientErrors(t *testing.T) {
+	srv := newFakeServer(t)
+	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// A Status answer is decoded.
+	_, err = c.GetPlan(ctx, "nope")
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusNotFound || !strings.Contains(err.Error(), "the run has no plan nope") {
+		t.Errorf("err = %v", err)
+	}
+	if errors.Is(err, ErrForbidden) {
+		t.Error("404 is not forbidden")
+	}
+	if strings.Contains(err.Error(), srv.srv.URL) || strings.Contains(err.Error(), srv.token) {
+		t.Errorf("error names the URL or token: %v", err)
+	}
+
+	// 403 is ErrForbidden.
+	srv.mu.Lock()
+	srv.forbid = true
+	srv.mu.Unlock()
+	err = c.PutPlanPart(ctx, 1, stage.PartText, strings.NewReader("x"))
+	if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "not the current stage attempt") {
+		t.Errorf("err = %v", err)
+	}
+
+	// A 403 on the log stream makes its writes fail with ErrForbidden.
+	w, err := c.OpenLog(ctx, stage.Plan, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err = w.Write([]byte("line\n")); err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatal("writes to a refused log stream succeed")
+	}
+	if err := w.Close(); !errors.Is(err, ErrForbidden) {
+		t.Errorf("Close = %v", err)
+	}
+
+	// A wrong token is refused, without retries.
+	srv.mu.Lock()
+	srv.forbid = false
+	srv.mu.Unlock()
+	if err := os.WriteFile(srv.tokenFile, []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = c.PutOutputs(ctx, 1, strings.NewReader("{}"))
+	if !errors.As(err, &se) || se.Code != http.StatusUnauthorized {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// TestHTTPClientRereadsToken: projected tokens rotate.
+func TestHTTPClientRereadsToken(t *testing.T) {
+	srv := newFakeServer(t)
+	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	srv.token = "rotated-token"
+	srv.mu.Unlock()
+	if err := os.WriteFile(srv.tokenFile, []byte("rotated-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutOutputs(context.Background(), 1, strings.NewReader("{}")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHTTPClientRetries(t *testing.T) {
+	srv := newFakeServer(t)
+	var calls atomic.Int32
+	srv.intercept = func(w http.ResponseWriter, r *http.Request) bool {
+		if calls.Add(1) <= 2 {
+			writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "etcd is busy")
+			return true
+		}
+		return false
+	}
+	hc, err := newHTTPClient(srv.spec(stage.Plan, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Backoff = time.Millisecond
+	if err := hc.PutPlanPart(context.Background(), 1, stage.PartJSON, strings.NewReader(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 3 || string(srv.part(stage.PartJSON)) != `{"a":1}` {
+		t.Errorf("calls = %d, part = %q", calls.Load(), srv.part(stage.PartJSON))
+	}
+}
+
+// TestOpenLogStreams checks that each write reaches the server before the
+// stream is closed.
+func TestOpenLogStreams(t *testing.T) {
+	srv := newFakeServer(t)
+	c, err := NewHTTPClient(srv.spec(stage.Apply, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.OpenLog(context.Background(), stage.Apply, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"first line\n", "second line\n"} {
+		if _, err := w.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		srv.waitForLog(t, stage.Apply, 2, line, 10*time.Second)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.log(stage.Apply, 2); got != "first line\nsecond line\n" {
+		t.Errorf("log = %q", got)
+	}
+}
+
+func TestNewHTTPClientValidates(t *testing.T) {
+	srv := newFakeServer(t)
+	for name, mutate := range map[string]func(*stage.Spec){
+		"credentials in URL": func(s *stage.Spec) { s.Server = "https://user:pw@127.0.0.1:1" },
+		"scheme":             func(s *stage.Spec) { s.Server = "ftp://127.0.0.1" },
+		"no token":           func(s *stage.Spec) { s.TokenFile = "" },
+		"missing token":      func(s *stage.Spec) { s.TokenFile = "/nonexistent" },
+		"bad CA":             func(s *stage.Spec) { s.CAFile = s.TokenFile },
+		"no run":             func(s *stage.Spec) { s.Name = "" },
+	} {
+		s := srv.spec(stage.Plan, 1)
+		mutate(&s)
+		if _, err := NewHTTPClient(s); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), "pw@") {
+			t.Errorf("%s: error shows credentials: %v", name, err)
+		}
+	}
+}
+
+// TestLogSinkReopens: a stream that fails is opened again, and the log goes
+// on (the server appends).
+func TestLogSinkReopens(t *testing.T) {
+	srv := newFakeServer(t)
+	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &flakyClient{Client: c}
+	s := newLogSink(context.Background(), fc, stage.Plan, 1, nil)
+	_, _ = s.Write([]byte("one\n"))
+	srv.waitForLog(t, stage.Plan, 1, "one\n", 10*time.Second)
+	fc.breakCurrent()
+	_, _ = s.Write([]byte("two\n"))
+	_, _ = s.Write([]byte("three\n"))
+	if err := s.Close(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.log(stage.Plan, 1); !strings.HasPrefix(got, "one\n") || !strings.HasSuffix(got, "three\n") {
+		t.Errorf("log = %q", got)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.logStreams < 2 {
+		t.Errorf("%d streams", srv.logStreams)
+	}
+}
+
+type flakyClient struct {
+	Client
+	current atomic.Pointer[breakableWriter]
+}
+
+type breakableWriter struct {
+	io.WriteCloser
+	broken atomic.Bool
+}
+
+func (b *breakableWriter) Write(p []byte) (int, error) {
+	if b.broken.Load() {
+		return 0, errors.New("connection reset")
+	}
+	return b.WriteCloser.Write(p)
+}
+
+func (f *flakyClient) OpenLog(ctx context.Context, s string, a int32) (io.WriteCloser, error) {
+	w, err := f.Client.OpenLog(ctx, s, a)
+	if err != nil {
+		return nil, err
+	}
+	bw := &breakableWriter{WriteCloser: w}
+	f.current.Store(bw)
+	return bw, nil
+}
+
+func (f *flakyClient) breakCurrent() { f.current.Load().broken.Store(true) }

@@ -1,0 +1,740 @@
+package runner
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tfjson "github.com/hashicorp/terraform-json"
+
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// engine returns the terraform or tofu binary the tests run. It fails the
+// test when there is none: the runner's tests are worthless without one.
+func engine(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TERRARUN_ENGINE"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("TERRARUN_ENGINE=%s: %v", p, err)
+		}
+		return p
+	}
+	for _, name := range []string{"tofu", "terraform"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no tofu or terraform found on PATH and TERRARUN_ENGINE is not set: run `make engine` to install one")
+	return ""
+}
+
+// syncBuffer is a bytes.Buffer safe for the runner's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// harness is one run against a fake server, with a local backend.
+type harness struct {
+	t        *testing.T
+	srv      *fakeServer
+	engine   string
+	stateDir string
+	config   string
+	stdout   syncBuffer
+}
+
+func newHarness(t *testing.T, files map[string]string) *harness {
+	t.Helper()
+	h := &harness{t: t, srv: newFakeServer(t), engine: engine(t), stateDir: t.TempDir(), config: t.TempDir()}
+	for name, content := range files {
+		p := filepath.Join(h.config, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+func (h *harness) spec(stageName string, attempt int32) stage.Spec {
+	s := h.srv.spec(stageName, attempt)
+	s.Binary = h.engine
+	s.WorkDir = h.t.TempDir()
+	s.Backend = stage.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(h.stateDir, "terraform.tfstate")}}
+	if stageName == stage.Plan {
+		s.Source = stage.Source{Dir: h.config}
+	}
+	return s
+}
+
+func (h *harness) run(ctx context.Context, spec stage.Spec, opts ...RunOption) error {
+	h.t.Helper()
+	client, err := NewHTTPClient(spec)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return Run(ctx, spec, client, &h.stdout, opts...)
+}
+
+// applySpec returns an apply spec for the plan the server holds.
+func (h *harness) applySpec(attempt int32) stage.Spec {
+	s := h.spec(stage.Apply, attempt)
+	s.PlanDigest = digestOf(h.srv.part(stage.PartFile))
+	return s
+}
+
+func (h *harness) secretFile(value string) string {
+	p := filepath.Join(h.t.TempDir(), "value")
+	if err := os.WriteFile(p, []byte(value), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+func (h *harness) result() stage.Result {
+	h.t.Helper()
+	var r stage.Result
+	if err := json.Unmarshal(h.srv.part(stage.PartResult), &r); err != nil {
+		h.t.Fatalf("result: %v", err)
+	}
+	return r
+}
+
+func (h *harness) outputs() map[string]struct {
+	Sensitive bool            `json:"sensitive"`
+	Type      json.RawMessage `json:"type"`
+	Value     json.RawMessage `json:"value"`
+} {
+	h.t.Helper()
+	var out map[string]struct {
+		Sensitive bool            `json:"sensitive"`
+		Type      json.RawMessage `json:"type"`
+		Value     json.RawMessage `json:"value"`
+	}
+	h.srv.mu.Lock()
+	b := h.srv.outputs
+	h.srv.mu.Unlock()
+	if err := json.Unmarshal(b, &out); err != nil {
+		h.t.Fatalf("outputs %s: %v", b, err)
+	}
+	return out
+}
+
+const basicConfig = `
+variable "name" {
+  type = string
+}
+
+variable "password" {
+  type      = string
+  sensitive = true
+}
+
+variable "zones" {
+  type = list(string)
+}
+
+variable "tricky" {
+  type = string
+}
+
+resource "terraform_data" "main" {
+  input = {
+    name     = var.name
+    password = var.password
+    zones    = var.zones
+  }
+}
+
+output "name" {
+  value = terraform_data.main.output.name
+}
+
+output "zones" {
+  value = var.zones
+}
+
+output "tricky" {
+  value = var.tricky
+}
+
+output "password" {
+  value     = var.password
+  sensitive = true
+}
+`
+
+// tricky is a string that needs every kind of HCL escaping.
+const tricky = "a \"quoted\" \\back\\slash ${not_interpolated} %{not_a_directive} $${x} %%{y} $ % {} tab\there\nnew line ünï €"
+
+func TestPlanApplyDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": basicConfig})
+	ctx := context.Background()
+
+	vars := []stage.Variable{
+		{Name: "name", Value: "db-1"},
+		{Name: "password", File: h.secretFile("pa55-w0rd-value"), Secret: true},
+		{Name: "zones", Value: `["a", "b"]`, HCL: true},
+		{Name: "tricky", Value: tricky},
+	}
+	plan := h.spec(stage.Plan, 1)
+	plan.Variables = vars
+	if err := h.run(ctx, plan); err != nil {
+		t.Fatalf("plan: %v\nlog:\n%s", err, h.srv.allLogs())
+	}
+
+	// Parts, in order, result last.
+	want := []string{stage.PartSource, stage.PartFile, stage.PartText, stage.PartJSON, stage.PartResult}
+	if !reflect.DeepEqual(h.srv.partOrder, want) {
+		t.Errorf("uploads = %v, want %v", h.srv.partOrder, want)
+	}
+	res := h.result()
+	if res.Add != 1 || res.Change != 0 || res.Destroy != 0 || res.Import != 0 || !res.HasChanges {
+		t.Errorf("result = %+v", res)
+	}
+	if res.SourceRevision != digestOf(h.srv.part(stage.PartSource)) {
+		t.Errorf("revision %s is not the source tarball's digest %s", res.SourceRevision, digestOf(h.srv.part(stage.PartSource)))
+	}
+	text := string(h.srv.part(stage.PartText))
+	if !strings.Contains(text, "1 to add") {
+		t.Errorf("plan text lacks the summary:\n%s", text)
+	}
+	var p tfjson.Plan
+	if err := json.Unmarshal(h.srv.part(stage.PartJSON), &p); err != nil {
+		t.Fatalf("plan JSON: %v", err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]string{"text": text, "json": string(h.srv.part(stage.PartJSON)), "log": h.srv.log(stage.Plan, 1), "stdout": h.stdout.String()} {
+		if strings.Contains(b, "pa55-w0rd-value") {
+			t.Errorf("plan %s holds the secret", name)
+		}
+	}
+	if !strings.Contains(string(h.srv.part(stage.PartJSON)), "(sensitive value)") {
+		t.Errorf("plan JSON is not redacted")
+	}
+	if !strings.Contains(h.srv.log(stage.Plan, 1), "terrarun: running terraform plan") && !strings.Contains(h.srv.log(stage.Plan, 1), "terrarun: running tofu plan") {
+		t.Errorf("log lacks the command line:\n%s", h.srv.log(stage.Plan, 1))
+	}
+	if !strings.Contains(h.stdout.String(), "1 to add") {
+		t.Errorf("stdout lacks terraform's output:\n%s", h.stdout.String())
+	}
+	// The tarball holds the configuration only.
+	names := tarNames(t, h.srv.part(stage.PartSource))
+	if !reflect.DeepEqual(names, []string{"main.tf"}) {
+		t.Errorf("source tarball holds %v", names)
+	}
+
+	// Apply.
+	apply := h.applySpec(1)
+	apply.Variables = vars
+	if err := h.run(ctx, apply); err != nil {
+		t.Fatalf("apply: %v\nlog:\n%s", err, h.srv.log(stage.Apply, 1))
+	}
+	outs := h.outputs()
+	if string(outs["name"].Value) != `"db-1"` || outs["name"].Sensitive {
+		t.Errorf("output name = %+v", outs["name"])
+	}
+	if !outs["password"].Sensitive || string(outs["password"].Value) != `"pa55-w0rd-value"` {
+		t.Errorf("output password = %+v", outs["password"])
+	}
+	var zones []string
+	if err := json.Unmarshal(outs["zones"].Value, &zones); err != nil || !reflect.DeepEqual(zones, []string{"a", "b"}) {
+		t.Errorf("output zones = %s (%v)", outs["zones"].Value, err)
+	}
+	var gotTricky string
+	if err := json.Unmarshal(outs["tricky"].Value, &gotTricky); err != nil || gotTricky != tricky {
+		t.Errorf("output tricky = %q, want %q (%v)", gotTricky, tricky, err)
+	}
+	if !strings.Contains(h.srv.log(stage.Apply, 1), "Apply complete!") {
+		t.Errorf("apply log:\n%s", h.srv.log(stage.Apply, 1))
+	}
+	if strings.Contains(h.srv.log(stage.Apply, 1), "pa55-w0rd-value") {
+		t.Errorf("apply log holds the secret")
+	}
+
+	// A destroy plan of what was applied.
+	destroy := h.spec(stage.Plan, 2)
+	destroy.Variables = vars
+	destroy.Operation = "Destroy"
+	if err := h.run(ctx, destroy); err != nil {
+		t.Fatalf("destroy plan: %v\nlog:\n%s", err, h.srv.log(stage.Plan, 2))
+	}
+	if res := h.result(); res.Destroy != 1 || res.Add != 0 || !res.HasChanges {
+		t.Errorf("destroy result = %+v", res)
+	}
+	if !strings.Contains(string(h.srv.part(stage.PartText)), "1 to destroy") {
+		t.Errorf("destroy plan text:\n%s", h.srv.part(stage.PartText))
+	}
+
+	// Planning again without changes.
+	again := h.spec(stage.Plan, 3)
+	again.Variables = vars
+	if err := h.run(ctx, again); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if res := h.result(); res != (stage.Result{SourceRevision: res.SourceRevision}) {
+		t.Errorf("no-change result = %+v", res)
+	}
+}
+
+func tarNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeXGlobalHeader {
+			names = append(names, h.Name)
+		}
+	}
+}
+
+const leakConfig = `
+variable "token" {
+  type = string
+}
+
+variable "pair" {
+  type    = list(string)
+  default = []
+}
+
+resource "terraform_data" "echo" {
+  input = ["token-is-${var.token}", var.pair]
+
+  provisioner "local-exec" {
+    command = "echo ${var.token} ${join(",", var.pair)}"
+  }
+}
+
+output "token" {
+  value = var.token
+}
+`
+
+// TestSecretsAreRedacted proves the redactor, not terraform, hides a
+// Secret-sourced variable the configuration does not declare sensitive.
+func TestSecretsAreRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "Sup3rS3cretValue42"
+	h := newHarness(t, map[string]string{"main.tf": leakConfig})
+	ctx := context.Background()
+	vars := []stage.Variable{
+		{Name: "token", File: h.secretFile(secret), Secret: true},
+		{Name: "pair", File: h.secretFile(`["PartOneSecret", "PartTwoSecret"]`), Secret: true, HCL: true},
+	}
+
+	plan := h.spec(stage.Plan, 1)
+	plan.Variables = vars
+	if err := h.run(ctx, plan); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	apply := h.applySpec(1)
+	apply.Variables = vars
+	if err := h.run(ctx, apply); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	logs := h.srv.allLogs()
+	if !strings.Contains(logs, "(local-exec): "+Redacted+" "+Redacted+","+Redacted) {
+		t.Errorf("the echo should be in the log, redacted:\n%s", logs)
+	}
+	for name, b := range map[string]string{
+		"log":    logs,
+		"stdout": h.stdout.String(),
+		"text":   string(h.srv.part(stage.PartText)),
+		"json":   string(h.srv.part(stage.PartJSON)),
+	} {
+		for _, s := range []string{secret, "PartOneSecret", "PartTwoSecret"} {
+			if strings.Contains(b, s) {
+				t.Errorf("%s holds the secret %s:\n%s", name, s, b)
+			}
+		}
+	}
+	// The outputs are the one place that holds values.
+	if string(h.outputs()["token"].Value) != `"`+secret+`"` {
+		t.Errorf("outputs = %s", h.srv.outputs)
+	}
+}
+
+// TestSecretInErrorIsRedacted makes terraform print the secret in an error.
+func TestSecretInErrorIsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "An0therS3cretValue"
+	h := newHarness(t, map[string]string{"main.tf": `
+variable "token" {
+  type = string
+  validation {
+    condition     = length(var.token) > 100
+    error_message = "The token ${var.token} is too short."
+  }
+}
+`})
+	plan := h.spec(stage.Plan, 1)
+	plan.Variables = []stage.Variable{{Name: "token", File: h.secretFile(secret), Secret: true}}
+	err := h.run(context.Background(), plan)
+	if err == nil {
+		t.Fatal("plan succeeded")
+	}
+	if !strings.Contains(err.Error(), "The token "+Redacted+" is too short") {
+		t.Errorf("error lacks terraform's message: %v", err)
+	}
+	for name, b := range map[string]string{"error": err.Error(), "log": h.srv.allLogs(), "stdout": h.stdout.String()} {
+		if strings.Contains(b, secret) {
+			t.Errorf("%s holds the secret:\n%s", name, b)
+		}
+	}
+	if len(h.srv.partOrder) != 0 {
+		t.Errorf("a failed plan uploaded %v", h.srv.partOrder)
+	}
+}
+
+func TestSyntaxError(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": "resource \"terraform_data\" \"x\" {\n  input = \n"})
+	err := h.run(context.Background(), h.spec(stage.Plan, 1))
+	if err == nil {
+		t.Fatal("plan succeeded")
+	}
+	if !strings.Contains(err.Error(), "Error:") || !strings.Contains(err.Error(), "main.tf") {
+		t.Errorf("error lacks terraform's message: %v", err)
+	}
+	log := h.srv.log(stage.Plan, 1)
+	if !strings.Contains(log, "main.tf") || !strings.Contains(log, "Error:") {
+		t.Errorf("log lacks terraform's message:\n%s", log)
+	}
+	if !strings.Contains(log, "terrarun: stage plan attempt 1 failed:") {
+		t.Errorf("log lacks the final line:\n%s", log)
+	}
+	if errors.Is(err, ErrCanceled) || errors.Is(err, ErrForbidden) {
+		t.Errorf("error misclassified: %v", err)
+	}
+}
+
+func TestCancelDuringApply(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": `
+resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "echo started; sleep 37"
+  }
+}
+`})
+	if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const grace = 8 * time.Second
+	done := make(chan error, 1)
+	go func() { done <- h.run(ctx, h.applySpec(1), WithGracePeriod(grace)) }()
+
+	// The log streams: the provisioner's output reaches the server while
+	// terraform still runs.
+	h.srv.waitForLog(t, stage.Apply, 1, "(local-exec): started", 60*time.Second)
+	start := time.Now()
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(grace + 10*time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if elapsed := time.Since(start); elapsed > grace {
+		t.Errorf("Run took %s to stop, grace %s", elapsed, grace)
+	}
+	if err == nil || !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "canceled") {
+		t.Fatalf("err = %v", err)
+	}
+	log := h.srv.log(stage.Apply, 1)
+	if !strings.Contains(log, "Interrupt received") && !strings.Contains(log, "Gracefully shutting down") {
+		t.Errorf("terraform was not interrupted gracefully:\n%s", log)
+	}
+	if !strings.Contains(log, "terrarun: stage apply attempt 1 failed: stage canceled") {
+		t.Errorf("log lacks the final line:\n%s", log)
+	}
+	if h.srv.outputs != nil {
+		t.Errorf("a canceled apply uploaded outputs")
+	}
+	// The provisioner's abandoned sleep is gone too.
+	time.Sleep(200 * time.Millisecond)
+	if pids := processesWithArgs("sleep 37"); len(pids) > 0 {
+		t.Errorf("sleep 37 still runs: %v", pids)
+	}
+}
+
+// processesWithArgs returns the pids whose command line is args.
+func processesWithArgs(args string) []string {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, f := range cmdlines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if strings.TrimRight(strings.ReplaceAll(string(b), "\x00", " "), " ") == args {
+			out = append(out, filepath.Base(filepath.Dir(f)))
+		}
+	}
+	return out
+}
+
+func TestApplyRefusesDigestMismatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})
+	if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	apply := h.spec(stage.Apply, 1)
+	apply.PlanDigest = "sha256:" + strings.Repeat("0", 64)
+	err := h.run(context.Background(), apply)
+	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "refusing to apply") {
+		t.Fatalf("err = %v", err)
+	}
+	if strings.Contains(h.srv.log(stage.Apply, 1), "running terraform apply") || strings.Contains(h.srv.log(stage.Apply, 1), "running tofu apply") {
+		t.Errorf("terraform apply ran")
+	}
+	if _, err := os.Stat(filepath.Join(h.stateDir, "terraform.tfstate")); err == nil {
+		t.Errorf("state was written")
+	}
+
+	// A tampered plan file with the approved digest is refused too.
+	h.srv.mu.Lock()
+	h.srv.serve[stage.PartFile] = append([]byte("x"), h.srv.parts[stage.PartFile]...)
+	h.srv.mu.Unlock()
+	err = h.run(context.Background(), h.applySpec(2))
+	if !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestForbiddenStopsTheRunner(t *testing.T) {
+	t.Parallel()
+	t.Run("uploads", func(t *testing.T) {
+		h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})
+		h.srv.forbidWrites = true
+		err := h.run(context.Background(), h.spec(stage.Plan, 1))
+		if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "not the current stage attempt") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("log stream", func(t *testing.T) {
+		h := newHarness(t, map[string]string{"main.tf": `
+resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "sleep 30"
+  }
+}`})
+		if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+			t.Fatal(err)
+		}
+		h.srv.mu.Lock()
+		h.srv.forbid = true
+		h.srv.mu.Unlock()
+		start := time.Now()
+		err := h.run(context.Background(), h.applySpec(1))
+		if !errors.Is(err, ErrForbidden) {
+			t.Fatalf("err = %v", err)
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Errorf("the runner took %s to stop", time.Since(start))
+		}
+	})
+}
+
+func TestGitSource(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is required")
+	}
+	h := newHarness(t, nil)
+	root := t.TempDir()
+	bare := filepath.Join(root, "repo.git")
+	work := filepath.Join(root, "work")
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1", "HOME="+root)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	write := func(name, content string) {
+		p := filepath.Join(work, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git(root, "init", "--quiet", "--bare", "-b", "main", bare)
+	git(root, "init", "--quiet", "-b", "main", work)
+	write("modules/m/main.tf", "variable \"v\" {}\nresource \"terraform_data\" \"m\" {\n  input = var.v\n}\noutput \"v\" {\n  value = var.v\n}\n")
+	write("envs/dev/main.tf", "module \"m\" {\n  source = \"../../modules/m\"\n  v      = \"first\"\n}\noutput \"v\" {\n  value = module.m.v\n}\n")
+	write("README.md", "docs\n")
+	git(work, "add", ".")
+	git(work, "commit", "--quiet", "-m", "first")
+	first := git(work, "rev-parse", "HEAD")
+	git(work, "tag", "v1")
+	write("envs/dev/main.tf", "module \"m\" {\n  source = \"../../modules/m\"\n  v      = \"second\"\n}\noutput \"v\" {\n  value = module.m.v\n}\nresource \"terraform_data\" \"extra\" {}\n")
+	git(work, "commit", "--quiet", "-am", "second")
+	second := git(work, "rev-parse", "HEAD")
+	git(work, "push", "--quiet", "--tags", bare, "main")
+
+	url := "file://" + bare
+	for _, tc := range []struct {
+		ref      string
+		revision string
+		add      int32
+		value    string
+	}{
+		{"v1", first, 1, "first"},
+		{"main", second, 2, "second"},
+		{first, first, 1, "first"},
+		{"", second, 2, "second"},
+	} {
+		t.Run("ref="+tc.ref, func(t *testing.T) {
+			plan := h.spec(stage.Plan, 1)
+			plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: tc.ref, Path: "envs/dev"}}
+			plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
+			if err := h.run(context.Background(), plan); err != nil {
+				t.Fatalf("plan: %v\n%s", err, h.srv.log(stage.Plan, 1))
+			}
+			res := h.result()
+			if res.SourceRevision != tc.revision || res.Add != tc.add {
+				t.Errorf("result = %+v, want revision %s and %d to add", res, tc.revision, tc.add)
+			}
+			names := tarNames(t, h.srv.part(stage.PartSource))
+			for _, n := range names {
+				if strings.HasPrefix(n, ".git") || strings.Contains(n, ".terraform/") || strings.Contains(n, BackendOverrideFile) {
+					t.Errorf("source tarball holds %s", n)
+				}
+			}
+			apply := h.applySpec(1)
+			apply.Backend = plan.Backend
+			if err := h.run(context.Background(), apply); err != nil {
+				t.Fatalf("apply: %v\n%s", err, h.srv.log(stage.Apply, 1))
+			}
+			if v := string(h.outputs()["v"].Value); v != `"`+tc.value+`"` {
+				t.Errorf("output v = %s", v)
+			}
+		})
+	}
+
+	t.Run("path escaping the repository", func(t *testing.T) {
+		for _, p := range []string{"../..", "/etc", "envs/../../x"} {
+			plan := h.spec(stage.Plan, 1)
+			plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: "main", Path: p}}
+			if err := h.run(context.Background(), plan); err == nil {
+				t.Errorf("path %q accepted", p)
+			}
+		}
+	})
+	t.Run("unknown ref", func(t *testing.T) {
+		plan := h.spec(stage.Plan, 1)
+		plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: "nope"}}
+		if err := h.run(context.Background(), plan); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+func TestWorkspace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": `output "ws" {
+  value = terraform.workspace
+}`})
+	for attempt := int32(1); attempt <= 2; attempt++ { // creates, then selects
+		plan := h.spec(stage.Plan, attempt)
+		plan.Workspace = "staging"
+		// The local backend keeps workspaces next to the working directory.
+		plan.Backend.Config["workspace_dir"] = filepath.Join(h.stateDir, "ws")
+		if err := h.run(context.Background(), plan); err != nil {
+			t.Fatalf("plan: %v\n%s", err, h.srv.log(stage.Plan, attempt))
+		}
+		apply := h.applySpec(attempt)
+		apply.Workspace = "staging"
+		apply.Backend = plan.Backend
+		if err := h.run(context.Background(), apply); err != nil {
+			t.Fatalf("apply: %v\n%s", err, h.srv.log(stage.Apply, attempt))
+		}
+		if v := string(h.outputs()["ws"].Value); v != `"staging"` {
+			t.Errorf("workspace = %s", v)
+		}
+	}
+}
+
+func TestRunValidatesSpec(t *testing.T) {
+	t.Parallel()
+	srv := newFakeServer(t)
+	base := srv.spec(stage.Plan, 1)
+	base.WorkDir = t.TempDir()
+	base.Backend = stage.Backend{Type: "local"}
+	base.Source = stage.Source{Dir: t.TempDir()}
+	client, err := NewHTTPClient(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*stage.Spec){
+		"stage":        func(s *stage.Spec) { s.Stage = "destroy" },
+		"attempt":      func(s *stage.Spec) { s.Attempt = 0 },
+		"workdir":      func(s *stage.Spec) { s.WorkDir = "relative" },
+		"backend":      func(s *stage.Spec) { s.Backend.Type = `local" {} x {` },
+		"no source":    func(s *stage.Spec) { s.Source = stage.Source{} },
+		"two sources":  func(s *stage.Spec) { s.Source.Git = &stage.GitSource{URL: "https://x"} },
+		"apply digest": func(s *stage.Spec) { s.Stage = stage.Apply },
+		"variable":     func(s *stage.Spec) { s.Variables = []stage.Variable{{Name: "a b", Value: "x"}} },
+	} {
+		s := base
+		s.Backend.Config = nil
+		mutate(&s)
+		if err := Run(context.Background(), s, client, io.Discard); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

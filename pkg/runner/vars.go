@@ -1,0 +1,144 @@
+package runner
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// identRE matches a Terraform identifier: variable names, backend types.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+// resolvedVar is a variable with its value read.
+type resolvedVar struct {
+	stage.Variable
+	value string
+}
+
+// readVariables reads the values of variables from their files.
+func readVariables(vars []stage.Variable) ([]resolvedVar, error) {
+	out := make([]resolvedVar, 0, len(vars))
+	seen := map[string]bool{}
+	for _, v := range vars {
+		if !identRE.MatchString(v.Name) {
+			return nil, fmt.Errorf("variable name %q is not a valid identifier", v.Name)
+		}
+		if seen[v.Name] {
+			return nil, fmt.Errorf("variable %q is set more than once", v.Name)
+		}
+		seen[v.Name] = true
+		rv := resolvedVar{Variable: v, value: v.Value}
+		if v.File != "" {
+			b, err := os.ReadFile(v.File)
+			if err != nil {
+				// The path is not secret, the content is; os errors name only the path.
+				return nil, fmt.Errorf("reading the value of variable %q: %w", v.Name, err)
+			}
+			rv.value = string(b)
+		}
+		out = append(out, rv)
+	}
+	return out, nil
+}
+
+// tfvars renders variables as a .tfvars (HCL) file: strings quoted, HCL
+// values verbatim.
+func tfvars(vars []resolvedVar) []byte {
+	var b strings.Builder
+	for _, v := range vars {
+		b.WriteString(v.Name)
+		b.WriteString(" = ")
+		if v.HCL {
+			expr := strings.TrimSpace(v.value)
+			if expr == "" {
+				expr = "null"
+			}
+			b.WriteString(expr)
+		} else {
+			b.WriteString(hclQuote(v.value))
+		}
+		b.WriteString("\n")
+	}
+	return []byte(b.String())
+}
+
+// hclQuote returns s as an HCL quoted string literal that evaluates to
+// exactly s: backslashes, quotes and control characters are escaped, and so
+// are the template sequences "${" and "%{".
+func hclQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\uFFFD`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '$' && strings.HasPrefix(s[i+1:], "{"):
+			b.WriteString("$$")
+		case r == '%' && strings.HasPrefix(s[i+1:], "{"):
+			b.WriteString("%%")
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// hclStringLiterals returns the values of the quoted string literals in an
+// HCL expression, so that the parts of a secret list or map are redacted
+// too. It understands the usual escapes; it does not evaluate templates.
+func hclStringLiterals(expr string) []string {
+	var out []string
+	for i := 0; i < len(expr); i++ {
+		if expr[i] != '"' {
+			continue
+		}
+		var b strings.Builder
+		j := i + 1
+		for ; j < len(expr) && expr[j] != '"'; j++ {
+			c := expr[j]
+			switch {
+			case c == '\\' && j+1 < len(expr):
+				j++
+				switch expr[j] {
+				case 'n':
+					b.WriteByte('\n')
+				case 'r':
+					b.WriteByte('\r')
+				case 't':
+					b.WriteByte('\t')
+				default:
+					b.WriteByte(expr[j])
+				}
+			case (c == '$' || c == '%') && strings.HasPrefix(expr[j+1:], string(c)+"{"):
+				b.WriteByte(c) // $${ is a literal ${
+				j++
+			default:
+				b.WriteByte(c)
+			}
+		}
+		if s := b.String(); s != "" {
+			out = append(out, s)
+		}
+		i = j
+	}
+	return out
+}
