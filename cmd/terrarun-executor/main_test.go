@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -153,7 +154,7 @@ func TestSignal(t *testing.T) {
 	token := write("token", "tok")
 	write("config/main.tf", "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"echo sleeping; sleep 30\"\n  }\n}\n")
 	spec := stage.Spec{
-		Server: ts.URL, CAFile: ca, TokenFile: token, Namespace: "ns", Name: "r", Stage: stage.Plan, Attempt: 1,
+		Server: ts.URL, CAFile: ca, TokenFile: token, Namespace: "ns", Name: "r", Stage: v1alpha1.StagePlan, Attempt: 1,
 		Binary: bin, WorkDir: filepath.Join(dir, "plan"), Operation: "Apply",
 		Source:  stage.Source{Dir: filepath.Join(dir, "config")},
 		Backend: stage.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(dir, "terraform.tfstate")}},
@@ -164,7 +165,7 @@ func TestSignal(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := json.Marshal(spec)
-		specFile := write(spec.Stage+".json", string(b))
+		specFile := write(string(spec.Stage)+".json", string(b))
 		cmd := exec.Command(os.Args[0], "--stage-file", specFile, "--grace-period", "10s")
 		cmd.Env = append(os.Environ(), "TERRARUN_EXECUTOR_MAIN=1")
 		var stdout bytes.Buffer
@@ -194,7 +195,7 @@ func TestSignal(t *testing.T) {
 	srv.mu.Lock()
 	sum := sha256.Sum256(srv.parts[stage.PartFile])
 	srv.mu.Unlock()
-	spec.Stage, spec.WorkDir, spec.Source = stage.Apply, filepath.Join(dir, "apply"), stage.Source{}
+	spec.Stage, spec.WorkDir, spec.Source = v1alpha1.StageApply, filepath.Join(dir, "apply"), stage.Source{}
 	spec.PlanDigest = "sha256:" + hex.EncodeToString(sum[:])
 	start := time.Now()
 	code, out = runProgram(spec, "(local-exec): sleeping")

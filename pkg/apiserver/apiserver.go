@@ -1,19 +1,28 @@
-// Package apiserver assembles the terrarun API server: its scheme, the
-// terrarun.dev API group and the storage behind it.
+// Package apiserver assembles the terrarun API server from its configuration,
+// as k8s.io/sample-apiserver does: the scheme, the terrarun.dev API group and
+// the storage behind it, the run controller (a post-start hook, leader-elected)
+// and the executor's shutdown (a pre-shutdown hook).
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 )
 
@@ -40,45 +49,89 @@ func init() {
 	)
 }
 
+// ExtraConfig is terrarun's configuration beyond the generic server's.
+type ExtraConfig struct {
+	// Artifacts stores plans, logs and outputs.
+	Artifacts *artifacts.Store
+	// Executor runs the runs' stages.
+	Executor executor.Executor
+	// DefaultEngine is spec.engine.binary when neither the run nor the
+	// cluster policy sets it; terraform when empty.
+	DefaultEngine terrarun.EngineBinary
+	// Controller configures the run controller.
+	Controller ControllerConfig
+	// Identities resolves executor identities. TODO(relayout): the registry reads them from the request (auth.IdentityFrom).
+	Identities executor.IdentityResolver
+}
+
+// ControllerConfig configures the run controller, which runs on the elected
+// replica only.
+type ControllerConfig struct {
+	// Enabled runs the controller; without it the server serves the API only
+	// and runs stay Pending.
+	Enabled bool
+	// Etcd elects the leader among the replicas.
+	Etcd *clientv3.Client
+	// Workers is the number of runs reconciled in parallel.
+	Workers int
+	// CancelGrace is how long a canceled, timed-out or shut-down stage gets
+	// after SIGINT before it is killed.
+	CancelGrace time.Duration
+	// Kube is the host cluster, where Events are recorded and outputs
+	// Secrets written; nil in standalone mode.
+	Kube kubernetes.Interface
+}
+
 // Config is the configuration of a terrarun API server.
 type Config struct {
-	// GenericConfig configures the generic API server machinery.
 	GenericConfig *genericapiserver.RecommendedConfig
-	// Deps are the artifact store and executor identities behind the
-	// subresources.
-	Deps terraformrun.Deps
+	ExtraConfig   ExtraConfig
 }
 
-// CompletedConfig is a Config with every default filled in.
+type completedConfig struct {
+	GenericConfig genericapiserver.CompletedConfig
+	ExtraConfig   *ExtraConfig
+}
+
+// CompletedConfig is a Config with every default filled in; only Complete
+// makes one.
 type CompletedConfig struct {
-	generic genericapiserver.CompletedConfig
-	deps    terraformrun.Deps
+	*completedConfig
 }
 
-// Complete fills in defaults. It mutates the receiver.
+// Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
-	if c.Deps.Serializer == nil {
-		c.Deps.Serializer = Codecs
+	if c.ExtraConfig.Controller.Workers <= 0 {
+		c.ExtraConfig.Controller.Workers = 4
 	}
-	return CompletedConfig{generic: c.GenericConfig.Complete(), deps: c.Deps}
+	return CompletedConfig{&completedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}}
 }
 
-// Server is a running terrarun API server.
+// Server is a terrarun API server.
 type Server struct {
-	// GenericAPIServer serves HTTP.
 	GenericAPIServer *genericapiserver.GenericAPIServer
-	// Runs is the storage of terraformruns and its subresources.
-	Runs *terraformrun.Storage
 }
 
-// New builds the server and installs the terrarun.dev API group.
+// New builds the server: it installs the terrarun.dev API group, the run
+// controller's post-start hook, and a pre-shutdown hook that stops the stages
+// this process runs, while the server still accepts their last uploads.
 func (c CompletedConfig) New() (*Server, error) {
-	generic, err := c.generic.New("terrarun-apiserver", genericapiserver.NewEmptyDelegate())
+	generic, err := c.GenericConfig.New("terrarun-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("building the generic API server: %w", err)
 	}
-
-	runs, err := terraformrun.NewStorage(Scheme, c.generic.RESTOptionsGetter, c.deps)
+	extra := c.ExtraConfig
+	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
+		Artifacts:     extra.Artifacts,
+		Identities:    extra.Identities,
+		Serializer:    Codecs,
+		DefaultEngine: extra.DefaultEngine,
+		OnDelete: func(ctx context.Context, namespace, name, uid string) {
+			if err := extra.Executor.Forget(ctx, namespace, name, uid); err != nil {
+				klog.FromContext(ctx).Error(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
+			}
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -97,5 +150,23 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
 	}
-	return &Server{GenericAPIServer: generic, Runs: runs}, nil
+
+	if extra.Controller.Enabled {
+		if err := generic.AddPostStartHook("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
+			return extra.startController(hook)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	// Stages in flight get SIGINT and a grace period to release their state
+	// locks; a restarted server finds them lost, retries a plan and never
+	// re-applies.
+	if err := generic.AddPreShutdownHook("terrarun-executor-shutdown", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), extra.Controller.CancelGrace+10*time.Second)
+		defer cancel()
+		return extra.Executor.Shutdown(ctx, extra.Controller.CancelGrace)
+	}); err != nil {
+		return nil, err
+	}
+	return &Server{GenericAPIServer: generic}, nil
 }

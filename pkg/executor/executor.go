@@ -1,8 +1,10 @@
-// Package executor runs the stages of TerraformRuns. The run controller
-// (package controller/terraformrun) decides what runs when; an Executor starts, observes and
-// stops one stage execution. Two executors implement the interface: local
-// (child processes of the server, the standalone default) and kubernetes (one
-// Job per stage).
+// Package executor is the contract between the run controller
+// (pkg/controller/terraformrun), which decides what runs when, and the two
+// backends that start, observe and stop one stage execution: local (child
+// processes of the server, the standalone default) and job (one Kubernetes Job
+// per stage). Everything both sides must agree on is defined here once: the
+// execution, its observed state and reasons, the stage's spec and timeout, and
+// the executor identity that writes results back.
 package executor
 
 import (
@@ -12,14 +14,15 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // Execution names one execution: one attempt of one stage of one run.
 type Execution struct {
 	// Run is the run, as last observed.
 	Run *v1alpha1.TerraformRun
-	// Stage is stage.Plan or stage.Apply.
-	Stage string
+	// Stage is v1alpha1.StagePlan or v1alpha1.StageApply.
+	Stage v1alpha1.StageName
 	// Attempt counts executions of the stage, from 1.
 	Attempt int32
 	// PlanDigest is the approved plan's digest (apply stage).
@@ -36,9 +39,41 @@ const (
 	StateSucceeded State = "Succeeded"
 	// StateFailed means it ended otherwise; Status.Reason says how.
 	StateFailed State = "Failed"
-	// StateUnknown means the executor has no record of it: it never started,
-	// or it was lost (for example with the server that ran it).
+	// StateUnknown means the executor has no live record of it. Reason
+	// ReasonNotStarted says it never started and may be started; any other
+	// reason (ReasonExecutorLost) means it may have run and must never be
+	// started again.
 	StateUnknown State = "Unknown"
+)
+
+// Reasons of Status. Backends may also pass through a reason of the platform
+// (a Job condition's or a container's, such as OOMKilled or
+// ImagePullBackOff); the controller acts only on these.
+const (
+	// ReasonCompleted: the execution exited with code 0.
+	ReasonCompleted = "Completed"
+	// ReasonError: the execution exited with another code.
+	ReasonError = "Error"
+	// ReasonFailed: the execution failed and the platform gave no reason.
+	ReasonFailed = "Failed"
+	// ReasonCanceled: the execution ended after Stop.
+	ReasonCanceled = "Canceled"
+	// ReasonKilled: the execution did not end within the grace period of Stop
+	// and was killed.
+	ReasonKilled = "Killed"
+	// ReasonDeadlineExceeded: the execution ran past its stage's timeout
+	// (StageTimeout) and was stopped by the backend.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonSignaled: the execution was ended by a signal that the backend did
+	// not send.
+	ReasonSignaled = "Signaled"
+	// ReasonExecutorLost: the execution was started, and its record outlived
+	// it (its server or Job is gone); its outcome is unknown. With
+	// StateUnknown.
+	ReasonExecutorLost = "ExecutorLost"
+	// ReasonNotStarted: nothing of the execution was ever started. With
+	// StateUnknown; the only reason on which the controller starts it.
+	ReasonNotStarted = "NotStarted"
 )
 
 // Status is the observed state of an execution.
@@ -52,6 +87,17 @@ type Status struct {
 	StartTime      *time.Time
 	CompletionTime *time.Time
 }
+
+// Startable says whether the execution may be started: only one that
+// provably never started. Every other unknown execution may have run, and an
+// apply must never run twice.
+func (s Status) Startable() bool {
+	return s.State == StateUnknown && s.Reason == ReasonNotStarted
+}
+
+// Notifier is called whenever an execution of the run changes state, so the
+// controller can reconcile it without polling.
+type Notifier func(namespace, name string)
 
 // Executor starts, observes and stops stage executions.
 type Executor interface {
@@ -69,17 +115,73 @@ type Executor interface {
 	Stop(ctx context.Context, ex Execution, grace time.Duration) error
 	// Forget releases what the executor keeps for a deleted run.
 	Forget(ctx context.Context, namespace, name string, uid string) error
+	// Run calls notify whenever an execution changes state, until ctx ends.
+	// It blocks; an error means the executor cannot observe its executions.
+	Run(ctx context.Context, notify Notifier) error
+	// Shutdown stops what this process runs itself (the local backend's
+	// children: SIGINT, then a kill after grace) and waits for them, or for
+	// ctx. Executions that live outside the process (Jobs) go on.
+	Shutdown(ctx context.Context, grace time.Duration) error
 }
 
-// Notifier is called whenever an execution of the run changes state, so the
-// controller can reconcile it without polling.
-type Notifier func(namespace, name string)
+// DefaultStageTimeout bounds a stage whose run sets no timeout.
+const DefaultStageTimeout = time.Hour
+
+// StageTimeout is how long a stage of run may take: spec.timeouts.plan or
+// spec.timeouts.apply, else DefaultStageTimeout. The controller and both
+// backends enforce it.
+func StageTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Duration {
+	d := run.Spec.Timeouts.Plan
+	if name == v1alpha1.StageApply {
+		d = run.Spec.Timeouts.Apply
+	}
+	if d == nil || d.Duration <= 0 {
+		return DefaultStageTimeout
+	}
+	return d.Duration
+}
+
+// DefaultWorkspace is the Terraform workspace of runs that name none.
+const DefaultWorkspace = "default"
+
+// StageSpec returns the part of an execution's stage.Spec that comes from the
+// run: identity, engine, operation, workspace and terraform flags, with their
+// defaults. The backend fills in where the stage finds the server, its token,
+// its work directory, source, variables and backend.
+func StageSpec(ex Execution) stage.Spec {
+	run := ex.Run
+	spec := stage.Spec{
+		Namespace:   run.Namespace,
+		Name:        run.Name,
+		UID:         string(run.UID),
+		Stage:       ex.Stage,
+		Attempt:     ex.Attempt,
+		Binary:      string(run.Spec.Engine.Binary),
+		Operation:   string(run.Spec.Operation),
+		Workspace:   run.Spec.Workspace,
+		Targets:     append([]string(nil), run.Spec.Targets...),
+		Replace:     append([]string(nil), run.Spec.Replace...),
+		Parallelism: run.Spec.Parallelism,
+		Refresh:     run.Spec.Refresh,
+		PlanDigest:  ex.PlanDigest,
+	}
+	if spec.Binary == "" {
+		spec.Binary = string(v1alpha1.EngineTerraform)
+	}
+	if spec.Operation == "" {
+		spec.Operation = string(v1alpha1.OperationApply)
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = DefaultWorkspace
+	}
+	return spec
+}
 
 // Identity is the executor identity behind a write to a run's plan, logs or
-// outputs.
+// outputs: one attempt of one stage of one run.
 type Identity struct {
 	Namespace, Name, UID string
-	Stage                string
+	Stage                v1alpha1.StageName
 	Attempt              int32
 }
 

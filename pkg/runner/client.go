@@ -19,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -31,7 +32,7 @@ var ErrForbidden = errors.New("forbidden: this executor is not the run's current
 type Client interface {
 	// OpenLog starts a streamed POST of the stage's log. Every Write is sent
 	// as it happens; Close ends the body and returns the server's answer.
-	OpenLog(ctx context.Context, stage string, attempt int32) (io.WriteCloser, error)
+	OpenLog(ctx context.Context, stage v1alpha1.StageName, attempt int32) (io.WriteCloser, error)
 	// PutPlanPart uploads one part of the plan (stage.PartFile, ...).
 	PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error
 	// GetPlan downloads the approved plan as "file" or "source".
@@ -324,9 +325,9 @@ func (c *HTTPClient) GetPlan(ctx context.Context, format string) (io.ReadCloser,
 // OpenLog implements Client. The body is an io.Pipe: each Write reaches the
 // server as it happens. If the server answers before the body ends (a 403,
 // say), the next Write fails with that answer.
-func (c *HTTPClient) OpenLog(ctx context.Context, stageName string, attempt int32) (io.WriteCloser, error) {
+func (c *HTTPClient) OpenLog(ctx context.Context, stageName v1alpha1.StageName, attempt int32) (io.WriteCloser, error) {
 	pr, pw := io.Pipe()
-	q := url.Values{"stage": {stageName}, "attempt": {strconv.Itoa(int(attempt))}}
+	q := url.Values{"stage": {string(stageName)}, "attempt": {strconv.Itoa(int(attempt))}}
 	req, err := c.newRequest(ctx, http.MethodPost, "logs", q, pr, "text/plain; charset=utf-8")
 	if err != nil {
 		return nil, fmt.Errorf("open log stream: %w", err)

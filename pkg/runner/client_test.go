@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 func TestHTTPClientUploadsAndDownloads(t *testing.T) {
 	srv := newFakeServer(t)
-	c, err := NewHTTPClient(srv.spec(stage.Plan, 3))
+	c, err := NewHTTPClient(srv.spec(v1alpha1.StagePlan, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestHTTPClientUploadsAndDownloads(t *testing.T) {
 
 func TestHTTPClientErrors(t *testing.T) {
 	srv := newFakeServer(t)
-	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	c, err := NewHTTPClient(srv.spec(v1alpha1.StagePlan, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestHTTPClientErrors(t *testing.T) {
 	}
 
 	// A 403 on the log stream makes its writes fail with ErrForbidden.
-	w, err := c.OpenLog(ctx, stage.Plan, 1)
+	w, err := c.OpenLog(ctx, v1alpha1.StagePlan, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestHTTPClientErrors(t *testing.T) {
 // TestHTTPClientRereadsToken: projected tokens rotate.
 func TestHTTPClientRereadsToken(t *testing.T) {
 	srv := newFakeServer(t)
-	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	c, err := NewHTTPClient(srv.spec(v1alpha1.StagePlan, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestHTTPClientRetries(t *testing.T) {
 		}
 		return false
 	}
-	hc, err := newHTTPClient(srv.spec(stage.Plan, 1))
+	hc, err := newHTTPClient(srv.spec(v1alpha1.StagePlan, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +154,11 @@ func TestHTTPClientRetries(t *testing.T) {
 // stream is closed.
 func TestOpenLogStreams(t *testing.T) {
 	srv := newFakeServer(t)
-	c, err := NewHTTPClient(srv.spec(stage.Apply, 2))
+	c, err := NewHTTPClient(srv.spec(v1alpha1.StageApply, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.OpenLog(context.Background(), stage.Apply, 2)
+	w, err := c.OpenLog(context.Background(), v1alpha1.StageApply, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,12 +166,12 @@ func TestOpenLogStreams(t *testing.T) {
 		if _, err := w.Write([]byte(line)); err != nil {
 			t.Fatal(err)
 		}
-		srv.waitForLog(t, stage.Apply, 2, line, 10*time.Second)
+		srv.waitForLog(t, v1alpha1.StageApply, 2, line, 10*time.Second)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := srv.log(stage.Apply, 2); got != "first line\nsecond line\n" {
+	if got := srv.log(v1alpha1.StageApply, 2); got != "first line\nsecond line\n" {
 		t.Errorf("log = %q", got)
 	}
 }
@@ -185,7 +186,7 @@ func TestNewHTTPClientValidates(t *testing.T) {
 		"bad CA":             func(s *stage.Spec) { s.CAFile = s.TokenFile },
 		"no run":             func(s *stage.Spec) { s.Name = "" },
 	} {
-		s := srv.spec(stage.Plan, 1)
+		s := srv.spec(v1alpha1.StagePlan, 1)
 		mutate(&s)
 		if _, err := NewHTTPClient(s); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -199,21 +200,21 @@ func TestNewHTTPClientValidates(t *testing.T) {
 // on (the server appends).
 func TestLogSinkReopens(t *testing.T) {
 	srv := newFakeServer(t)
-	c, err := NewHTTPClient(srv.spec(stage.Plan, 1))
+	c, err := NewHTTPClient(srv.spec(v1alpha1.StagePlan, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fc := &flakyClient{Client: c}
-	s := newLogSink(context.Background(), fc, stage.Plan, 1, nil)
+	s := newLogSink(context.Background(), fc, v1alpha1.StagePlan, 1, nil)
 	_, _ = s.Write([]byte("one\n"))
-	srv.waitForLog(t, stage.Plan, 1, "one\n", 10*time.Second)
+	srv.waitForLog(t, v1alpha1.StagePlan, 1, "one\n", 10*time.Second)
 	fc.breakCurrent()
 	_, _ = s.Write([]byte("two\n"))
 	_, _ = s.Write([]byte("three\n"))
 	if err := s.Close(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if got := srv.log(stage.Plan, 1); !strings.HasPrefix(got, "one\n") || !strings.HasSuffix(got, "three\n") {
+	if got := srv.log(v1alpha1.StagePlan, 1); !strings.HasPrefix(got, "one\n") || !strings.HasSuffix(got, "three\n") {
 		t.Errorf("log = %q", got)
 	}
 	srv.mu.Lock()
@@ -240,7 +241,7 @@ func (b *breakableWriter) Write(p []byte) (int, error) {
 	return b.WriteCloser.Write(p)
 }
 
-func (f *flakyClient) OpenLog(ctx context.Context, s string, a int32) (io.WriteCloser, error) {
+func (f *flakyClient) OpenLog(ctx context.Context, s v1alpha1.StageName, a int32) (io.WriteCloser, error) {
 	w, err := f.Client.OpenLog(ctx, s, a)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -189,7 +190,7 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeServer) log(stageName string, attempt int32) string {
+func (f *fakeServer) log(stageName v1alpha1.StageName, attempt int32) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b := f.logs[fmt.Sprintf("%s/%d", stageName, attempt)]; b != nil {
@@ -214,7 +215,7 @@ func (f *fakeServer) part(name string) []byte {
 	return f.parts[name]
 }
 
-func (f *fakeServer) waitForLog(t *testing.T, stageName string, attempt int32, substr string, timeout time.Duration) {
+func (f *fakeServer) waitForLog(t *testing.T, stageName v1alpha1.StageName, attempt int32, substr string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -227,7 +228,7 @@ func (f *fakeServer) waitForLog(t *testing.T, stageName string, attempt int32, s
 }
 
 // spec returns a spec for this server's run.
-func (f *fakeServer) spec(stageName string, attempt int32) stage.Spec {
+func (f *fakeServer) spec(stageName v1alpha1.StageName, attempt int32) stage.Spec {
 	return stage.Spec{
 		Server:    f.srv.URL,
 		CAFile:    f.caFile,

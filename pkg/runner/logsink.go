@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 // logSink feeds the stage's log stream without ever blocking the writer:
@@ -15,7 +17,7 @@ import (
 // server answers 403, the log is dropped. A 403 also calls onForbidden.
 type logSink struct {
 	client      Client
-	stage       string
+	stage       v1alpha1.StageName
 	attempt     int32
 	ctx         context.Context
 	onForbidden func(error)
@@ -34,7 +36,7 @@ const (
 	logMaxFailures = 5
 )
 
-func newLogSink(ctx context.Context, client Client, stageName string, attempt int32, onForbidden func(error)) *logSink {
+func newLogSink(ctx context.Context, client Client, stageName v1alpha1.StageName, attempt int32, onForbidden func(error)) *logSink {
 	s := &logSink{
 		client:      client,
 		stage:       stageName,

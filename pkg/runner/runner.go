@@ -39,6 +39,7 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 	tfjson "github.com/hashicorp/terraform-json"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runner/planjson"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
@@ -178,7 +179,7 @@ func (l lenientWriter) Write(p []byte) (int, error) {
 
 func validateSpec(spec stage.Spec) error {
 	switch spec.Stage {
-	case stage.Plan, stage.Apply:
+	case v1alpha1.StagePlan, v1alpha1.StageApply:
 	default:
 		return fmt.Errorf("unknown stage %q", spec.Stage)
 	}
@@ -191,12 +192,12 @@ func validateSpec(spec stage.Spec) error {
 	if spec.Backend.Type == "" || !identRE.MatchString(spec.Backend.Type) {
 		return fmt.Errorf("invalid backend type %q", spec.Backend.Type)
 	}
-	if spec.Stage == stage.Plan {
+	if spec.Stage == v1alpha1.StagePlan {
 		if (spec.Source.Dir == "") == (spec.Source.Git == nil) {
 			return errors.New("the source must name exactly one of a directory and a git repository")
 		}
 	}
-	if spec.Stage == stage.Apply && spec.PlanDigest == "" {
+	if spec.Stage == v1alpha1.StageApply && spec.PlanDigest == "" {
 		return errors.New("the apply stage needs the approved plan's digest")
 	}
 	return nil
@@ -284,7 +285,7 @@ func (r *runner) run(ctx context.Context) error {
 		r.engine = "tofu"
 	}
 	r.logf("terrarun: %s stage, attempt %d, of run %s/%s", r.spec.Stage, r.spec.Attempt, r.spec.Namespace, r.spec.Name)
-	if r.spec.Stage == stage.Plan {
+	if r.spec.Stage == v1alpha1.StagePlan {
 		return r.plan(ctx)
 	}
 	return r.apply(ctx)

@@ -19,6 +19,7 @@ import (
 
 	tfjson "github.com/hashicorp/terraform-json"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -84,12 +85,12 @@ func newHarness(t *testing.T, files map[string]string) *harness {
 	return h
 }
 
-func (h *harness) spec(stageName string, attempt int32) stage.Spec {
+func (h *harness) spec(stageName v1alpha1.StageName, attempt int32) stage.Spec {
 	s := h.srv.spec(stageName, attempt)
 	s.Binary = h.engine
 	s.WorkDir = h.t.TempDir()
 	s.Backend = stage.Backend{Type: "local", Config: map[string]string{"path": filepath.Join(h.stateDir, "terraform.tfstate")}}
-	if stageName == stage.Plan {
+	if stageName == v1alpha1.StagePlan {
 		s.Source = stage.Source{Dir: h.config}
 	}
 	return s
@@ -106,7 +107,7 @@ func (h *harness) run(ctx context.Context, spec stage.Spec, opts ...RunOption) e
 
 // applySpec returns an apply spec for the plan the server holds.
 func (h *harness) applySpec(attempt int32) stage.Spec {
-	s := h.spec(stage.Apply, attempt)
+	s := h.spec(v1alpha1.StageApply, attempt)
 	s.PlanDigest = digestOf(h.srv.part(stage.PartFile))
 	return s
 }
@@ -206,7 +207,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 		{Name: "zones", Value: `["a", "b"]`, HCL: true},
 		{Name: "tricky", Value: tricky},
 	}
-	plan := h.spec(stage.Plan, 1)
+	plan := h.spec(v1alpha1.StagePlan, 1)
 	plan.Variables = vars
 	if err := h.run(ctx, plan); err != nil {
 		t.Fatalf("plan: %v\nlog:\n%s", err, h.srv.allLogs())
@@ -235,7 +236,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string]string{"text": text, "json": string(h.srv.part(stage.PartJSON)), "log": h.srv.log(stage.Plan, 1), "stdout": h.stdout.String()} {
+	for name, b := range map[string]string{"text": text, "json": string(h.srv.part(stage.PartJSON)), "log": h.srv.log(v1alpha1.StagePlan, 1), "stdout": h.stdout.String()} {
 		if strings.Contains(b, "pa55-w0rd-value") {
 			t.Errorf("plan %s holds the secret", name)
 		}
@@ -243,8 +244,8 @@ func TestPlanApplyDestroy(t *testing.T) {
 	if !strings.Contains(string(h.srv.part(stage.PartJSON)), "(sensitive value)") {
 		t.Errorf("plan JSON is not redacted")
 	}
-	if !strings.Contains(h.srv.log(stage.Plan, 1), "terrarun: running terraform plan") && !strings.Contains(h.srv.log(stage.Plan, 1), "terrarun: running tofu plan") {
-		t.Errorf("log lacks the command line:\n%s", h.srv.log(stage.Plan, 1))
+	if !strings.Contains(h.srv.log(v1alpha1.StagePlan, 1), "terrarun: running terraform plan") && !strings.Contains(h.srv.log(v1alpha1.StagePlan, 1), "terrarun: running tofu plan") {
+		t.Errorf("log lacks the command line:\n%s", h.srv.log(v1alpha1.StagePlan, 1))
 	}
 	if !strings.Contains(h.stdout.String(), "1 to add") {
 		t.Errorf("stdout lacks terraform's output:\n%s", h.stdout.String())
@@ -259,7 +260,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 	apply := h.applySpec(1)
 	apply.Variables = vars
 	if err := h.run(ctx, apply); err != nil {
-		t.Fatalf("apply: %v\nlog:\n%s", err, h.srv.log(stage.Apply, 1))
+		t.Fatalf("apply: %v\nlog:\n%s", err, h.srv.log(v1alpha1.StageApply, 1))
 	}
 	outs := h.outputs()
 	if string(outs["name"].Value) != `"db-1"` || outs["name"].Sensitive {
@@ -276,19 +277,19 @@ func TestPlanApplyDestroy(t *testing.T) {
 	if err := json.Unmarshal(outs["tricky"].Value, &gotTricky); err != nil || gotTricky != tricky {
 		t.Errorf("output tricky = %q, want %q (%v)", gotTricky, tricky, err)
 	}
-	if !strings.Contains(h.srv.log(stage.Apply, 1), "Apply complete!") {
-		t.Errorf("apply log:\n%s", h.srv.log(stage.Apply, 1))
+	if !strings.Contains(h.srv.log(v1alpha1.StageApply, 1), "Apply complete!") {
+		t.Errorf("apply log:\n%s", h.srv.log(v1alpha1.StageApply, 1))
 	}
-	if strings.Contains(h.srv.log(stage.Apply, 1), "pa55-w0rd-value") {
+	if strings.Contains(h.srv.log(v1alpha1.StageApply, 1), "pa55-w0rd-value") {
 		t.Errorf("apply log holds the secret")
 	}
 
 	// A destroy plan of what was applied.
-	destroy := h.spec(stage.Plan, 2)
+	destroy := h.spec(v1alpha1.StagePlan, 2)
 	destroy.Variables = vars
 	destroy.Operation = "Destroy"
 	if err := h.run(ctx, destroy); err != nil {
-		t.Fatalf("destroy plan: %v\nlog:\n%s", err, h.srv.log(stage.Plan, 2))
+		t.Fatalf("destroy plan: %v\nlog:\n%s", err, h.srv.log(v1alpha1.StagePlan, 2))
 	}
 	if res := h.result(); res.Destroy != 1 || res.Add != 0 || !res.HasChanges {
 		t.Errorf("destroy result = %+v", res)
@@ -298,7 +299,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 	}
 
 	// Planning again without changes.
-	again := h.spec(stage.Plan, 3)
+	again := h.spec(v1alpha1.StagePlan, 3)
 	again.Variables = vars
 	if err := h.run(ctx, again); err != nil {
 		t.Fatalf("plan: %v", err)
@@ -365,7 +366,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 		{Name: "pair", File: h.secretFile(`["PartOneSecret", "PartTwoSecret"]`), Secret: true, HCL: true},
 	}
 
-	plan := h.spec(stage.Plan, 1)
+	plan := h.spec(v1alpha1.StagePlan, 1)
 	plan.Variables = vars
 	if err := h.run(ctx, plan); err != nil {
 		t.Fatalf("plan: %v", err)
@@ -410,7 +411,7 @@ variable "token" {
   }
 }
 `})
-	plan := h.spec(stage.Plan, 1)
+	plan := h.spec(v1alpha1.StagePlan, 1)
 	plan.Variables = []stage.Variable{{Name: "token", File: h.secretFile(secret), Secret: true}}
 	err := h.run(context.Background(), plan)
 	if err == nil {
@@ -432,14 +433,14 @@ variable "token" {
 func TestSyntaxError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, map[string]string{"main.tf": "resource \"terraform_data\" \"x\" {\n  input = \n"})
-	err := h.run(context.Background(), h.spec(stage.Plan, 1))
+	err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1))
 	if err == nil {
 		t.Fatal("plan succeeded")
 	}
 	if !strings.Contains(err.Error(), "Error:") || !strings.Contains(err.Error(), "main.tf") {
 		t.Errorf("error lacks terraform's message: %v", err)
 	}
-	log := h.srv.log(stage.Plan, 1)
+	log := h.srv.log(v1alpha1.StagePlan, 1)
 	if !strings.Contains(log, "main.tf") || !strings.Contains(log, "Error:") {
 		t.Errorf("log lacks terraform's message:\n%s", log)
 	}
@@ -460,7 +461,7 @@ resource "terraform_data" "slow" {
   }
 }
 `})
-	if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+	if err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1)); err != nil {
 		t.Fatalf("plan: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -471,7 +472,7 @@ resource "terraform_data" "slow" {
 
 	// The log streams: the provisioner's output reaches the server while
 	// terraform still runs.
-	h.srv.waitForLog(t, stage.Apply, 1, "(local-exec): started", 60*time.Second)
+	h.srv.waitForLog(t, v1alpha1.StageApply, 1, "(local-exec): started", 60*time.Second)
 	start := time.Now()
 	cancel()
 	var err error
@@ -486,7 +487,7 @@ resource "terraform_data" "slow" {
 	if err == nil || !errors.Is(err, ErrCanceled) || !strings.Contains(err.Error(), "canceled") {
 		t.Fatalf("err = %v", err)
 	}
-	log := h.srv.log(stage.Apply, 1)
+	log := h.srv.log(v1alpha1.StageApply, 1)
 	if !strings.Contains(log, "Interrupt received") && !strings.Contains(log, "Gracefully shutting down") {
 		t.Errorf("terraform was not interrupted gracefully:\n%s", log)
 	}
@@ -522,16 +523,16 @@ func processesWithArgs(args string) []string {
 func TestApplyRefusesDigestMismatch(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})
-	if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+	if err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1)); err != nil {
 		t.Fatalf("plan: %v", err)
 	}
-	apply := h.spec(stage.Apply, 1)
+	apply := h.spec(v1alpha1.StageApply, 1)
 	apply.PlanDigest = "sha256:" + strings.Repeat("0", 64)
 	err := h.run(context.Background(), apply)
 	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "refusing to apply") {
 		t.Fatalf("err = %v", err)
 	}
-	if strings.Contains(h.srv.log(stage.Apply, 1), "running terraform apply") || strings.Contains(h.srv.log(stage.Apply, 1), "running tofu apply") {
+	if strings.Contains(h.srv.log(v1alpha1.StageApply, 1), "running terraform apply") || strings.Contains(h.srv.log(v1alpha1.StageApply, 1), "running tofu apply") {
 		t.Errorf("terraform apply ran")
 	}
 	if _, err := os.Stat(filepath.Join(h.stateDir, "terraform.tfstate")); err == nil {
@@ -553,7 +554,7 @@ func TestForbiddenStopsTheRunner(t *testing.T) {
 	t.Run("uploads", func(t *testing.T) {
 		h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})
 		h.srv.forbidWrites = true
-		err := h.run(context.Background(), h.spec(stage.Plan, 1))
+		err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1))
 		if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "not the current stage attempt") {
 			t.Fatalf("err = %v", err)
 		}
@@ -565,7 +566,7 @@ resource "terraform_data" "x" {
     command = "sleep 30"
   }
 }`})
-		if err := h.run(context.Background(), h.spec(stage.Plan, 1)); err != nil {
+		if err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1)); err != nil {
 			t.Fatal(err)
 		}
 		h.srv.mu.Lock()
@@ -639,11 +640,11 @@ func TestGitSource(t *testing.T) {
 		{"", second, 2, "second"},
 	} {
 		t.Run("ref="+tc.ref, func(t *testing.T) {
-			plan := h.spec(stage.Plan, 1)
+			plan := h.spec(v1alpha1.StagePlan, 1)
 			plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: tc.ref, Path: "envs/dev"}}
 			plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
 			if err := h.run(context.Background(), plan); err != nil {
-				t.Fatalf("plan: %v\n%s", err, h.srv.log(stage.Plan, 1))
+				t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, 1))
 			}
 			res := h.result()
 			if res.SourceRevision != tc.revision || res.Add != tc.add {
@@ -658,7 +659,7 @@ func TestGitSource(t *testing.T) {
 			apply := h.applySpec(1)
 			apply.Backend = plan.Backend
 			if err := h.run(context.Background(), apply); err != nil {
-				t.Fatalf("apply: %v\n%s", err, h.srv.log(stage.Apply, 1))
+				t.Fatalf("apply: %v\n%s", err, h.srv.log(v1alpha1.StageApply, 1))
 			}
 			if v := string(h.outputs()["v"].Value); v != `"`+tc.value+`"` {
 				t.Errorf("output v = %s", v)
@@ -668,7 +669,7 @@ func TestGitSource(t *testing.T) {
 
 	t.Run("path escaping the repository", func(t *testing.T) {
 		for _, p := range []string{"../..", "/etc", "envs/../../x"} {
-			plan := h.spec(stage.Plan, 1)
+			plan := h.spec(v1alpha1.StagePlan, 1)
 			plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: "main", Path: p}}
 			if err := h.run(context.Background(), plan); err == nil {
 				t.Errorf("path %q accepted", p)
@@ -676,7 +677,7 @@ func TestGitSource(t *testing.T) {
 		}
 	})
 	t.Run("unknown ref", func(t *testing.T) {
-		plan := h.spec(stage.Plan, 1)
+		plan := h.spec(v1alpha1.StagePlan, 1)
 		plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: "nope"}}
 		if err := h.run(context.Background(), plan); err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("err = %v", err)
@@ -690,18 +691,18 @@ func TestWorkspace(t *testing.T) {
   value = terraform.workspace
 }`})
 	for attempt := int32(1); attempt <= 2; attempt++ { // creates, then selects
-		plan := h.spec(stage.Plan, attempt)
+		plan := h.spec(v1alpha1.StagePlan, attempt)
 		plan.Workspace = "staging"
 		// The local backend keeps workspaces next to the working directory.
 		plan.Backend.Config["workspace_dir"] = filepath.Join(h.stateDir, "ws")
 		if err := h.run(context.Background(), plan); err != nil {
-			t.Fatalf("plan: %v\n%s", err, h.srv.log(stage.Plan, attempt))
+			t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, attempt))
 		}
 		apply := h.applySpec(attempt)
 		apply.Workspace = "staging"
 		apply.Backend = plan.Backend
 		if err := h.run(context.Background(), apply); err != nil {
-			t.Fatalf("apply: %v\n%s", err, h.srv.log(stage.Apply, attempt))
+			t.Fatalf("apply: %v\n%s", err, h.srv.log(v1alpha1.StageApply, attempt))
 		}
 		if v := string(h.outputs()["ws"].Value); v != `"staging"` {
 			t.Errorf("workspace = %s", v)
@@ -712,7 +713,7 @@ func TestWorkspace(t *testing.T) {
 func TestRunValidatesSpec(t *testing.T) {
 	t.Parallel()
 	srv := newFakeServer(t)
-	base := srv.spec(stage.Plan, 1)
+	base := srv.spec(v1alpha1.StagePlan, 1)
 	base.WorkDir = t.TempDir()
 	base.Backend = stage.Backend{Type: "local"}
 	base.Source = stage.Source{Dir: t.TempDir()}
@@ -727,7 +728,7 @@ func TestRunValidatesSpec(t *testing.T) {
 		"backend":      func(s *stage.Spec) { s.Backend.Type = `local" {} x {` },
 		"no source":    func(s *stage.Spec) { s.Source = stage.Source{} },
 		"two sources":  func(s *stage.Spec) { s.Source.Git = &stage.GitSource{URL: "https://x"} },
-		"apply digest": func(s *stage.Spec) { s.Stage = stage.Apply },
+		"apply digest": func(s *stage.Spec) { s.Stage = v1alpha1.StageApply },
 		"variable":     func(s *stage.Spec) { s.Variables = []stage.Variable{{Name: "a b", Value: "x"}} },
 	} {
 		s := base

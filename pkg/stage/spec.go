@@ -32,11 +32,7 @@
 // this run's current stage and the executor must stop.
 package stage
 
-// Names of stages.
-const (
-	Plan  = "plan"
-	Apply = "apply"
-)
+import "github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 
 // Plan parts uploaded by the plan stage.
 const (
@@ -60,8 +56,8 @@ type Spec struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	UID       string `json:"uid"`
-	// Stage is Plan or Apply.
-	Stage string `json:"stage"`
+	// Stage is plan or apply.
+	Stage v1alpha1.StageName `json:"stage"`
 	// Attempt counts executions of this stage, from 1.
 	Attempt int32 `json:"attempt"`
 
@@ -150,3 +146,10 @@ type Result struct {
 	// HasChanges is true when applying would change anything, outputs included.
 	HasChanges bool `json:"hasChanges"`
 }
+
+// Plan and Apply are untyped stage names, kept only until the registry uses
+// v1alpha1.StageName. TODO(relayout): remove.
+const (
+	Plan  = string(v1alpha1.StagePlan)
+	Apply = string(v1alpha1.StageApply)
+)

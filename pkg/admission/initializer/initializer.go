@@ -6,9 +6,12 @@ package initializer
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 )
 
 // NamespaceLabeler returns the labels of a namespace. Package terraformrunpolicy holds
@@ -62,4 +65,28 @@ func (i pluginInitializer) Initialize(plugin admission.Interface) {
 	if wants, ok := plugin.(WantsNamespaceLabeler); ok {
 		wants.SetNamespaceLabeler(i.labeler)
 	}
+}
+
+// clientRunGetter reads runs through the server's loopback client.
+type clientRunGetter struct {
+	client versioned.Interface
+}
+
+// NewRunGetter returns a RunGetter that reads runs with client, the server's
+// loopback client, so that plugins see what a GET would.
+func NewRunGetter(client versioned.Interface) RunGetter {
+	return clientRunGetter{client: client}
+}
+
+// GetRun implements RunGetter.
+func (g clientRunGetter) GetRun(ctx context.Context, namespace, name string) (*terrarun.TerraformRun, error) {
+	v, err := g.client.TerrarunV1alpha1().TerraformRuns(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	run := &terrarun.TerraformRun{}
+	if err := v1alpha1.Convert_v1alpha1_TerraformRun_To_terrarun_TerraformRun(v, run, nil); err != nil {
+		return nil, err
+	}
+	return run, nil
 }

@@ -26,7 +26,9 @@ With --standalone it needs no cluster: it starts embedded etcd in --data-dir,
 issues itself certificates, and writes an admin kubeconfig there.`,
 		SilenceUsage: true,
 		RunE: func(c *cobra.Command, _ []string) error {
-			o.Complete(c.Flags())
+			if err := o.Complete(c.Flags()); err != nil {
+				return err
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}

@@ -1,6 +1,9 @@
-// Package server holds the options and the run loop of terrarun-apiserver, in
-// both its modes: an aggregated API server behind a Kubernetes cluster, and the
-// self-contained standalone mode.
+// Package server holds the options of terrarun-apiserver and turns them into
+// a running server, in the sample-apiserver way: Options → Complete →
+// Validate → Config (an apiserver.Config) → Complete().New() →
+// PrepareRun().RunWithContext. It serves both modes: an aggregated API server
+// behind a Kubernetes cluster, and the self-contained standalone mode
+// (standalone.go).
 package server
 
 import (
@@ -8,47 +11,35 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"path/filepath"
-	"slices"
-	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
-	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/klog/v2"
-	netutils "k8s.io/utils/net"
+	"k8s.io/client-go/kubernetes"
 
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apiserver"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/terrarun/terrarun/pkg/generated/openapi"
-	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
-	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
 const (
-	etcdPathPrefix     = "/registry/terrarun.dev"
-	defaultSecurePort  = 8443
-	defaultDataDir     = ".terrarun"
-	standaloneBindAddr = "127.0.0.1"
+	etcdPathPrefix    = "/registry/terrarun.dev"
+	defaultSecurePort = 8443
+	defaultDataDir    = ".terrarun"
 )
 
-// Options are the flags of terrarun-apiserver.
+// Options are the flags of terrarun-apiserver. Complete fills them in;
+// nothing after it changes them.
 type Options struct {
 	// Recommended are the generic API server options: etcd, serving,
 	// delegated authentication and authorization, admission, audit.
@@ -65,6 +56,8 @@ type Options struct {
 	// Out receives the startup banner.
 	Out io.Writer
 
+	// bindAddressSet records that --bind-address was given (standalone mode
+	// otherwise listens on loopback only).
 	bindAddressSet bool
 }
 
@@ -106,14 +99,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
 }
 
-// Complete records which flags the user set.
-func (o *Options) Complete(fs *pflag.FlagSet) {
+// Complete records which flags fs says the user set, and fills in what
+// follows from the mode.
+func (o *Options) Complete(fs *pflag.FlagSet) error {
 	o.bindAddressSet = fs.Changed("bind-address")
+	return nil
 }
 
-// Validate reports every invalid combination of flags.
+// Validate reports every invalid flag and combination of flags.
 func (o *Options) Validate() error {
 	var errs []error
+	recommended := o.Recommended
 	if o.Standalone {
 		if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) > 0 {
 			errs = append(errs, errors.New("--etcd-servers cannot be combined with --standalone, which runs its own etcd in --data-dir"))
@@ -121,41 +117,55 @@ func (o *Options) Validate() error {
 		if o.DataDir == "" {
 			errs = append(errs, errors.New("--data-dir is required with --standalone"))
 		}
-		// Checked by Run once embedded etcd has started.
-		saved := o.Recommended.Etcd.StorageConfig.Transport.ServerList
-		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://placeholder"}
-		defer func() { o.Recommended.Etcd.StorageConfig.Transport.ServerList = saved }()
+		// Embedded etcd provides the servers.
+		copied := *recommended
+		etcd := *copied.Etcd
+		etcd.StorageConfig.Transport.ServerList = []string{"http://embedded-etcd"}
+		copied.Etcd = &etcd
+		recommended = &copied
 	}
-	errs = append(errs, o.Recommended.Validate()...)
-	errs = append(errs, o.Executor.Validate()...)
+	errs = append(errs, recommended.Validate()...)
+	errs = append(errs, o.Executor.Validate(o.Standalone)...)
 	return errors.Join(errs...)
 }
 
-// Run starts the server and blocks until ctx is canceled and the server has
-// shut down gracefully.
-func (o *Options) Run(ctx context.Context) error {
-	var pki *standalone.PKI
-	admissionOptions := o.Recommended.Admission
-	if o.Standalone {
-		var (
-			etcd *standalone.Etcd
-			err  error
-		)
-		pki, etcd, err = o.prepareStandalone(ctx)
-		if err != nil {
-			return err
+// Config builds the server's configuration. In standalone mode it starts
+// embedded etcd first. The returned cleanup releases what Config started; call
+// it after the server has stopped, also when Config fails.
+func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func(), err error) {
+	var cleanups []func()
+	cleanup = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
 		}
-		defer etcd.Close()
-		// Built by applyStandaloneAdmission below, without a cluster.
-		o.Recommended.Admission = nil
-		defer func() { o.Recommended.Admission = admissionOptions }()
 	}
-
-	runs := &lazyRunGetter{}
-	if !o.Standalone {
-		o.Recommended.ExtraAdmissionInitializers = func(*genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
-			return []admission.PluginInitializer{initializer.NewInitializer(nil, runs)}, nil
+	defer func() {
+		if err != nil {
+			cleanup()
 		}
+	}()
+
+	recommended := o.Recommended
+	var sa *standaloneConfig
+	if o.Standalone {
+		if sa, err = o.startStandalone(ctx); err != nil {
+			return nil, cleanup, err
+		}
+		cleanups = append(cleanups, sa.etcd.Close)
+		recommended = o.standaloneOptions(sa.etcd.ClientURL())
+		recommended.SecureServing = sa.serving
+	} else {
+		// Admission plugins read runs through the loopback client (the
+		// approve subresource's separation of duties).
+		copied := *recommended
+		copied.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+			runs, err := versioned.NewForConfig(c.LoopbackClientConfig)
+			if err != nil {
+				return nil, err
+			}
+			return []admission.PluginInitializer{initializer.NewInitializer(nil, initializer.NewRunGetter(runs))}, nil
+		}
+		recommended = &copied
 	}
 
 	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
@@ -169,175 +179,78 @@ func (o *Options) Run(ctx context.Context) error {
 	config.FeatureGate = utilfeature.DefaultFeatureGate
 	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	setLongRunning(config)
-
-	if err := o.Recommended.ApplyTo(config); err != nil {
-		return fmt.Errorf("applying options: %w", err)
+	if err := recommended.ApplyTo(config); err != nil {
+		return nil, cleanup, fmt.Errorf("applying options: %w", err)
 	}
 
-	var kubeconfig string
-	if o.Standalone {
-		var err error
-		if kubeconfig, err = o.applyStandaloneAuth(config, pki); err != nil {
-			return err
+	executorServer := o.Executor.ServerURL
+	executorCA := o.Executor.CAFile
+	if sa != nil {
+		kubeconfig, err := o.applyStandalone(config, sa)
+		if err != nil {
+			return nil, cleanup, err
 		}
-		if err := applyStandaloneAdmission(config, admissionOptions, runs); err != nil {
-			return err
+		if executorServer == "" {
+			executorServer = config.LoopbackClientConfig.Host
 		}
-		if o.Executor.ServerURL == "" {
-			o.Executor.ServerURL = config.LoopbackClientConfig.Host
+		if executorCA == "" {
+			executorCA = sa.pki.CAFile()
 		}
-		if o.Executor.CAFile == "" {
-			o.Executor.CAFile = pki.CAFile()
-		}
-	}
-
-	etcdClient, err := newEtcdClient(o)
-	if err != nil {
-		return err
-	}
-	defer etcdClient.Close()
-	store, err := newArtifactStore(ctx, o, etcdClient)
-	if err != nil {
-		return err
-	}
-	ctrl := &controllerHandle{}
-	exec, identities, err := o.newExecutor(config, etcdClient, ctrl.notify)
-	if err != nil {
-		return err
-	}
-	if err := addExecutorAuthorization(config, identities); err != nil {
-		return err
-	}
-
-	server, err := (&apiserver.Config{GenericConfig: config, Deps: terraformrun.Deps{
-		Artifacts:     store,
-		Identities:    identities,
-		DefaultEngine: o.Executor.defaultEngine(),
-		OnDelete: func(ctx context.Context, namespace, name, uid string) {
-			if err := exec.Forget(ctx, namespace, name, uid); err != nil {
-				klog.ErrorS(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
-			}
-		},
-	}}).Complete().New()
-	if err != nil {
-		return err
-	}
-	runs.store.Store(server.Runs.Run.Store)
-
-	if o.Executor.RunController {
-		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
-			return o.startController(hook, config, etcdClient, exec, store, ctrl)
-		})
-	}
-	if o.Standalone {
-		server.GenericAPIServer.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
+		config.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
 			fmt.Fprintf(o.Out, "terrarun is serving in standalone mode at %s\nkubeconfig: %s\ntry:        kubectl --kubeconfig %s get terraformruns\n",
 				config.LoopbackClientConfig.Host, kubeconfig, kubeconfig)
 			return nil
 		})
 	}
-	runErr := server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
-	// Stages in flight get SIGINT and a grace period to release their state
-	// locks before this process exits; a restarted server finds them lost,
-	// retries a plan and never re-applies.
-	if s, ok := exec.(interface {
-		Shutdown(context.Context, time.Duration) error
-	}); ok {
-		stopCtx, cancel := context.WithTimeout(context.Background(), o.Executor.CancelGrace+10*time.Second)
-		defer cancel()
-		if err := s.Shutdown(stopCtx, o.Executor.CancelGrace); err != nil {
-			klog.ErrorS(err, "Stopping the stages in flight")
+
+	etcdClient, err := newEtcdClient(recommended.Etcd)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	cleanups = append(cleanups, func() { _ = etcdClient.Close() })
+	store, err := newArtifactStore(ctx, recommended.Etcd, o.Executor, etcdClient)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	var kube kubernetes.Interface
+	if config.ClientConfig != nil {
+		if kube, err = kubernetes.NewForConfig(config.ClientConfig); err != nil {
+			return nil, cleanup, err
 		}
 	}
-	return runErr
+	exec, identities, err := o.Executor.newExecutor(config, kube, etcdClient, o.workRoot(), executorServer, executorCA)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	return &apiserver.Config{
+		GenericConfig: config,
+		ExtraConfig: apiserver.ExtraConfig{
+			Artifacts:     store,
+			Executor:      exec,
+			Identities:    identities,
+			DefaultEngine: o.Executor.defaultEngine(),
+			Controller: apiserver.ControllerConfig{
+				Enabled:     o.Executor.RunController,
+				Etcd:        etcdClient,
+				Workers:     o.Executor.Workers,
+				CancelGrace: o.Executor.CancelGrace,
+				Kube:        kube,
+			},
+		},
+	}, cleanup, nil
 }
 
-// prepareStandalone creates the data directory, the CA and the serving
-// certificate, starts embedded etcd, and replaces the cluster-bound options.
-func (o *Options) prepareStandalone(ctx context.Context) (*standalone.PKI, *standalone.Etcd, error) {
-	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("creating --data-dir %s: %w", o.DataDir, err)
-	}
-	pki, err := standalone.LoadOrCreatePKI(filepath.Join(o.DataDir, "pki"))
+// Run starts the server and blocks until ctx is canceled and the server has
+// shut down gracefully.
+func (o *Options) Run(ctx context.Context) error {
+	config, cleanup, err := o.Config(ctx)
+	defer cleanup()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-
-	serving := o.Recommended.SecureServing
-	if !o.bindAddressSet {
-		serving.BindAddress = netutils.ParseIPSloppy(standaloneBindAddr)
-	}
-	hosts := []string{"localhost"}
-	ips := []net.IP{netutils.ParseIPSloppy("127.0.0.1"), net.IPv6loopback}
-	if !serving.BindAddress.IsUnspecified() && !serving.BindAddress.IsLoopback() {
-		ips = append(ips, serving.BindAddress)
-	}
-	if serving.ServerCert.CertKey.CertFile == "" {
-		cert, key, err := pki.ServingCert(hosts, ips)
-		if err != nil {
-			return nil, nil, err
-		}
-		serving.ServerCert.CertKey.CertFile, serving.ServerCert.CertKey.KeyFile = cert, key
-	}
-
-	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"))
+	server, err := config.Complete().New()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL()}
-
-	// No cluster to delegate to: authentication and authorization are set up by
-	// applyStandaloneAuth, and there is no core API for informers or priority
-	// and fairness.
-	o.Recommended.Authentication = nil
-	o.Recommended.Authorization = nil
-	o.Recommended.CoreAPI = nil
-	o.Recommended.Features.EnablePriorityAndFairness = false
-	o.Recommended.Admission.RecommendedPluginOrder = slices.DeleteFunc(
-		slices.Clone(o.Recommended.Admission.RecommendedPluginOrder),
-		func(name string) bool { return name == lifecycle.PluginName })
-	return pki, etcd, nil
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
-
-// applyStandaloneAuth authenticates client certificates signed by the data
-// directory's CA, authorizes every authenticated user, and writes the admin
-// kubeconfig. It returns the kubeconfig's path.
-func (o *Options) applyStandaloneAuth(config *genericapiserver.RecommendedConfig, pki *standalone.PKI) (string, error) {
-	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", pki.CAFile())
-	if err != nil {
-		return "", fmt.Errorf("loading the standalone CA: %w", err)
-	}
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                          &apiserverconfig.AnonymousAuthConfig{Enabled: false},
-		ClientCertificateCAContentProvider: ca,
-	}.New()
-	if err != nil {
-		return "", fmt.Errorf("building the client-certificate authenticator: %w", err)
-	}
-	config.Authentication.Authenticator = authn
-	if err := config.Authentication.ApplyClientCert(ca, config.SecureServing); err != nil {
-		return "", fmt.Errorf("requesting client certificates: %w", err)
-	}
-	config.Authorization.Authorizer = authenticatedAuthorizer
-
-	addr := config.SecureServing.Listener.Addr().(*net.TCPAddr)
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	server := "https://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
-	path := filepath.Join(o.DataDir, standalone.AdminKubeconfigFile)
-	if err := pki.WriteKubeconfig(path, server, standalone.AdminUser, standalone.AdminGroups); err != nil {
-		return "", err
-	}
-	return path, nil
-}
-
-// authenticatedAuthorizer allows every request of an authenticated user. It is
-// standalone mode's authorizer.
-var authenticatedAuthorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if u := a.GetUser(); u != nil && slices.Contains(u.GetGroups(), user.AllAuthenticated) {
-		return authorizer.DecisionAllow, "standalone mode authorizes every authenticated user", nil
-	}
-	return authorizer.DecisionNoOpinion, "standalone mode authorizes only authenticated users", nil
-})

@@ -29,7 +29,6 @@ import (
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // AutoApprover is status.approval.approvedBy of runs approved by Auto mode.
@@ -105,18 +104,24 @@ func (c *Controller) enqueue(obj interface{}) {
 	c.queue.Add(key)
 }
 
-// Notify enqueues a run whose execution changed. It is the executor.Notifier
-// to give to the executor.
-func (c *Controller) Notify(namespace, name string) {
+// notify enqueues a run whose execution changed: the executor.Notifier that
+// Run hands to the executor.
+func (c *Controller) notify(namespace, name string) {
 	c.queue.Add(namespace + "/" + name)
 }
 
-// Run processes runs with workers goroutines until ctx ends.
+// Run watches the executor's executions and processes runs with workers
+// goroutines until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the run controller")
+	go func() {
+		if err := c.exec.Run(ctx, c.notify); err != nil {
+			logger.Error(err, "Watching executions; runs are reconciled only when they change")
+		}
+	}()
 	if !cache.WaitForNamedCacheSync("terraformruns", ctx.Done(), c.synced) {
 		return fmt.Errorf("the terraformruns cache did not sync")
 	}
@@ -171,13 +176,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	run := cached.DeepCopy()
 	switch run.Status.Phase {
 	case "", v1alpha1.RunPhasePending:
-		return c.startStage(ctx, run, stage.Plan, 1)
+		return c.startStage(ctx, run, v1alpha1.StagePlan, 1)
 	case v1alpha1.RunPhasePlanning:
-		return c.syncStage(ctx, run, stage.Plan)
+		return c.syncStage(ctx, run, v1alpha1.StagePlan)
 	case v1alpha1.RunPhaseAwaitingApproval:
 		return c.syncApproval(ctx, run)
 	case v1alpha1.RunPhaseApplying:
-		return c.syncStage(ctx, run, stage.Apply)
+		return c.syncStage(ctx, run, v1alpha1.StageApply)
 	default:
 		return 0, nil
 	}
@@ -187,10 +192,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 // first means the write that wins the resourceVersion race is the only one
 // that starts: a second controller or a restarted one sees the recorded
 // attempt and adopts it instead of starting another.
-func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName string, attempt int32) (time.Duration, error) {
+func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) (time.Duration, error) {
 	now := metav1.NewTime(c.opts.Clock.Now())
 	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
-		Name:      v1alpha1.StageName(stageName),
+		Name:      stageName,
 		Attempt:   attempt,
 		Job:       c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt}),
 		StartTime: &now,
@@ -199,7 +204,7 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		run.Status.StartTime = &now
 	}
 	run.Status.ObservedGeneration = run.Generation
-	if stageName == stage.Plan {
+	if stageName == v1alpha1.StagePlan {
 		run.Status.Phase = v1alpha1.RunPhasePlanning
 		run.Status.Message = fmt.Sprintf("Planning (attempt %d).", attempt)
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "The plan stage is running.")
@@ -217,7 +222,7 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 }
 
 func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) executor.Execution {
-	ex := executor.Execution{Run: run, Stage: string(st.Name), Attempt: st.Attempt}
+	ex := executor.Execution{Run: run, Stage: st.Name, Attempt: st.Attempt}
 	if run.Status.Approval != nil {
 		ex.PlanDigest = run.Status.Approval.PlanDigest
 	}
@@ -225,7 +230,7 @@ func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageSta
 }
 
 // syncStage observes the current execution of stageName and acts on its end.
-func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName string) (time.Duration, error) {
+func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) (time.Duration, error) {
 	st := currentStage(run, stageName)
 	if st == nil {
 		// The phase says the stage runs but none is recorded: record attempt 1.
@@ -252,7 +257,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		// An apply that ended with exit code 0 before the cancel took effect
 		// has changed the infrastructure: report it applied (below), not
 		// Canceled.
-		if stageName != stage.Apply || status.State != executor.StateSucceeded {
+		if stageName != v1alpha1.StageApply || status.State != executor.StateSucceeded {
 			cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested)
 			c.completeStage(ctx, run, st, status, v1alpha1.ReasonCanceled)
 			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
@@ -263,7 +268,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 
 	switch status.State {
 	case executor.StateRunning:
-		timeout := stageTimeout(run, stageName)
+		timeout := executor.StageTimeout(run, stageName)
 		elapsed := c.opts.Clock.Since(st.StartTime.Time)
 		if elapsed < timeout {
 			return timeout - elapsed, nil
@@ -272,28 +277,29 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			return 0, err
 		}
 		msg := fmt.Sprintf("The %s stage exceeded its timeout of %s and was stopped; raise spec.timeouts.%s if it needs longer.", stageName, timeout, stageName)
-		status.State, status.Reason = executor.StateFailed, v1alpha1.ReasonDeadlineExceeded
+		status.State, status.Reason = executor.StateFailed, executor.ReasonDeadlineExceeded
 		c.completeStage(ctx, run, st, status, v1alpha1.ReasonDeadlineExceeded)
 		c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonDeadlineExceeded, msg)
 		c.finish(run, v1alpha1.RunPhaseFailed, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDeadlineExceeded, msg)
 
 	case executor.StateUnknown:
-		if status.Reason != v1alpha1.ReasonExecutorLost {
+		if status.Startable() {
 			// Recorded but never started (a crash between the two): start it.
 			if _, err := c.exec.Start(ctx, ex); err != nil {
 				return 0, err
 			}
 			return 0, nil
 		}
+		// Anything else may have run: never start it again.
 		c.completeStage(ctx, run, st, status, v1alpha1.ReasonExecutorLost)
-		if stageName == stage.Plan && st.Attempt < c.opts.MaxPlanAttempts {
+		if stageName == v1alpha1.StagePlan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
 			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonExecutorLost, "The plan stage attempt %d was lost with its executor; retrying", st.Attempt)
-			return c.startStage(ctx, run, stage.Plan, st.Attempt+1)
+			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1)
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d was lost with its executor. ", stageName, st.Attempt)
-		if stageName == stage.Apply {
+		if stageName == v1alpha1.StageApply {
 			msg += "terrarun never re-applies automatically: check the state, then create a new run."
 		} else {
 			msg += "No attempts are left; create a new run."
@@ -304,10 +310,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 
 	case executor.StateFailed:
 		reason := v1alpha1.ReasonPlanFailed
-		if stageName == stage.Apply {
+		if stageName == v1alpha1.StageApply {
 			reason = v1alpha1.ReasonApplyFailed
 		}
-		if status.Reason == v1alpha1.ReasonDeadlineExceeded {
+		if status.Reason == executor.ReasonDeadlineExceeded {
 			// The executor enforced the stage timeout before this controller did.
 			reason = v1alpha1.ReasonDeadlineExceeded
 		}
@@ -319,15 +325,15 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if detail := summarizeFailure(status.Message); detail != "" {
 			msg += ": " + detail
 		} else {
-			msg += "; see the logs: kubectl get --raw .../terraformruns/" + run.Name + "/logs?stage=" + stageName
+			msg += "; see the logs: kubectl get --raw .../terraformruns/" + run.Name + "/logs?stage=" + string(stageName)
 		}
 		c.setStageCondition(run, stageName, metav1.ConditionFalse, reason, msg)
 		c.finish(run, v1alpha1.RunPhaseFailed, msg)
 		return 0, c.writeStatus(ctx, run, reason, msg)
 
 	case executor.StateSucceeded:
-		c.completeStage(ctx, run, st, status, "Completed")
-		if stageName == stage.Plan {
+		c.completeStage(ctx, run, st, status, executor.ReasonCompleted)
+		if stageName == v1alpha1.StagePlan {
 			return c.planned(ctx, run)
 		}
 		return c.applied(ctx, run)
@@ -365,7 +371,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
-		return c.startStage(ctx, run, stage.Apply, 1)
+		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
 	default:
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingApproval,
@@ -384,7 +390,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
 	p, a := run.Status.Plan, run.Status.Approval
 	if p != nil && a != nil && a.PlanDigest == p.Digest {
-		return c.startStage(ctx, run, stage.Apply, 1)
+		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil
@@ -444,8 +450,8 @@ func (c *Controller) setCondition(run *v1alpha1.TerraformRun, typ string, status
 	})
 }
 
-func (c *Controller) setStageCondition(run *v1alpha1.TerraformRun, stageName string, status metav1.ConditionStatus, reason, msg string) {
-	if stageName == stage.Plan {
+func (c *Controller) setStageCondition(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, status metav1.ConditionStatus, reason, msg string) {
+	if stageName == v1alpha1.StagePlan {
 		c.setCondition(run, v1alpha1.ConditionPlanned, status, reason, msg)
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, reason, "Nothing was applied.")
 		return
@@ -468,24 +474,13 @@ func (c *Controller) writeStatus(ctx context.Context, run *v1alpha1.TerraformRun
 	return nil
 }
 
-func currentStage(run *v1alpha1.TerraformRun, stageName string) *v1alpha1.StageStatus {
+func currentStage(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) *v1alpha1.StageStatus {
 	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
-		if string(run.Status.Stages[i].Name) == stageName {
+		if run.Status.Stages[i].Name == stageName {
 			return &run.Status.Stages[i]
 		}
 	}
 	return nil
-}
-
-func stageTimeout(run *v1alpha1.TerraformRun, stageName string) time.Duration {
-	d := run.Spec.Timeouts.Plan
-	if stageName == stage.Apply {
-		d = run.Spec.Timeouts.Apply
-	}
-	if d == nil || d.Duration <= 0 {
-		return time.Hour
-	}
-	return d.Duration
 }
 
 func approvalTimeout(run *v1alpha1.TerraformRun) time.Duration {

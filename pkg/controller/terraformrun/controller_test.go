@@ -28,7 +28,6 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/fake"
 	"github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 const (
@@ -108,7 +107,7 @@ func (w *execWorld) succeed(name string) {
 
 // lose scripts name as lost with its executor.
 func (w *execWorld) lose(name string) {
-	w.script(name, executor.Status{State: executor.StateUnknown, Reason: v1alpha1.ReasonExecutorLost, Message: "lost with its server"})
+	w.script(name, executor.Status{State: executor.StateUnknown, Reason: executor.ReasonExecutorLost, Message: "lost with its server"})
 }
 
 // markStarted records name as started earlier (by a previous incarnation).
@@ -132,7 +131,7 @@ func (w *execWorld) calls(name string) int {
 }
 
 // startsOf returns the real starts of stageName by attempt.
-func (w *execWorld) startsOf(stageName string) map[int32]int {
+func (w *execWorld) startsOf(stageName v1alpha1.StageName) map[int32]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[int32]int{}
@@ -163,9 +162,32 @@ type fakeExec struct {
 	// ended as StateUnknown/ExecutorLost, as a restarted local executor reports
 	// a record of a process that it does not run.
 	lost bool
+	// notify is the Notifier of Run, while it runs.
+	notify atomic.Pointer[executor.Notifier]
 }
 
 var _ executor.Executor = (*fakeExec)(nil)
+
+func (f *fakeExec) Run(ctx context.Context, notify executor.Notifier) error {
+	f.notify.Store(&notify)
+	<-ctx.Done()
+	return nil
+}
+
+func (f *fakeExec) Shutdown(context.Context, time.Duration) error { return nil }
+
+// changed reports that an execution of the run changed, as a backend does
+// through the Notifier of Run.
+func (f *fakeExec) changed(t *testing.T, namespace, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return f.notify.Load() != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the controller never called the executor's Run: %v", err)
+	}
+	(*f.notify.Load())(namespace, name)
+}
 
 func (f *fakeExec) Name(ex executor.Execution) string { return execName(ex) }
 
@@ -194,11 +216,11 @@ func (f *fakeExec) Status(_ context.Context, ex executor.Execution) (executor.St
 	switch {
 	case scripted && (st.State != executor.StateRunning || !f.lost):
 	case f.w.started[name] && f.lost:
-		st = executor.Status{State: executor.StateUnknown, Reason: v1alpha1.ReasonExecutorLost}
+		st = executor.Status{State: executor.StateUnknown, Reason: executor.ReasonExecutorLost}
 	case f.w.started[name]:
 		st = executor.Status{State: executor.StateRunning}
 	default:
-		st = executor.Status{State: executor.StateUnknown, Reason: "NotStarted"}
+		st = executor.Status{State: executor.StateUnknown, Reason: executor.ReasonNotStarted}
 	}
 	st.Name = name
 	return st, nil
@@ -707,7 +729,7 @@ func TestSyncApproval(t *testing.T) {
 				if len(applies) != 1 || applies[0].Attempt != 1 || applies[0].Job != applyJob1 || !applies[0].StartTime.Time.Equal(tc.now) {
 					t.Errorf("apply stages = %+v", applies)
 				}
-				if exs := h.world.startedExecutions(); len(exs) != 1 || exs[0].Stage != stage.Apply || exs[0].PlanDigest != testDigest {
+				if exs := h.world.startedExecutions(); len(exs) != 1 || exs[0].Stage != v1alpha1.StageApply || exs[0].PlanDigest != testDigest {
 					t.Errorf("started = %+v, want the apply of the approved digest", exs)
 				}
 				expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApplying)
@@ -748,19 +770,19 @@ func TestSyncStageFailed(t *testing.T) {
 	}{
 		{
 			name: "plan", mutate: planning, job: planJob1, stage: v1alpha1.StagePlan,
-			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](1), Reason: "Error", Message: output},
+			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](1), Reason: executor.ReasonError, Message: output},
 			wantReason: v1alpha1.ReasonPlanFailed, wantCond: v1alpha1.ConditionPlanned,
 			wantInMsg: []string{"The plan stage failed (exit code 1): Error: Unsupported argument", "bogus = 1"},
 		},
 		{
 			name: "apply", mutate: applying, job: applyJob1, stage: v1alpha1.StageApply,
-			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](1), Reason: "Error", Message: "Error: creating: AccessDenied"},
+			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](1), Reason: executor.ReasonError, Message: "Error: creating: AccessDenied"},
 			wantReason: v1alpha1.ReasonApplyFailed, wantCond: v1alpha1.ConditionApplied,
 			wantInMsg: []string{"The apply stage failed (exit code 1): Error: creating: AccessDenied"},
 		},
 		{
 			name: "plan without output points to the logs", mutate: planning, job: planJob1, stage: v1alpha1.StagePlan,
-			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](2), Reason: "Error"},
+			status:     executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](2), Reason: executor.ReasonError},
 			wantReason: v1alpha1.ReasonPlanFailed, wantCond: v1alpha1.ConditionPlanned,
 			wantInMsg: []string{"(exit code 2); see the logs", "logs?stage=plan"},
 		},
@@ -1033,6 +1055,25 @@ func TestSyncExecutorLost(t *testing.T) {
 		}
 	})
 
+	t.Run("only NotStarted starts an unknown apply", func(t *testing.T) {
+		// A backend that spelled its reason differently (a typo, another
+		// case, none at all) must not get a lost apply started again: anything
+		// but executor.ReasonNotStarted is treated as lost.
+		for _, reason := range []string{executor.ReasonExecutorLost, "ExecutorLst", "executorlost", "NotStarted ", ""} {
+			h := newHarness(t, newRun(applying))
+			h.world.markStarted(applyJob1)
+			h.world.script(applyJob1, executor.Status{State: executor.StateUnknown, Reason: reason})
+			h.mustSync()
+			run := h.get()
+			if run.Status.Phase != v1alpha1.RunPhaseFailed {
+				t.Errorf("reason %q: phase %q, want Failed", reason, run.Status.Phase)
+			}
+			if got := h.world.calls(applyJob1) + h.world.calls(testName+"-apply-2"); got != 0 {
+				t.Errorf("reason %q: %d apply Start calls, want 0", reason, got)
+			}
+		}
+	})
+
 	t.Run("recorded but never started is started once", func(t *testing.T) {
 		// A crash between recording the apply and starting it.
 		h := newHarness(t, newRun(applying))
@@ -1169,7 +1210,7 @@ func TestOptimisticConcurrencyReactor(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// Workers, informers and Notify, end to end.
+// Workers, informers and the executor's notifications, end to end.
 
 // replica is one controller with its own informers, as one server replica.
 type replica struct {
@@ -1280,7 +1321,7 @@ func TestRunWorkersDriveARunToSucceeded(t *testing.T) {
 	// The executor uploads its plan and ends; it notifies the controller.
 	updateStatus(t, cs, withPlan)
 	world.succeed(planJob1)
-	r.ctrl.Notify(testNS, testName)
+	r.exec.changed(t, testNS, testName)
 	waitForRun(t, cs, "AwaitingApproval", func(run *v1alpha1.TerraformRun) bool {
 		return run.Status.Phase == v1alpha1.RunPhaseAwaitingApproval
 	})
@@ -1300,16 +1341,16 @@ func TestRunWorkersDriveARunToSucceeded(t *testing.T) {
 	}
 
 	world.succeed(applyJob1)
-	r.ctrl.Notify(testNS, testName)
+	r.exec.changed(t, testNS, testName)
 	run := waitForRun(t, cs, "Succeeded", func(run *v1alpha1.TerraformRun) bool { return run.Status.Phase == v1alpha1.RunPhaseSucceeded })
 	expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied)
 	if applied.Load() < 1 {
 		t.Errorf("OnApplied never called")
 	}
-	if got := world.startsOf(stage.Apply); len(got) != 1 || got[1] != 1 {
+	if got := world.startsOf(v1alpha1.StageApply); len(got) != 1 || got[1] != 1 {
 		t.Errorf("apply starts by attempt = %v, want {1:1}", got)
 	}
-	if got := world.startsOf(stage.Plan); len(got) != 1 || got[1] != 1 {
+	if got := world.startsOf(v1alpha1.StagePlan); len(got) != 1 || got[1] != 1 {
 		t.Errorf("plan starts by attempt = %v, want {1:1}", got)
 	}
 }
@@ -1349,7 +1390,7 @@ func recordedBeforeStart(t *testing.T, cs *fake.Clientset, w *execWorld) {
 			return
 		}
 		for _, st := range obj.(*v1alpha1.TerraformRun).Status.Stages {
-			if string(st.Name) == ex.Stage && st.Attempt == ex.Attempt && st.Job == execName(ex) {
+			if st.Name == ex.Stage && st.Attempt == ex.Attempt && st.Job == execName(ex) {
 				return
 			}
 		}
@@ -1433,7 +1474,7 @@ func TestNoSecondApplyUnderRace(t *testing.T) {
 			if len(applies) != 1 || applies[0].Attempt != 1 || applies[0].Job != applyJob1 {
 				t.Errorf("apply stages = %+v, want exactly attempt 1", applies)
 			}
-			if got := world.startsOf(stage.Apply); len(got) != 1 || got[1] != 1 {
+			if got := world.startsOf(v1alpha1.StageApply); len(got) != 1 || got[1] != 1 {
 				t.Errorf("real apply starts by attempt = %v, want {1:1}", got)
 			}
 			if got := world.calls(testName + "-apply-2"); got != 0 {
@@ -1483,7 +1524,7 @@ func TestNoSecondApplyUnderRace(t *testing.T) {
 		if applies := stagesOf(run, v1alpha1.StageApply); len(applies) != 1 || applies[0].Reason != v1alpha1.ReasonExecutorLost {
 			t.Errorf("apply stages = %+v, want the one lost attempt", applies)
 		}
-		if got := world.startsOf(stage.Apply); len(got) != 1 || got[1] != 1 {
+		if got := world.startsOf(v1alpha1.StageApply); len(got) != 1 || got[1] != 1 {
 			t.Errorf("real apply starts by attempt = %v, want {1:1}", got)
 		}
 		if got := world.calls(applyJob1); got != 1 {
@@ -1503,7 +1544,7 @@ func TestNoSecondApplyUnderRace(t *testing.T) {
 		b := startReplica(t, cs, &fakeExec{w: world}, opts(), 0)
 		c := startReplica(t, cs, &fakeExec{w: world}, opts(), 0)
 		hammer(t, []*replica{b, c}, 2, iterations/2, -1, nil)
-		if got := world.startsOf(stage.Apply); len(got) != 1 || got[1] != 1 {
+		if got := world.startsOf(v1alpha1.StageApply); len(got) != 1 || got[1] != 1 {
 			t.Errorf("real apply starts by attempt = %v, want {1:1}", got)
 		}
 		if applies := stagesOf(getRun(t, cs), v1alpha1.StageApply); len(applies) != 1 {

@@ -48,7 +48,7 @@ func (e *Executor) Name(ex executor.Execution) string {
 // replica): it is adopted when its terrarun.dev/run-uid label is the run's
 // UID, and an error otherwise. Start returns the Job's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
-	job, secret, err := BuildJob(ex.Run, ex, e.opts)
+	job, secret, err := BuildJob(ex, e.opts)
 	if err != nil {
 		return "", err
 	}
@@ -127,11 +127,11 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, StageSecretName(name), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return executor.Status{State: executor.StateUnknown, Name: name, Reason: "NotStarted"}, nil
+			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted}, nil
 		case err != nil:
 			return executor.Status{}, err
 		}
-		return executor.Status{State: executor.StateUnknown, Name: name, Reason: "ExecutorLost",
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonExecutorLost,
 			Message: fmt.Sprintf("Job %s/%s no longer exists", ex.Run.Namespace, name)}, nil
 	}
 	st := executor.Status{State: executor.StateRunning, Name: job.Name}
@@ -161,7 +161,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		switch c.Type {
 		case batchv1.JobComplete:
 			st.State = executor.StateSucceeded
-			st.Reason = "Completed"
+			st.Reason = executor.ReasonCompleted
 			if st.ExitCode == nil {
 				st.ExitCode = ptr.To[int32](0)
 			}
@@ -172,19 +172,21 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			st.Reason, st.Message = c.Reason, c.Message
 			switch {
 			case c.Reason == batchv1.JobReasonDeadlineExceeded:
-				// Keep it: the stage timed out, whatever the container did.
-			case terminated != nil && terminated.Reason != "" && terminated.Reason != "Error" && terminated.Reason != "Completed":
+				// The stage timed out (activeDeadlineSeconds is StageTimeout),
+				// whatever the container did.
+				st.Reason = executor.ReasonDeadlineExceeded
+			case terminated != nil && terminated.Reason != "" && terminated.Reason != executor.ReasonError && terminated.Reason != executor.ReasonCompleted:
 				// OOMKilled, ContainerCannotRun, ...
 				st.Reason = terminated.Reason
 			case terminated != nil && terminated.ExitCode != 0:
-				st.Reason = "Error"
+				st.Reason = executor.ReasonError
 				st.Message = fmt.Sprintf("terrarun-executor exited with code %d", terminated.ExitCode)
 			}
 			if terminated != nil && terminated.Message != "" {
 				st.Message = terminated.Message
 			}
 			if st.Reason == "" {
-				st.Reason = "Failed"
+				st.Reason = executor.ReasonFailed
 			}
 			st.CompletionTime = completionTime(job, c)
 			return st, nil
@@ -307,6 +309,10 @@ func finished(job *batchv1.Job) bool {
 	}
 	return false
 }
+
+// Shutdown does nothing: Jobs run in the cluster, not in this process, and a
+// later leader adopts them by their deterministic names.
+func (e *Executor) Shutdown(context.Context, time.Duration) error { return nil }
 
 // Forget does nothing: the run's ownerReferences let the host's garbage
 // collector delete its Jobs and Secrets, and ttlSecondsAfterFinished removes

@@ -15,14 +15,14 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 const testJobUID = types.UID("a0000000-0000-4000-8000-00000000j0b1")
 
 func planExecution() executor.Execution {
-	return executor.Execution{Run: testRun(), Stage: stage.Plan, Attempt: 2}
+	return executor.Execution{Run: testRun(), Stage: v1alpha1.StagePlan, Attempt: 2}
 }
 
 func TestStartCreatesSecretAndJob(t *testing.T) {
@@ -427,7 +427,7 @@ func TestRunNotifies(t *testing.T) {
 	}
 	run := testRun()
 	run.Name = "a-run-name-that-is-much-longer-than-sixty-three-characters-as-label-values-allow"
-	if _, err := e.Start(ctx, executor.Execution{Run: run, Stage: stage.Plan, Attempt: 1}); err != nil {
+	if _, err := e.Start(ctx, executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	select {
@@ -452,7 +452,7 @@ func TestRunNotifies(t *testing.T) {
 func TestName(t *testing.T) {
 	e := NewExecutor(fake.NewClientset(), testOptions())
 	ex := planExecution()
-	if got, want := e.Name(ex), JobName("web", stage.Plan, 2); got != want {
+	if got, want := e.Name(ex), JobName("web", v1alpha1.StagePlan, 2); got != want {
 		t.Errorf("Name = %q, want %q", got, want)
 	}
 	name, err := e.Start(context.Background(), ex)

@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -14,17 +13,12 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/executor/auth"
 )
-
-// ErrIdentityRejected wraps every error of IdentityResolver that means the
-// request claims an executor identity it cannot prove (as opposed to an error
-// reaching kube-apiserver). Callers answer it with 403 Forbidden.
-var ErrIdentityRejected = errors.New("executor identity rejected")
 
 // IdentityResolver maps the user of a pod-bound service-account token (the
 // projected token of an executor pod) to the stage execution whose Job
-// created that pod. It implements executor.IdentityResolver.
+// created that pod. It implements auth.Resolver.
 //
 // A request is from an executor when its user is a service account and
 // carries the pod-name and pod-uid extras of a pod-bound token, and that pod
@@ -40,7 +34,7 @@ type IdentityResolver struct {
 	client kubernetes.Interface
 }
 
-var _ executor.IdentityResolver = (*IdentityResolver)(nil)
+var _ auth.Resolver = (*IdentityResolver)(nil)
 
 // NewIdentityResolver returns a resolver that reads pods and Jobs with client.
 func NewIdentityResolver(client kubernetes.Interface) *IdentityResolver {
@@ -50,7 +44,7 @@ func NewIdentityResolver(client kubernetes.Interface) *IdentityResolver {
 // ExecutorIdentity returns the stage execution whose pod holds u's token. It
 // returns false and no error when u makes no claim to be an executor (not a
 // pod-bound service-account token, or a pod without the terrarun.dev/run
-// label), and an error wrapping ErrIdentityRejected when the claim fails.
+// label), and an error wrapping auth.ErrRejected when the claim fails.
 func (r *IdentityResolver) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error) {
 	if u == nil {
 		return executor.Identity{}, false, nil
@@ -65,7 +59,7 @@ func (r *IdentityResolver) ExecutorIdentity(ctx context.Context, u user.Info) (e
 		return executor.Identity{}, false, nil
 	}
 	reject := func(format string, args ...any) (executor.Identity, bool, error) {
-		return executor.Identity{}, false, fmt.Errorf("%w: pod %s/%s: %s", ErrIdentityRejected, namespace, podName, fmt.Sprintf(format, args...))
+		return executor.Identity{}, false, fmt.Errorf("%w: pod %s/%s: %s", auth.ErrRejected, namespace, podName, fmt.Sprintf(format, args...))
 	}
 
 	pod, err := r.client.CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
@@ -98,8 +92,8 @@ func (r *IdentityResolver) ExecutorIdentity(ctx context.Context, u user.Info) (e
 	if runUID == "" {
 		return reject("no label %s", LabelRunUID)
 	}
-	stageName := pod.Labels[LabelStage]
-	if stageName != stage.Plan && stageName != stage.Apply {
+	stageName := v1alpha1.StageName(pod.Labels[LabelStage])
+	if stageName != v1alpha1.StagePlan && stageName != v1alpha1.StageApply {
 		return reject("label %s=%q is not a stage", LabelStage, stageName)
 	}
 	attempt, err := strconv.ParseInt(pod.Labels[LabelAttempt], 10, 32)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/executor/auth"
 )
 
 const testPodUID = types.UID("b0000000-0000-4000-8000-0000000000d1")
@@ -24,7 +24,7 @@ const testPodUID = types.UID("b0000000-0000-4000-8000-0000000000d1")
 // executor and the Job controller make them.
 func executorObjects(t *testing.T, run *v1alpha1.TerraformRun, jobUID, podUID types.UID) (*batchv1.Job, *corev1.Pod) {
 	t.Helper()
-	job, _, err := BuildJob(run, executor.Execution{Run: run, Stage: stage.Plan, Attempt: 2}, testOptions())
+	job, _, err := BuildJob(executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 2}, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +141,8 @@ func TestIdentityDenied(t *testing.T) {
 			if ok || err == nil {
 				t.Fatalf("ExecutorIdentity = %+v, %v, %v; want rejected", id, ok, err)
 			}
-			if !errors.Is(err, ErrIdentityRejected) {
-				t.Errorf("error %v does not wrap ErrIdentityRejected", err)
+			if !errors.Is(err, auth.ErrRejected) {
+				t.Errorf("error %v does not wrap auth.ErrRejected", err)
 			}
 		})
 	}
@@ -156,7 +156,7 @@ func TestIdentityMissingObjects(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, ok, err := NewIdentityResolver(fake.NewClientset(objects...)).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
-			if ok || !errors.Is(err, ErrIdentityRejected) {
+			if ok || !errors.Is(err, auth.ErrRejected) {
 				t.Errorf("ExecutorIdentity = %v, %v; want rejected", ok, err)
 			}
 		})

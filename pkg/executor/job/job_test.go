@@ -73,9 +73,9 @@ func testRun() *v1alpha1.TerraformRun {
 	}
 }
 
-func build(t *testing.T, run *v1alpha1.TerraformRun, st string, opts JobOptions) (*batchv1.Job, *corev1.Secret, stage.Spec) {
+func build(t *testing.T, run *v1alpha1.TerraformRun, st v1alpha1.StageName, opts JobOptions) (*batchv1.Job, *corev1.Secret, stage.Spec) {
 	t.Helper()
-	job, secret, err := BuildJob(run, executor.Execution{Run: run, Stage: st, Attempt: 2, PlanDigest: "sha256:abc"}, opts)
+	job, secret, err := BuildJob(executor.Execution{Run: run, Stage: st, Attempt: 2, PlanDigest: "sha256:abc"}, opts)
 	if err != nil {
 		t.Fatalf("BuildJob: %v", err)
 	}
@@ -122,7 +122,7 @@ func volumeAt(t *testing.T, pod *corev1.PodSpec, path string) *corev1.Volume {
 // of the brief, in a subtest of its own, so that a regression names its rule.
 func TestJobHardening(t *testing.T) {
 	run := testRun()
-	job, secret, _ := build(t, run, stage.Plan, testOptions())
+	job, secret, _ := build(t, run, v1alpha1.StagePlan, testOptions())
 	pod := &job.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
@@ -249,13 +249,13 @@ func ownedByRun(refs []metav1.OwnerReference) bool {
 }
 
 func TestJobApplyTimeout(t *testing.T) {
-	job, _, _ := build(t, testRun(), stage.Apply, testOptions())
+	job, _, _ := build(t, testRun(), v1alpha1.StageApply, testOptions())
 	if got := ptr.Deref(job.Spec.ActiveDeadlineSeconds, 0); got != 2*3600 {
 		t.Errorf("apply activeDeadlineSeconds = %d, want spec.timeouts.apply (7200)", got)
 	}
 	run := testRun()
 	run.Spec.Timeouts = v1alpha1.Timeouts{}
-	job, _, _ = build(t, run, stage.Apply, testOptions())
+	job, _, _ = build(t, run, v1alpha1.StageApply, testOptions())
 	if got := ptr.Deref(job.Spec.ActiveDeadlineSeconds, 0); got != 3600 {
 		t.Errorf("activeDeadlineSeconds without timeouts = %d, want the 1h default", got)
 	}
@@ -266,7 +266,7 @@ func TestJobOptionsOverrideDefaults(t *testing.T) {
 	opts.GracePeriod = 90 * time.Second
 	opts.TTLAfterFinished = 10 * time.Minute
 	opts.Audience = "https://terrarun.example"
-	job, _, _ := build(t, testRun(), stage.Plan, opts)
+	job, _, _ := build(t, testRun(), v1alpha1.StagePlan, opts)
 	pod := &job.Spec.Template.Spec
 	if got := ptr.Deref(pod.TerminationGracePeriodSeconds, 0); got != 90 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want opts.GracePeriod 90", got)
@@ -285,7 +285,7 @@ func TestJobResources(t *testing.T) {
 		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")},
 	}
-	job, _, _ := build(t, run, stage.Plan, testOptions())
+	job, _, _ := build(t, run, v1alpha1.StagePlan, testOptions())
 	r := job.Spec.Template.Spec.Containers[0].Resources
 	if got := r.Requests.Memory(); got.Cmp(resource.MustParse("2Gi")) != 0 {
 		t.Errorf("memory request = %v, want the run's 2Gi", got)
@@ -309,7 +309,7 @@ func TestJobResources(t *testing.T) {
 func TestNoSecretInEnvOrArgs(t *testing.T) {
 	run := testRun()
 	run.Spec.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/infra.git", Ref: "main", CredentialsSecret: "git-creds"}}
-	for _, st := range []string{stage.Plan, stage.Apply} {
+	for _, st := range []v1alpha1.StageName{v1alpha1.StagePlan, v1alpha1.StageApply} {
 		job, secret, _ := build(t, run, st, testOptions())
 		pod := job.Spec.Template.Spec
 		containers := append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...)
@@ -344,7 +344,7 @@ func TestNoSecretInEnvOrArgs(t *testing.T) {
 }
 
 func TestSecretVariablesAreFiles(t *testing.T) {
-	job, _, spec := build(t, testRun(), stage.Plan, testOptions())
+	job, _, spec := build(t, testRun(), v1alpha1.StagePlan, testOptions())
 	pod := &job.Spec.Template.Spec
 	byName := map[string]stage.Variable{}
 	for _, v := range spec.Variables {
@@ -391,14 +391,14 @@ func TestSecretVariablesAreFiles(t *testing.T) {
 }
 
 func TestStageSpec(t *testing.T) {
-	job, secret, spec := build(t, testRun(), stage.Plan, testOptions())
+	job, secret, spec := build(t, testRun(), v1alpha1.StagePlan, testOptions())
 	if spec.Server != testServer || spec.CAFile != CAFile || spec.TokenFile != TokenFile {
 		t.Errorf("server %q, CA %q, token %q", spec.Server, spec.CAFile, spec.TokenFile)
 	}
 	if string(secret.Data[CAKey]) != testCA {
 		t.Errorf("ca.crt = %q", secret.Data[CAKey])
 	}
-	if spec.Namespace != "team-a" || spec.Name != "web" || spec.UID != testUID || spec.Stage != stage.Plan || spec.Attempt != 2 {
+	if spec.Namespace != "team-a" || spec.Name != "web" || spec.UID != testUID || spec.Stage != v1alpha1.StagePlan || spec.Attempt != 2 {
 		t.Errorf("identity: %+v", spec)
 	}
 	if spec.WorkDir != "/work" || spec.Binary != "tofu" || spec.Operation != "Apply" || spec.Workspace != "prod" {
@@ -436,7 +436,7 @@ func TestStageSpec(t *testing.T) {
 }
 
 func TestApplyStageHasNoSource(t *testing.T) {
-	job, secret, spec := build(t, testRun(), stage.Apply, testOptions())
+	job, secret, spec := build(t, testRun(), v1alpha1.StageApply, testOptions())
 	if spec.Source.Dir != "" || spec.Source.Git != nil {
 		t.Errorf("apply stage source = %+v, want none: it downloads the planned configuration", spec.Source)
 	}
@@ -456,7 +456,7 @@ func TestApplyStageHasNoSource(t *testing.T) {
 func TestConfigMapSource(t *testing.T) {
 	run := testRun()
 	run.Spec.Source = v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Name: "infra-config"}}
-	job, _, spec := build(t, run, stage.Plan, testOptions())
+	job, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
 	vol := volumeAt(t, &job.Spec.Template.Spec, "/etc/terrarun/source")
 	if vol.ConfigMap == nil || vol.ConfigMap.Name != "infra-config" {
 		t.Errorf("source volume = %+v", vol.VolumeSource)
@@ -469,7 +469,7 @@ func TestConfigMapSource(t *testing.T) {
 func TestGitSource(t *testing.T) {
 	run := testRun()
 	run.Spec.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/infra.git", Ref: "v1", Path: "envs/prod", CredentialsSecret: "git-creds"}}
-	job, _, spec := build(t, run, stage.Plan, testOptions())
+	job, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
 	g := spec.Source.Git
 	if g == nil || g.URL != "https://git.example/infra.git" || g.Ref != "v1" || g.Path != "envs/prod" || g.CredentialsDir != "/etc/terrarun/git" {
 		t.Fatalf("git source = %+v", g)
@@ -491,7 +491,7 @@ func TestDefaultBackend(t *testing.T) {
 	run.Spec.Engine = v1alpha1.Engine{}
 	opts := testOptions()
 	opts.Image = "default-image:1"
-	job, _, spec := build(t, run, stage.Plan, opts)
+	job, _, spec := build(t, run, v1alpha1.StagePlan, opts)
 	want := map[string]string{"secret_suffix": "default", "in_cluster_config": "true", "namespace": "team-a"}
 	if spec.Backend.Type != "kubernetes" || len(spec.Backend.Config) != len(want) || !subset(want, spec.Backend.Config) || spec.Backend.ConfigFile != "" {
 		t.Errorf("default backend = %+v, want kubernetes %v", spec.Backend, want)
@@ -521,7 +521,7 @@ func TestDefaultBackend(t *testing.T) {
 func TestNoCABundle(t *testing.T) {
 	opts := testOptions()
 	opts.CABundle = nil
-	job, secret, spec := build(t, testRun(), stage.Plan, opts)
+	job, secret, spec := build(t, testRun(), v1alpha1.StagePlan, opts)
 	if spec.CAFile != "" || secret.Data[CAKey] != nil {
 		t.Errorf("CA file %q and data %q without a CA bundle", spec.CAFile, secret.Data[CAKey])
 	}
@@ -535,7 +535,7 @@ func TestNoCABundle(t *testing.T) {
 func TestVolumesWellFormed(t *testing.T) {
 	run := testRun()
 	run.Spec.Backend = nil
-	job, _, _ := build(t, run, stage.Plan, testOptions())
+	job, _, _ := build(t, run, v1alpha1.StagePlan, testOptions())
 	pod := &job.Spec.Template.Spec
 	names := map[string]bool{}
 	for _, v := range pod.Volumes {
@@ -573,22 +573,22 @@ func TestBuildJobErrors(t *testing.T) {
 		ex   executor.Execution
 		opts JobOptions
 	}{
-		"no run":        {nil, executor.Execution{Stage: stage.Plan, Attempt: 1}, testOptions()},
+		"no run":        {nil, executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()},
 		"unknown stage": {run, executor.Execution{Stage: "destroy", Attempt: 1}, testOptions()},
-		"attempt 0":     {run, executor.Execution{Stage: stage.Plan}, testOptions()},
-		"no server URL": {run, executor.Execution{Stage: stage.Plan, Attempt: 1}, JobOptions{}},
-		"no image":      {func() *v1alpha1.TerraformRun { r := testRun(); r.Spec.Engine.Image = ""; return r }(), executor.Execution{Stage: stage.Plan, Attempt: 1}, testOptions()},
-		"no source":     {func() *v1alpha1.TerraformRun { r := testRun(); r.Spec.Source = v1alpha1.Source{}; return r }(), executor.Execution{Stage: stage.Plan, Attempt: 1}, testOptions()},
-		"no UID":        {func() *v1alpha1.TerraformRun { r := testRun(); r.UID = ""; return r }(), executor.Execution{Stage: stage.Plan, Attempt: 1}, testOptions()},
+		"attempt 0":     {run, executor.Execution{Stage: v1alpha1.StagePlan}, testOptions()},
+		"no server URL": {run, executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, JobOptions{}},
+		"no image":      {func() *v1alpha1.TerraformRun { r := testRun(); r.Spec.Engine.Image = ""; return r }(), executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()},
+		"no source":     {func() *v1alpha1.TerraformRun { r := testRun(); r.Spec.Source = v1alpha1.Source{}; return r }(), executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()},
+		"no UID":        {func() *v1alpha1.TerraformRun { r := testRun(); r.UID = ""; return r }(), executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()},
 		"empty valueFrom": {func() *v1alpha1.TerraformRun {
 			r := testRun()
 			r.Spec.Variables = []v1alpha1.Variable{{Name: "x", ValueFrom: &v1alpha1.VariableSource{}}}
 			return r
-		}(), executor.Execution{Stage: stage.Plan, Attempt: 1}, testOptions()},
+		}(), executor.Execution{Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := BuildJob(c.run, c.ex, c.opts); err == nil {
+			if _, _, err := BuildJob(c.ex, c.opts); err == nil {
 				t.Errorf("BuildJob succeeded")
 			}
 		})
@@ -596,8 +596,8 @@ func TestBuildJobErrors(t *testing.T) {
 }
 
 func TestBuildJobDeterministic(t *testing.T) {
-	a, as, _ := build(t, testRun(), stage.Plan, testOptions())
-	b, bs, _ := build(t, testRun(), stage.Plan, testOptions())
+	a, as, _ := build(t, testRun(), v1alpha1.StagePlan, testOptions())
+	b, bs, _ := build(t, testRun(), v1alpha1.StagePlan, testOptions())
 	ja, _ := json.Marshal([]any{a, as})
 	jb, _ := json.Marshal([]any{b, bs})
 	if string(ja) != string(jb) {

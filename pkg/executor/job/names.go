@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 // Labels and annotations on every Job, pod template and Secret of a stage.
@@ -34,8 +36,8 @@ const hashLength = 10
 // DNS label (run names are DNS subdomains and may hold dots), it is cut short,
 // dots become dashes, and a hash of the full name keeps names of different
 // runs apart: <run-prefix>-<hash>-<stage>-<attempt>.
-func JobName(runName string, stage string, attempt int32) string {
-	suffix := "-" + stage + "-" + strconv.FormatInt(int64(attempt), 10)
+func JobName(runName string, stage v1alpha1.StageName, attempt int32) string {
+	suffix := "-" + string(stage) + "-" + strconv.FormatInt(int64(attempt), 10)
 	return fit(runName, validation.DNS1123LabelMaxLength-len(suffix)) + suffix
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 func TestJobNameShort(t *testing.T) {
@@ -37,7 +39,7 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, run := range cases {
-		for _, st := range []string{"plan", "apply"} {
+		for _, st := range []v1alpha1.StageName{v1alpha1.StagePlan, v1alpha1.StageApply} {
 			for _, attempt := range []int32{1, 7, 2147483647} {
 				name := JobName(run, st, attempt)
 				if name != JobName(run, st, attempt) {
@@ -52,7 +54,7 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 				if other, dup := seen[name]; dup {
 					t.Errorf("JobName(%q, %s, %d) = %q, as for %s", run, st, attempt, name, other)
 				}
-				seen[name] = run + "/" + st
+				seen[name] = run + "/" + string(st)
 			}
 		}
 		if errs := validation.IsValidLabelValue(RunLabelValue(run)); len(errs) != 0 {

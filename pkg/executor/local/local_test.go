@@ -139,12 +139,6 @@ func (v *testEnv) opts() Options {
 		Etcd:           etcdClient,
 		EtcdPrefix:     v.prefix,
 		Env:            []string{"FAKE_REPORT_DIR=" + v.reports},
-		Notify: func(ns, name string) {
-			select {
-			case v.notified <- ns + "/" + name:
-			default:
-			}
-		},
 	}
 }
 
@@ -155,7 +149,20 @@ func (v *testEnv) executor() *Executor {
 	if err != nil {
 		v.t.Fatal(err)
 	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	go func() {
+		_ = e.Run(runCtx, func(ns, name string) {
+			select {
+			case v.notified <- ns + "/" + name:
+			default:
+			}
+		})
+	}()
+	for e.notify.Load() == nil {
+		time.Sleep(time.Millisecond)
+	}
 	v.t.Cleanup(func() {
+		stopRun()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_ = e.Shutdown(ctx, 0)
@@ -273,7 +280,7 @@ func newRun(ns, name string, vars ...v1alpha1.Variable) *v1alpha1.TerraformRun {
 func lit(name, value string) v1alpha1.Variable { return v1alpha1.Variable{Name: name, Value: value} }
 
 func plan(run *v1alpha1.TerraformRun) executor.Execution {
-	return executor.Execution{Run: run, Stage: stage.Plan, Attempt: 1}
+	return executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}
 }
 
 // waitFinal polls Status until the execution is no longer running.
@@ -329,7 +336,7 @@ func TestStartSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != executor.StateSucceeded || st.ExitCode == nil || *st.ExitCode != 0 || st.Reason != ReasonCompleted ||
+	if st.State != executor.StateSucceeded || st.ExitCode == nil || *st.ExitCode != 0 || st.Reason != executor.ReasonCompleted ||
 		st.Name != name || st.StartTime == nil || st.CompletionTime == nil || st.Message != "" {
 		t.Fatalf("status = %+v", st)
 	}
@@ -421,7 +428,7 @@ func TestStartFails(t *testing.T) {
 	}
 	v.waitNotify("ns/bad")
 	st := waitFinal(t, e, ex)
-	if st.State != executor.StateFailed || st.ExitCode == nil || *st.ExitCode != 3 || st.Reason != ReasonError {
+	if st.State != executor.StateFailed || st.ExitCode == nil || *st.ExitCode != 3 || st.Reason != executor.ReasonError {
 		t.Fatalf("status = %+v", st)
 	}
 	if !strings.Contains(st.Message, "exited with code 3") || !strings.Contains(st.Message, "Error: boom in main.tf") {
@@ -496,7 +503,7 @@ func TestRestartReportsExecutorLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != executor.StateUnknown || st.Reason != ReasonExecutorLost || st.Name != name || st.StartTime == nil ||
+	if st.State != executor.StateUnknown || st.Reason != executor.ReasonExecutorLost || st.Name != name || st.StartTime == nil ||
 		!strings.Contains(st.Message, "previous terrarun-apiserver") {
 		t.Fatalf("status = %+v", st)
 	}
@@ -516,7 +523,7 @@ func TestRestartReportsExecutorLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.waitNotify("ns/lost")
-	if st := waitFinal(t, e2, ex); st.State != executor.StateFailed || st.Reason != ReasonCanceled {
+	if st := waitFinal(t, e2, ex); st.State != executor.StateFailed || st.Reason != executor.ReasonCanceled {
 		t.Fatalf("status after stop = %+v", st)
 	}
 }
@@ -541,7 +548,7 @@ func TestShutdownLeavesExecutionsLost(t *testing.T) {
 		t.Error("Start after Shutdown succeeded")
 	}
 	st, err := v.executor().Status(ctx, ex)
-	if err != nil || st.State != executor.StateUnknown || st.Reason != ReasonExecutorLost {
+	if err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonExecutorLost {
 		t.Fatalf("status = %+v, %v", st, err)
 	}
 }
@@ -581,7 +588,7 @@ func TestStopSendsSIGTERM(t *testing.T) {
 		t.Errorf("the executor saw signals %q, want SIGTERM", sig)
 	}
 	st, err := e.Status(ctx, ex)
-	if err != nil || st.State != executor.StateFailed || st.Reason != ReasonCanceled || st.ExitCode == nil || *st.ExitCode != 143 {
+	if err != nil || st.State != executor.StateFailed || st.Reason != executor.ReasonCanceled || st.ExitCode == nil || *st.ExitCode != 143 {
 		t.Fatalf("status = %+v, %v", st, err)
 	}
 	// Idempotent.
@@ -622,7 +629,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 		t.Errorf("signals = %q", sig)
 	}
 	st, err := e.Status(ctx, ex)
-	if err != nil || st.State != executor.StateFailed || st.Reason != ReasonKilled || st.ExitCode == nil || *st.ExitCode != 137 {
+	if err != nil || st.State != executor.StateFailed || st.Reason != executor.ReasonKilled || st.ExitCode == nil || *st.ExitCode != 137 {
 		t.Fatalf("status = %+v, %v", st, err)
 	}
 	v.waitNotify("ns/stubborn")
@@ -646,7 +653,7 @@ func TestStopWithContextEnding(t *testing.T) {
 	if err := e.Stop(context.Background(), ex, 0); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := e.Status(context.Background(), ex); st.Reason != ReasonKilled {
+	if st, _ := e.Status(context.Background(), ex); st.Reason != executor.ReasonKilled {
 		t.Fatalf("status = %+v", st)
 	}
 }
@@ -663,7 +670,7 @@ func TestDeadline(t *testing.T) {
 	}
 	v.waitNotify("ns/deadline")
 	st := waitFinal(t, e, ex)
-	if st.State != executor.StateFailed || st.Reason != ReasonDeadlineExceeded {
+	if st.State != executor.StateFailed || st.Reason != executor.ReasonDeadlineExceeded {
 		t.Fatalf("status = %+v", st)
 	}
 	if !strings.Contains(v.signals(name), "terminated") {
@@ -768,7 +775,7 @@ func TestGitSourceAndBackendSecret(t *testing.T) {
 	v.waitNotify("ns/git")
 
 	// The apply stage gets no source, but the approved digest.
-	apply := executor.Execution{Run: run, Stage: stage.Apply, Attempt: 2, PlanDigest: "sha256:abc"}
+	apply := executor.Execution{Run: run, Stage: v1alpha1.StageApply, Attempt: 2, PlanDigest: "sha256:abc"}
 	name, err = e.Start(ctx, apply)
 	if err != nil {
 		t.Fatal(err)
@@ -814,7 +821,7 @@ func TestMissingSecretIsHelpful(t *testing.T) {
 	}
 	// Nothing ran and nothing is recorded: a later Start may succeed.
 	st, err := e.Status(ctx, ex)
-	if err != nil || st.State != executor.StateUnknown || st.Reason != ReasonNotStarted {
+	if err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonNotStarted {
 		t.Fatalf("status = %+v, %v", st, err)
 	}
 	if _, err := os.Stat(e.workDirOf(ex)); !errors.Is(err, os.ErrNotExist) {
@@ -880,7 +887,7 @@ func TestForget(t *testing.T) {
 		t.Errorf("signals = %q", v.signals(name))
 	}
 	for _, x := range []executor.Execution{ex, done} {
-		if st, err := e.Status(ctx, x); err != nil || st.Reason != ReasonNotStarted {
+		if st, err := e.Status(ctx, x); err != nil || st.Reason != executor.ReasonNotStarted {
 			t.Errorf("status = %+v, %v", st, err)
 		}
 	}
@@ -903,10 +910,10 @@ func TestInvalidExecution(t *testing.T) {
 	e := v.executor()
 	ctx := context.Background()
 	for _, ex := range []executor.Execution{
-		{Stage: stage.Plan, Attempt: 1},
+		{Stage: v1alpha1.StagePlan, Attempt: 1},
 		{Run: newRun("ns", "x"), Stage: "destroy", Attempt: 1},
-		{Run: newRun("ns", "x"), Stage: stage.Plan, Attempt: 0},
-		{Run: newRun("ns", "../x"), Stage: stage.Plan, Attempt: 1},
+		{Run: newRun("ns", "x"), Stage: v1alpha1.StagePlan, Attempt: 0},
+		{Run: newRun("ns", "../x"), Stage: v1alpha1.StagePlan, Attempt: 1},
 	} {
 		if _, err := e.Start(ctx, ex); err == nil {
 			t.Errorf("Start(%+v) succeeded", ex)
@@ -1011,7 +1018,7 @@ func TestStaleOwnRecordIsTakenOver(t *testing.T) {
 
 	// Another instance's record: lost, and never started again.
 	put("another-instance")
-	if st, _ := e.Status(ctx, ex); st.Reason != ReasonExecutorLost {
+	if st, _ := e.Status(ctx, ex); st.Reason != executor.ReasonExecutorLost {
 		t.Fatalf("status = %+v", st)
 	}
 	if _, err := e.Start(ctx, ex); err != nil {
@@ -1025,7 +1032,7 @@ func TestStaleOwnRecordIsTakenOver(t *testing.T) {
 	// This instance's own record, written by a Start whose process never
 	// started (say the client saw an error for a transaction that committed).
 	put(e.holder)
-	if st, _ := e.Status(ctx, ex); st.State != executor.StateUnknown || st.Reason != ReasonNotStarted {
+	if st, _ := e.Status(ctx, ex); st.State != executor.StateUnknown || st.Reason != executor.ReasonNotStarted {
 		t.Fatalf("status = %+v", st)
 	}
 	if _, err := e.Start(ctx, ex); err != nil {

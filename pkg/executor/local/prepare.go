@@ -46,40 +46,17 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		}
 	}
 
-	spec := stage.Spec{
-		Server:      e.opts.ServerURL,
-		CAFile:      e.opts.CAFile,
-		TokenFile:   filepath.Join(dir, "token"),
-		Namespace:   ns,
-		Name:        run.Name,
-		UID:         string(run.UID),
-		Stage:       ex.Stage,
-		Attempt:     ex.Attempt,
-		Binary:      string(run.Spec.Engine.Binary),
-		WorkDir:     filepath.Join(dir, "work"),
-		Operation:   string(run.Spec.Operation),
-		Workspace:   run.Spec.Workspace,
-		Targets:     append([]string(nil), run.Spec.Targets...),
-		Replace:     append([]string(nil), run.Spec.Replace...),
-		Parallelism: run.Spec.Parallelism,
-		Refresh:     run.Spec.Refresh,
-		PlanDigest:  ex.PlanDigest,
-	}
-	if spec.Binary == "" {
-		spec.Binary = string(v1alpha1.EngineTerraform)
-	}
-	if spec.Operation == "" {
-		spec.Operation = string(v1alpha1.OperationApply)
-	}
-	if spec.Workspace == "" {
-		spec.Workspace = "default"
-	}
+	spec := executor.StageSpec(ex)
+	spec.Server = e.opts.ServerURL
+	spec.CAFile = e.opts.CAFile
+	spec.TokenFile = filepath.Join(dir, "token")
+	spec.WorkDir = filepath.Join(dir, "work")
 	if !safeSegment(spec.Workspace) {
 		return nil, nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
 	}
 
 	// Source: the plan stage only; the apply stage downloads the planned configuration.
-	if ex.Stage == stage.Plan {
+	if ex.Stage == v1alpha1.StagePlan {
 		src, err := e.writeSource(ctx, p, run)
 		if err != nil {
 			return nil, nil, err

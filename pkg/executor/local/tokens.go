@@ -14,8 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // The user that a stage token authenticates as.
@@ -128,7 +128,7 @@ func ExecutorUser(id executor.Identity) *user.DefaultInfo {
 		Groups: []string{ExecutorsGroup, user.AllAuthenticated},
 		Extra: map[string][]string{
 			ExtraRunUID:  {id.UID},
-			ExtraStage:   {id.Stage},
+			ExtraStage:   {string(id.Stage)},
 			ExtraAttempt: {strconv.FormatInt(int64(id.Attempt), 10)},
 		},
 	}
@@ -173,7 +173,7 @@ func identityFromUser(u user.Info) (executor.Identity, bool) {
 	if err != nil {
 		return executor.Identity{}, false
 	}
-	id := executor.Identity{Namespace: ns, Name: name, UID: uid, Stage: stg, Attempt: int32(n)}
+	id := executor.Identity{Namespace: ns, Name: name, UID: uid, Stage: v1alpha1.StageName(stg), Attempt: int32(n)}
 	if validIdentity(id) != nil {
 		return executor.Identity{}, false
 	}
@@ -186,8 +186,8 @@ func validIdentity(id executor.Identity) error {
 		return fmt.Errorf("executor identity needs a namespace, a name and a uid")
 	case strings.Contains(id.Namespace, ":") || strings.Contains(id.Name, ":"):
 		return fmt.Errorf("invalid executor identity %s/%s", id.Namespace, id.Name)
-	case id.Stage != stage.Plan && id.Stage != stage.Apply:
-		return fmt.Errorf("invalid stage %q: must be %q or %q", id.Stage, stage.Plan, stage.Apply)
+	case id.Stage != v1alpha1.StagePlan && id.Stage != v1alpha1.StageApply:
+		return fmt.Errorf("invalid stage %q: must be %q or %q", id.Stage, v1alpha1.StagePlan, v1alpha1.StageApply)
 	case id.Attempt < 1:
 		return fmt.Errorf("invalid attempt %d: attempts count from 1", id.Attempt)
 	}

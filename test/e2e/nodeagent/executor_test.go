@@ -13,7 +13,6 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
 	kexec "github.com/terrarun/terrarun/pkg/executor/job"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // fakeExecutor stands in for terrarun-executor: it prints what the real one
@@ -64,7 +63,7 @@ func TestExecutorJobPod(t *testing.T) {
 			Engine: v1alpha1.Engine{Image: "ghcr.io/terrarun/terrarun-executor:v0.0.1"},
 		},
 	}
-	job, secret, err := kexec.BuildJob(run, executor.Execution{Run: run, Stage: stage.Plan, Attempt: 1}, kexec.JobOptions{
+	job, secret, err := kexec.BuildJob(executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}, kexec.JobOptions{
 		ServerURL: "https://terrarun.example:8443",
 		CABundle:  []byte("TERRARUN-CA"),
 	})

@@ -23,155 +23,19 @@ import (
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
-// Paths inside the executor container.
-const (
-	// StageDir holds the stage Secret's stage.json and ca.crt.
-	StageDir = "/etc/terrarun/stage"
-	// StageFile is the stage.Spec handed to terrarun-executor.
-	StageFile = StageDir + "/" + StageKey
-	// CAFile verifies terrarun-apiserver's serving certificate.
-	CAFile = StageDir + "/" + CAKey
-	// TokenDir holds the projected, audience-bound service-account token.
-	TokenDir = "/var/run/secrets/terrarun"
-	// TokenFile is the token; the kubelet rotates it, so it is read per request.
-	TokenFile = TokenDir + "/token"
-	// SourceDir holds inline and ConfigMap configuration files (plan stage).
-	SourceDir = "/etc/terrarun/source"
-	// GitCredentialsDir holds the keys of spec.source.git.credentialsSecret.
-	GitCredentialsDir = "/etc/terrarun/git"
-	// BackendDir holds backend.hcl of spec.backend.configSecret.
-	BackendDir = "/etc/terrarun/backend"
-	// BackendConfigFile is passed as -backend-config.
-	BackendConfigFile = BackendDir + "/" + BackendConfigKey
-	// VariablesDir holds one directory per Secret or ConfigMap that variables
-	// read from, with one file per variable, named after it.
-	VariablesDir = "/etc/terrarun/variables"
-	// WorkDir is the private, empty working directory, and HOME.
-	WorkDir = "/work"
-	// TmpDir is a writable /tmp (the root filesystem is read-only).
-	TmpDir = "/tmp"
-	// KubeAPIAccessDir is where client-go's in-cluster configuration finds its
-	// token, CA and namespace. It is mounted only for the in-cluster kubernetes
-	// backend (see the package documentation).
-	KubeAPIAccessDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-)
-
-// Keys of the stage Secret, and keys read from user Secrets.
-const (
-	StageKey = "stage.json"
-	CAKey    = "ca.crt"
-	// SourceKeyPrefix prefixes the keys of inline configuration files.
-	SourceKeyPrefix = "src-"
-	// BackendConfigKey is the key of spec.backend.configSecret.
-	BackendConfigKey = "backend.hcl"
-)
-
-// ContainerName is the name of the executor container.
-const ContainerName = "executor"
-
-// NonRootID is the user, group and fsGroup of executor pods (distroless's
-// "nonroot").
-const NonRootID int64 = 65532
-
-// Defaults of JobOptions.
-const (
-	DefaultAudience               = "terrarun.dev"
-	DefaultTokenExpiration        = time.Hour
-	DefaultTTLAfterFinished       = time.Hour
-	DefaultGracePeriod            = 30 * time.Second
-	DefaultTimeout                = time.Hour
-	DefaultBackendType            = "kubernetes"
-	DefaultWorkspace              = "default"
-	defaultRequestCPU             = "100m"
-	defaultRequestMemory          = "256Mi"
-	defaultLimitMemory            = "1Gi"
-	stageSecretSuffix             = "-stage"
-	volumeStage                   = "stage"
-	volumeToken                   = "terrarun-token"
-	volumeSource                  = "source"
-	volumeGit                     = "git-credentials"
-	volumeBackend                 = "backend-config"
-	volumeWork                    = "work"
-	volumeTmp                     = "tmp"
-	volumeKubeAPIAccess           = "kube-api-access"
-	kubeRootCAConfigMap           = "kube-root-ca.crt"
-	defaultContainerAnnotationKey = "kubectl.kubernetes.io/default-container"
-)
-
-// minTokenExpiration is the shortest expirationSeconds the API accepts.
-const minTokenExpiration = 10 * time.Minute
-
-// readable is the mode of files from Secret and ConfigMap volumes: owned by
-// root and the pod's fsGroup, readable by the group only.
-const readable int32 = 0o440
-
-// JobOptions are the settings of the kubernetes executor that do not come
-// from the run. Zero values mean the documented defaults.
-type JobOptions struct {
-	// ServerURL is terrarun-apiserver's base URL as seen from executor pods,
-	// e.g. https://terrarun-apiserver.terrarun-system.svc:443.
-	ServerURL string
-	// CABundle verifies terrarun-apiserver's serving certificate. When empty,
-	// the executor uses the system roots.
-	CABundle []byte
-	// Audience of the projected token that executor pods authenticate with.
-	// terrarun-apiserver's authenticator must accept it. Default "terrarun.dev".
-	Audience string
-	// TokenExpiration of the projected tokens. Default 1h, at least 10m (the
-	// API's minimum); the kubelet rotates them at 80% of it.
-	TokenExpiration time.Duration
-	// TTLAfterFinished is the Job's ttlSecondsAfterFinished. Default 1h.
-	TTLAfterFinished time.Duration
-	// GracePeriod is the pod's terminationGracePeriodSeconds: the time
-	// terraform has after SIGINT to release locks and save state. Default 30s.
-	GracePeriod time.Duration
-	// Image is the executor image for runs without spec.engine.image.
-	Image string
-	// ServiceAccountName is the executor pods' service account for runs
-	// without spec.executor.serviceAccountName. Default: the namespace's
-	// "default" service account.
-	ServiceAccountName string
-	// DefaultTimeout bounds stages of runs without spec.timeouts. Default 1h.
-	DefaultTimeout time.Duration
-}
-
-func (o JobOptions) withDefaults() JobOptions {
-	if o.Audience == "" {
-		o.Audience = DefaultAudience
-	}
-	if o.TokenExpiration <= 0 {
-		o.TokenExpiration = DefaultTokenExpiration
-	}
-	if o.TokenExpiration < minTokenExpiration {
-		o.TokenExpiration = minTokenExpiration
-	}
-	if o.TTLAfterFinished <= 0 {
-		o.TTLAfterFinished = DefaultTTLAfterFinished
-	}
-	if o.GracePeriod <= 0 {
-		o.GracePeriod = DefaultGracePeriod
-	}
-	if o.DefaultTimeout <= 0 {
-		o.DefaultTimeout = DefaultTimeout
-	}
-	return o
-}
-
-// StageSecretName is the name of the Secret that holds a Job's stage.json.
-func StageSecretName(jobName string) string { return jobName + stageSecretSuffix }
-
 // BuildJob returns the Job of one stage execution and the Secret it mounts,
 // both in the run's namespace and controlled by the run. It does not talk to
 // any server. See the package documentation for what the Job holds.
-func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Secret, error) {
+func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Secret, error) {
 	opts = opts.withDefaults()
+	run := ex.Run
 	if run == nil {
 		return nil, nil, fmt.Errorf("no run")
 	}
 	if run.Name == "" || run.Namespace == "" || run.UID == "" {
 		return nil, nil, fmt.Errorf("run %s/%s has no name, namespace or UID", run.Namespace, run.Name)
 	}
-	if ex.Stage != stage.Plan && ex.Stage != stage.Apply {
+	if ex.Stage != v1alpha1.StagePlan && ex.Stage != v1alpha1.StageApply {
 		return nil, nil, fmt.Errorf("run %s/%s: unknown stage %q", run.Namespace, run.Name, ex.Stage)
 	}
 	if ex.Attempt < 1 {
@@ -210,33 +74,10 @@ func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions
 			Data:      map[string][]byte{},
 		},
 	}
-	st := stage.Spec{
-		Server:      opts.ServerURL,
-		TokenFile:   TokenFile,
-		Namespace:   run.Namespace,
-		Name:        run.Name,
-		UID:         string(run.UID),
-		Stage:       ex.Stage,
-		Attempt:     ex.Attempt,
-		Binary:      string(spec.Engine.Binary),
-		WorkDir:     WorkDir,
-		Operation:   string(spec.Operation),
-		Workspace:   spec.Workspace,
-		Targets:     spec.Targets,
-		Replace:     spec.Replace,
-		Parallelism: spec.Parallelism,
-		Refresh:     spec.Refresh,
-		PlanDigest:  ex.PlanDigest,
-	}
-	if st.Binary == "" {
-		st.Binary = string(v1alpha1.EngineTerraform)
-	}
-	if st.Operation == "" {
-		st.Operation = string(v1alpha1.OperationApply)
-	}
-	if st.Workspace == "" {
-		st.Workspace = DefaultWorkspace
-	}
+	st := executor.StageSpec(ex)
+	st.Server = opts.ServerURL
+	st.TokenFile = TokenFile
+	st.WorkDir = WorkDir
 	if len(opts.CABundle) > 0 {
 		st.CAFile = CAFile
 		b.secret.Data[CAKey] = opts.CABundle
@@ -263,7 +104,7 @@ func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions
 
 	// The source is fetched by the plan stage only: the apply stage downloads
 	// the planned configuration from the server.
-	if ex.Stage == stage.Plan {
+	if ex.Stage == v1alpha1.StagePlan {
 		if err := b.addSource(spec.Source, &st.Source); err != nil {
 			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 		}
@@ -271,7 +112,7 @@ func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions
 	if err := b.addVariables(spec.Variables, &st); err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	b.addBackend(run, &st.Backend)
+	b.addBackend(run, st.Workspace, &st.Backend)
 	if st.Backend.Type == "kubernetes" && st.Backend.Config["in_cluster_config"] == "true" {
 		b.addKubeAPIAccess(opts)
 	}
@@ -305,13 +146,7 @@ func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions
 		return nil, nil, err
 	}
 
-	timeout := opts.DefaultTimeout
-	switch t := spec.Timeouts; {
-	case ex.Stage == stage.Plan && t.Plan != nil && t.Plan.Duration > 0:
-		timeout = t.Plan.Duration
-	case ex.Stage == stage.Apply && t.Apply != nil && t.Apply.Duration > 0:
-		timeout = t.Apply.Duration
-	}
+	timeout := executor.StageTimeout(run, ex.Stage)
 
 	podAnnotations := maps.Clone(annotations)
 	podAnnotations[defaultContainerAnnotationKey] = ContainerName
@@ -386,11 +221,11 @@ func BuildJob(run *v1alpha1.TerraformRun, ex executor.Execution, opts JobOptions
 }
 
 // Labels returns the labels of the Job, pods and Secret of one stage execution.
-func Labels(run *v1alpha1.TerraformRun, stageName string, attempt int32) map[string]string {
+func Labels(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) map[string]string {
 	return map[string]string{
 		LabelRun:     RunLabelValue(run.Name),
 		LabelRunUID:  string(run.UID),
-		LabelStage:   stageName,
+		LabelStage:   string(stageName),
 		LabelAttempt: strconv.FormatInt(int64(attempt), 10),
 	}
 }
@@ -533,13 +368,9 @@ func (b *podBuilder) addVariables(vars []v1alpha1.Variable, st *stage.Spec) erro
 
 // addBackend fills in the run's backend, or the default: the kubernetes
 // backend in the run's namespace, keyed by the workspace.
-func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, out *stage.Backend) {
+func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, workspace string, out *stage.Backend) {
 	be := run.Spec.Backend
 	if be == nil || be.Type == "" {
-		workspace := run.Spec.Workspace
-		if workspace == "" {
-			workspace = DefaultWorkspace
-		}
 		*out = stage.Backend{Type: DefaultBackendType, Config: map[string]string{
 			"secret_suffix":     workspace,
 			"in_cluster_config": "true",

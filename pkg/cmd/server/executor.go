@@ -18,7 +18,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/apiserver/pkg/storage/value"
@@ -28,7 +27,8 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
-	kubeexecutor "github.com/terrarun/terrarun/pkg/executor/job"
+	"github.com/terrarun/terrarun/pkg/executor/auth"
+	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
 
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
@@ -92,8 +92,14 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Validate reports invalid executor flags.
-func (o *ExecutorOptions) Validate() []error {
+func (o *ExecutorOptions) Validate(standalone bool) []error {
 	var errs []error
+	if o.Kind == "local" && !standalone && (o.ServerURL == "" || o.CAFile == "") {
+		errs = append(errs, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode"))
+	}
+	if o.Kind == "kubernetes" && o.ServerURL == "" {
+		errs = append(errs, fmt.Errorf("--executor=kubernetes needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc"))
+	}
 	if o.Kind != "local" && o.Kind != "kubernetes" {
 		errs = append(errs, fmt.Errorf("--executor must be local or kubernetes, not %q", o.Kind))
 	}
@@ -125,8 +131,8 @@ func (o *ExecutorOptions) executorBinary() string {
 
 // newEtcdClient connects to the etcd that holds the objects, for artifacts,
 // execution records and leader election.
-func newEtcdClient(o *Options) (*clientv3.Client, error) {
-	t := o.Recommended.Etcd.StorageConfig.Transport
+func newEtcdClient(o *genericoptions.EtcdOptions) (*clientv3.Client, error) {
+	t := o.StorageConfig.Transport
 	var tlsConfig *tls.Config
 	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
 		cfg, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.TrustedCAFile}})
@@ -146,8 +152,8 @@ func newEtcdClient(o *Options) (*clientv3.Client, error) {
 // artifactTransformer returns the value transformer for artifacts: the one
 // the encryption configuration names for terraformruns.terrarun.dev, so that
 // plan files and outputs are encrypted at rest exactly when the objects are.
-func artifactTransformer(ctx context.Context, o *Options) (value.Transformer, error) {
-	path := o.Recommended.Etcd.EncryptionProviderConfigFilepath
+func artifactTransformer(ctx context.Context, o *genericoptions.EtcdOptions) (value.Transformer, error) {
+	path := o.EncryptionProviderConfigFilepath
 	if path == "" {
 		return nil, nil
 	}
@@ -161,79 +167,25 @@ func artifactTransformer(ctx context.Context, o *Options) (value.Transformer, er
 	return nil, fmt.Errorf("--encryption-provider-config has no entry for terraformruns.terrarun.dev: add it to encrypt runs and their plans, logs and outputs")
 }
 
-func newArtifactStore(ctx context.Context, o *Options, client *clientv3.Client) (*artifacts.Store, error) {
-	t, err := artifactTransformer(ctx, o)
+func newArtifactStore(ctx context.Context, etcd *genericoptions.EtcdOptions, o *ExecutorOptions, client *clientv3.Client) (*artifacts.Store, error) {
+	t, err := artifactTransformer(ctx, etcd)
 	if err != nil {
 		return nil, err
 	}
-	e := o.Executor
 	return artifacts.New(client, artifacts.Options{
 		Transformer: t,
-		Retention:   e.ArtifactRetention,
-		Limits:      artifacts.Limits{Log: e.MaxLogBytes, PlanText: e.MaxPlanBytes, PlanJSON: e.MaxPlanBytes},
+		Retention:   o.ArtifactRetention,
+		Limits:      artifacts.Limits{Log: o.MaxLogBytes, PlanText: o.MaxPlanBytes, PlanJSON: o.MaxPlanBytes},
 	}), nil
 }
 
-func newLocalExecutor(o *Options, client *clientv3.Client, notify executor.Notifier) (*local.Executor, error) {
-	root := o.DataDir
-	if !o.Standalone {
-		root = filepath.Join(os.TempDir(), "terrarun")
+// workRoot is where the local executor keeps work directories, state and
+// values: the data directory in standalone mode.
+func (o *Options) workRoot() string {
+	if o.Standalone {
+		return o.DataDir
 	}
-	return local.New(local.Options{
-		ExecutorBinary: o.Executor.executorBinary(),
-		WorkRoot:       filepath.Join(root, "work"),
-		StateRoot:      filepath.Join(root, "state"),
-		ValuesRoot:     filepath.Join(root, "values"),
-		ServerURL:      o.Executor.ServerURL,
-		CAFile:         o.Executor.CAFile,
-		Etcd:           client,
-		Notify:         notify,
-	})
-}
-
-// addExecutorAuthentication lets the local executor's stage tokens
-// authenticate, before whatever authenticates users.
-func addExecutorAuthentication(config *genericapiserver.RecommendedConfig, tokens *local.Tokens) {
-	executors := bearertoken.New(tokens)
-	if config.Authentication.Authenticator == nil {
-		config.Authentication.Authenticator = executors
-		return
-	}
-	config.Authentication.Authenticator = authenticatorunion.New(executors, config.Authentication.Authenticator)
-}
-
-// executorSubresources are the subresources executors write and read.
-var executorSubresources = sets.New("plan", "logs", "outputs")
-
-// addExecutorAuthorization allows executors to reach the subresources of
-// runs in their namespace. Which run and stage they may write is decided by
-// the subresource handlers, which accept only the run's current stage attempt.
-func addExecutorAuthorization(config *genericapiserver.RecommendedConfig, identities executor.IdentityResolver) error {
-	executors := authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		u := a.GetUser()
-		if u == nil || !a.IsResourceRequest() || a.GetAPIGroup() != terrarun.GroupName || a.GetResource() != "terraformruns" ||
-			!executorSubresources.Has(a.GetSubresource()) || (a.GetVerb() != "get" && a.GetVerb() != "create") {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		id, ok, err := identities.ExecutorIdentity(ctx, u)
-		if err != nil || !ok || id.Namespace != a.GetNamespace() {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		return authorizer.DecisionAllow, "terrarun executor of a run in this namespace", nil
-	})
-	if config.Authorization.Authorizer == nil {
-		config.Authorization.Authorizer = executors
-		return nil
-	}
-	union, err := authorizerunion.New(
-		authorizerunion.NamedAuthorizer{AuthorizerName: "terrarun-executors", Authorizer: executors},
-		authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
-	)
-	if err != nil {
-		return err
-	}
-	config.Authorization.Authorizer = union
-	return nil
+	return filepath.Join(os.TempDir(), "terrarun")
 }
 
 // longRunningSubresources are exempt from request timeouts, as watches are:
@@ -246,76 +198,101 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 		sets.NewString("watch"), longRunningSubresources)
 }
 
-// newExecutor builds the configured executor and the resolver of its
-// identities, and lets those identities authenticate.
-func (o *Options) newExecutor(config *genericapiserver.RecommendedConfig, client *clientv3.Client, notify executor.Notifier) (executor.Executor, executor.IdentityResolver, error) {
-	switch o.Executor.Kind {
+// newExecutor builds the configured executor, and lets its identities
+// authenticate and be authorized (pkg/executor/auth) before any user's.
+// serverURL and caFile are where executors reach this server.
+func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig, kube kubernetes.Interface, etcd *clientv3.Client,
+	root, serverURL, caFile string) (executor.Executor, executor.IdentityResolver, error) {
+	var (
+		exec       executor.Executor
+		tokens     authenticator.Request
+		identities auth.Resolver
+	)
+	switch o.Kind {
 	case "local":
-		if o.Executor.ServerURL == "" || o.Executor.CAFile == "" {
-			return nil, nil, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode")
-		}
-		l, err := newLocalExecutor(o, client, notify)
+		l, err := local.New(local.Options{
+			ExecutorBinary: o.executorBinary(),
+			WorkRoot:       filepath.Join(root, "work"),
+			StateRoot:      filepath.Join(root, "state"),
+			ValuesRoot:     filepath.Join(root, "values"),
+			ServerURL:      serverURL,
+			CAFile:         caFile,
+			Etcd:           etcd,
+		})
 		if err != nil {
 			return nil, nil, err
 		}
-		addExecutorAuthentication(config, l.Tokens())
-		return l, l.Tokens(), nil
+		exec, tokens, identities = l, bearertoken.New(l.Tokens()), l.Tokens()
 	default:
-		return o.newKubernetesExecutor(config)
+		if kube == nil {
+			return nil, nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
+		}
+		var caBundle []byte
+		if caFile != "" {
+			var err error
+			if caBundle, err = os.ReadFile(caFile); err != nil {
+				return nil, nil, fmt.Errorf("reading --executor-ca-file: %w", err)
+			}
+		}
+		var err error
+		if tokens, err = podTokenAuthenticator(kube); err != nil {
+			return nil, nil, err
+		}
+		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle})
+		identities = job.NewIdentityResolver(kube)
 	}
+
+	executors := auth.NewAuthenticator(tokens, identities)
+	switch {
+	case config.Authentication.Authenticator == nil:
+		config.Authentication.Authenticator = executors
+	case o.Kind == "local":
+		// A stage token is looked up in memory; try it first.
+		config.Authentication.Authenticator = authenticatorunion.New(executors, config.Authentication.Authenticator)
+	default:
+		// A pod's token is reviewed by kube-apiserver; users' tokens first.
+		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, executors)
+	}
+	if config.Authorization.Authorizer == nil {
+		config.Authorization.Authorizer = auth.NewAuthorizer()
+	} else {
+		union, err := authorizerunion.New(
+			authorizerunion.NamedAuthorizer{AuthorizerName: "terrarun-executors", Authorizer: auth.NewAuthorizer()},
+			authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
+		)
+		if err != nil {
+			return nil, nil, err
+		}
+		config.Authorization.Authorizer = union
+	}
+	return exec, identities, nil
 }
 
-// newKubernetesExecutor runs stages as Jobs in the runs' namespaces. Executor
-// pods authenticate with a projected, pod-bound service-account token for the
-// audience terrarun.dev, reviewed by the cluster (TokenReview), and are
-// matched to the run's current Job by the identity resolver.
-func (o *Options) newKubernetesExecutor(config *genericapiserver.RecommendedConfig) (executor.Executor, executor.IdentityResolver, error) {
-	if config.ClientConfig == nil {
-		return nil, nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
-	}
-	if o.Executor.ServerURL == "" {
-		return nil, nil, fmt.Errorf("--executor=kubernetes needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc")
-	}
-	var caBundle []byte
-	if o.Executor.CAFile != "" {
-		var err error
-		if caBundle, err = os.ReadFile(o.Executor.CAFile); err != nil {
-			return nil, nil, fmt.Errorf("reading --executor-ca-file: %w", err)
-		}
-	}
-	client, err := kubernetes.NewForConfig(config.ClientConfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	jobs := kubeexecutor.NewExecutor(client, kubeexecutor.JobOptions{ServerURL: o.Executor.ServerURL, CABundle: caBundle})
-
+// podTokenAuthenticator authenticates executor pods' projected, pod-bound
+// service-account tokens for the audience terrarun.dev, through a TokenReview
+// by the cluster.
+func podTokenAuthenticator(kube kubernetes.Interface) (authenticator.Request, error) {
 	tokens, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
 		Anonymous:                &apiserverconfig.AnonymousAuthConfig{Enabled: false},
-		TokenAccessReviewClient:  client.AuthenticationV1(),
+		TokenAccessReviewClient:  kube.AuthenticationV1(),
 		TokenAccessReviewTimeout: 10 * time.Second,
 		WebhookRetryBackoff:      genericoptions.DefaultAuthWebhookRetryBackoff(),
 		CacheTTL:                 10 * time.Second,
-		APIAudiences:             authenticator.Audiences{kubeexecutor.DefaultAudience},
+		APIAudiences:             authenticator.Audiences{job.DefaultAudience},
 	}.New()
 	if err != nil {
-		return nil, nil, fmt.Errorf("building the executor token authenticator: %w", err)
+		return nil, fmt.Errorf("building the executor token authenticator: %w", err)
 	}
 	// The executor authenticator reviews tokens for its own audience, not the
 	// API audiences of the request, and vouches for them to this server only.
-	executors := authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
-		ctx := authenticator.WithAudiences(req.Context(), authenticator.Audiences{kubeexecutor.DefaultAudience})
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		ctx := authenticator.WithAudiences(req.Context(), authenticator.Audiences{job.DefaultAudience})
 		resp, ok, err := tokens.AuthenticateRequest(req.WithContext(ctx))
 		if resp != nil {
 			resp.Audiences = nil
 		}
 		return resp, ok, err
-	})
-	if config.Authentication.Authenticator == nil {
-		config.Authentication.Authenticator = executors
-	} else {
-		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, executors)
-	}
-	return jobs, kubeexecutor.NewIdentityResolver(client), nil
+	}), nil
 }
 
 // defaultEngine is --default-engine, or with the local executor the engine

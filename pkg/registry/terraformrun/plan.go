@@ -67,7 +67,7 @@ func (b *streamBase) executorFor(ctx context.Context, run *terrarun.TerraformRun
 		return forbidden("this executor was started for run %s/%s, not for %s/%s", id.Namespace, id.Name, run.Namespace, run.Name)
 	}
 	current := currentStage(run, stageName)
-	if id.Stage != stageName || current == nil || id.Attempt != current.Attempt || current.CompletionTime != nil {
+	if string(id.Stage) != stageName || current == nil || id.Attempt != current.Attempt || current.CompletionTime != nil {
 		return forbidden("this executor runs stage %s attempt %d, which is not the run's current %s stage", id.Stage, id.Attempt, stageName)
 	}
 	if attempt != 0 && attempt != id.Attempt {

@@ -10,47 +10,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/stage"
-)
-
-// DefaultEtcdPrefix is where executions are recorded when Options.EtcdPrefix is empty.
-const DefaultEtcdPrefix = "/terrarun/executions/"
-
-// Reasons of Status.
-const (
-	// ReasonCompleted: the process exited with code 0.
-	ReasonCompleted = "Completed"
-	// ReasonError: the process exited with another code.
-	ReasonError = "Error"
-	// ReasonCanceled: the process ended after Stop.
-	ReasonCanceled = "Canceled"
-	// ReasonKilled: the process did not end within the grace period of Stop and was killed.
-	ReasonKilled = "Killed"
-	// ReasonDeadlineExceeded: the stage ran past the run's timeout and was stopped.
-	ReasonDeadlineExceeded = "DeadlineExceeded"
-	// ReasonSignaled: the process was ended by a signal that this executor did not send.
-	ReasonSignaled = "Signaled"
-	// ReasonExecutorLost: the execution was recorded as running by a server
-	// instance that is gone; its outcome is unknown.
-	ReasonExecutorLost = "ExecutorLost"
-	// ReasonNotStarted: there is no record of the execution.
-	ReasonNotStarted = "NotStarted"
 )
 
 const (
-	// defaultStageTimeout bounds a stage whose run sets no timeout (the API default).
-	defaultStageTimeout = time.Hour
 	// deadlineGrace is how long a stage past its deadline gets between SIGTERM and SIGKILL.
 	deadlineGrace = 30 * time.Second
 	// forgetGrace is how long a stage of a deleted run gets between SIGTERM and SIGKILL.
@@ -88,8 +60,6 @@ type Options struct {
 	// Env is extra environment for the children (KEY=VALUE), e.g. a PATH that
 	// holds the engine. It must never hold secrets.
 	Env []string
-	// Notify is called whenever an execution ends.
-	Notify executor.Notifier
 	// ValueSource resolves Secret and ConfigMap keys; FileValues{ValuesRoot} when nil.
 	ValueSource ValueSource
 }
@@ -102,6 +72,8 @@ type Executor struct {
 	env    []string
 	values ValueSource
 	tokens *Tokens
+	// notify is the Notifier of Run, while it runs.
+	notify atomic.Pointer[executor.Notifier]
 
 	spawn chan spawnRequest
 	quit  chan struct{}
@@ -112,58 +84,6 @@ type Executor struct {
 }
 
 var _ executor.Executor = (*Executor)(nil)
-
-// proc is one execution started by this instance. Its mutable fields are
-// guarded by Executor.mu.
-type proc struct {
-	key  string
-	name string
-	dir  string
-	id   executor.Identity
-	// createRev is the etcd revision that created the record, putRev the one
-	// of Start's last write to it.
-	createRev, putRev int64
-	// secrets are values masked in the log tail.
-	secrets []string
-
-	cmd    *exec.Cmd // nil until started
-	status executor.Status
-	// exited is closed once the process has ended (or failed to start) and
-	// status is final.
-	exited chan struct{}
-	// exiting is set once the process has exited, before it is reaped.
-	exiting bool
-	done    bool
-
-	stopCause   string // ReasonCanceled or ReasonDeadlineExceeded
-	pendingStop *time.Duration
-	termSent    bool
-	killed      bool
-	killAt      time.Time
-	killTimer   *time.Timer
-	deadline    *time.Timer
-	forgotten   bool
-	// recordGone is set once Forget has deleted the record.
-	recordGone bool
-}
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-// record is the JSON value of an execution's etcd key.
-type record struct {
-	Name           string         `json:"name"`
-	State          executor.State `json:"state"`
-	Holder         string         `json:"holder"`
-	PID            int            `json:"pid,omitempty"`
-	StartTime      *time.Time     `json:"startTime,omitempty"`
-	CompletionTime *time.Time     `json:"completionTime,omitempty"`
-	ExitCode       *int32         `json:"exitCode,omitempty"`
-	Reason         string         `json:"reason,omitempty"`
-	Message        string         `json:"message,omitempty"`
-}
 
 // New returns a local executor. It creates WorkRoot and StateRoot (0700).
 func New(opts Options) (*Executor, error) {
@@ -250,30 +170,13 @@ func New(opts Options) (*Executor, error) {
 // and executor.IdentityResolver in local mode.
 func (e *Executor) Tokens() *Tokens { return e.tokens }
 
-// spawnLoop starts every child from one OS thread that never ends while the
-// executor is in use: Pdeathsig fires when the thread that started a child
-// exits, not only when the process does.
-func (e *Executor) spawnLoop() {
-	runtime.LockOSThread()
-	// Never unlocked: returning ends the thread, which is only done after
-	// Shutdown has stopped every child.
-	for {
-		select {
-		case req := <-e.spawn:
-			req.errc <- req.cmd.Start()
-		case <-e.quit:
-			return
-		}
-	}
-}
-
 // Name implements executor.Executor.
 func (e *Executor) Name(ex executor.Execution) string {
 	return ProcessName(ex.Run.Namespace, ex.Run.Name, ex.Stage, ex.Attempt)
 }
 
 // ProcessName is the deterministic name of an execution: <namespace>.<run>.<stage>.<attempt>.
-func ProcessName(namespace, name, stageName string, attempt int32) string {
+func ProcessName(namespace, name string, stageName v1alpha1.StageName, attempt int32) string {
 	return fmt.Sprintf("%s.%s.%s.%d", namespace, name, stageName, attempt)
 }
 
@@ -302,10 +205,6 @@ func identityOf(ex executor.Execution) (executor.Identity, error) {
 // safeSegment says whether s is usable as one path segment and key segment.
 func safeSegment(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\\\x00")
-}
-
-func (e *Executor) key(id executor.Identity) string {
-	return fmt.Sprintf("%s%s/%s/%s/%s/%d", e.prefix, id.Namespace, id.Name, id.UID, id.Stage, id.Attempt)
 }
 
 func (e *Executor) workDir(id executor.Identity) string {
@@ -368,42 +267,12 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}()
 
 	rec := record{Name: name, State: executor.StateRunning, Holder: e.holder, StartTime: &now}
-	val, err := json.Marshal(rec)
+	claimed, err := e.claim(ctx, p, rec)
 	if err != nil {
 		return "", err
 	}
-	resp, err := e.opts.Etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return "", fmt.Errorf("recording execution %s: %w", name, err)
-	}
-	if resp.Succeeded {
-		p.createRev, p.putRev = resp.Header.Revision, resp.Header.Revision
-	} else {
-		// Recorded already: never start a second process, unless the record is
-		// this instance's own and it never started a process for it (see neverStarted).
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			return name, nil
-		}
-		var old record
-		if json.Unmarshal(kvs[0].Value, &old) != nil || !e.neverStarted(old) {
-			return name, nil
-		}
-		tresp, err := e.opts.Etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
-			Then(clientv3.OpPut(key, string(val))).
-			Commit()
-		if err != nil {
-			return "", fmt.Errorf("recording execution %s: %w", name, err)
-		}
-		if !tresp.Succeeded {
-			return name, nil
-		}
-		p.createRev, p.putRev = kvs[0].CreateRevision, tresp.Header.Revision
+	if !claimed {
+		return name, nil // recorded already: adopted, never started twice
 	}
 
 	cmd, logFile, err := e.prepare(ctx, p, ex)
@@ -437,217 +306,30 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if rmErr := os.RemoveAll(p.dir); rmErr != nil {
 			klog.ErrorS(rmErr, "Removing work directory", "execution", name)
 		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, delErr := e.opts.Etcd.Txn(dctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", p.createRev)).
-			Then(clientv3.OpDelete(key)).
-			Commit()
-		cancel()
-		if delErr != nil {
-			klog.ErrorS(delErr, "Removing the record of an execution that did not start", "execution", name)
-		}
+		e.release(ctx, p)
 		return "", fmt.Errorf("execution %s: %w", name, err)
 	}
 
 	started = true
 	e.mu.Lock()
 	p.cmd = cmd
-	timeout := stageTimeout(ex)
+	timeout := executor.StageTimeout(ex.Run, ex.Stage)
 	p.deadline = time.AfterFunc(timeout, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		e.stopLocked(p, deadlineGrace, ReasonDeadlineExceeded)
+		e.stopLocked(p, deadlineGrace, executor.ReasonDeadlineExceeded)
 	})
 	if p.pendingStop != nil {
 		grace := *p.pendingStop
 		p.pendingStop = nil
-		e.stopLocked(p, grace, ReasonCanceled)
+		e.stopLocked(p, grace, executor.ReasonCanceled)
 	}
 	e.mu.Unlock()
 
-	// Record the pid: it tells an operator which process it is, and that a
-	// process was started (see neverStarted). Without it, the record only
-	// stays more conservative.
-	rec.PID = cmd.Process.Pid
-	if val, err := json.Marshal(rec); err == nil {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if _, err := e.opts.Etcd.Txn(pctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", p.createRev),
-				clientv3.Compare(clientv3.ModRevision(key), "=", p.putRev)).
-			Then(clientv3.OpPut(key, string(val))).
-			Commit(); err != nil {
-			klog.ErrorS(err, "Recording the pid of an execution", "execution", name)
-		}
-		cancel()
-	}
+	e.recordPID(ctx, p, rec, cmd.Process.Pid)
 
 	go e.wait(p)
 	return name, nil
-}
-
-func stageTimeout(ex executor.Execution) time.Duration {
-	t := ex.Run.Spec.Timeouts.Plan
-	if ex.Stage == stage.Apply {
-		t = ex.Run.Spec.Timeouts.Apply
-	}
-	if t == nil || t.Duration <= 0 {
-		return defaultStageTimeout
-	}
-	return t.Duration
-}
-
-// wait waits for the process to end, then records its final state, revokes
-// its token, removes its work directory and notifies.
-func (e *Executor) wait(p *proc) {
-	pid := p.cmd.Process.Pid
-	// Wait for the exit without reaping: until cmd.Wait, the pid, and with it
-	// the process group id, cannot be reused.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	e.mu.Lock()
-	p.exiting = true
-	// Nothing of the execution outlives it: kill what is left of its process group.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	e.mu.Unlock()
-	waitErr := p.cmd.Wait()
-
-	now := time.Now()
-	st := executor.Status{Name: p.name, CompletionTime: &now}
-	e.mu.Lock()
-	st.StartTime = p.status.StartTime
-	stopCause, killed := p.stopCause, p.killed
-	e.mu.Unlock()
-
-	var code int32 = -1
-	signaled := false
-	var sig syscall.Signal
-	if ps := p.cmd.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			signaled, sig = true, ws.Signal()
-			code = 128 + int32(sig)
-		} else {
-			code = int32(ps.ExitCode())
-		}
-	}
-	st.ExitCode = &code
-	var summary string
-	switch {
-	case waitErr == nil && code == 0:
-		st.State, st.Reason = executor.StateSucceeded, ReasonCompleted
-	case stopCause == ReasonDeadlineExceeded:
-		st.State, st.Reason = executor.StateFailed, ReasonDeadlineExceeded
-		summary = "the stage ran past its timeout and was stopped"
-		if killed {
-			summary += "; it did not exit after SIGTERM and was killed"
-		}
-	case killed:
-		st.State, st.Reason = executor.StateFailed, ReasonKilled
-		summary = "stopped: it did not exit within the grace period after SIGTERM and was killed"
-	case stopCause != "":
-		st.State, st.Reason = executor.StateFailed, stopCause
-		summary = fmt.Sprintf("stopped on request; exit code %d", code)
-	case signaled:
-		st.State, st.Reason = executor.StateFailed, ReasonSignaled
-		summary = fmt.Sprintf("terminated by signal %s", sig)
-	default:
-		st.State, st.Reason = executor.StateFailed, ReasonError
-		summary = fmt.Sprintf("terrarun-executor exited with code %d", code)
-		if code < 0 && waitErr != nil {
-			summary = fmt.Sprintf("waiting for terrarun-executor: %v", waitErr)
-		}
-	}
-	if st.State == executor.StateFailed {
-		st.Message = summary
-		if tail := logTail(filepath.Join(p.dir, "executor.log"), logTailBytes, p.secrets); tail != "" {
-			st.Message += "\n" + tail
-		}
-	}
-
-	e.tokens.Revoke(p.id)
-	if err := os.RemoveAll(p.dir); err != nil {
-		klog.ErrorS(err, "Removing work directory", "execution", p.name)
-	}
-
-	e.mu.Lock()
-	p.status = st
-	p.done = true
-	p.secrets = nil
-	if p.killTimer != nil {
-		p.killTimer.Stop()
-	}
-	if p.deadline != nil {
-		p.deadline.Stop()
-	}
-	forgotten, closed := p.forgotten, e.closed
-	if forgotten && p.recordGone && e.procs[p.key] == p {
-		delete(e.procs, p.key)
-	}
-	close(p.exited)
-	e.mu.Unlock()
-
-	if forgotten || closed {
-		// A deleted run keeps no records. On shutdown the record stays Running,
-		// so that the next server reports the execution as lost.
-		return
-	}
-	if e.persist(p, st) {
-		e.mu.Lock()
-		if e.procs[p.key] == p {
-			delete(e.procs, p.key)
-		}
-		e.mu.Unlock()
-	}
-	if e.opts.Notify != nil {
-		e.opts.Notify(p.id.Namespace, p.id.Name)
-	}
-}
-
-// persist records a final state in etcd, retrying for a while. It reports
-// whether the state is recorded (or no longer needs to be).
-func (e *Executor) persist(p *proc, st executor.Status) bool {
-	rec := record{
-		Name: p.name, State: st.State, Holder: e.holder,
-		StartTime: st.StartTime, CompletionTime: st.CompletionTime,
-		ExitCode: st.ExitCode, Reason: st.Reason, Message: st.Message,
-	}
-	if p.cmd != nil && p.cmd.Process != nil {
-		rec.PID = p.cmd.Process.Pid
-	}
-	val, err := json.Marshal(rec)
-	if err != nil {
-		klog.ErrorS(err, "Encoding execution record", "execution", p.name)
-		return false
-	}
-	begin := time.Now()
-	backoff := 200 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		// Only the record this execution created: after Forget it is gone.
-		_, err := e.opts.Etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", p.createRev)).
-			Then(clientv3.OpPut(p.key, string(val))).
-			Commit()
-		cancel()
-		if err == nil {
-			return true
-		}
-		if time.Since(begin) > persistFor {
-			klog.ErrorS(err, "Giving up recording the final state of an execution; it stays in memory", "execution", p.name)
-			return false
-		}
-		klog.V(2).InfoS("Recording the final state of an execution", "execution", p.name, "err", err)
-		select {
-		case <-time.After(backoff):
-		case <-e.quit:
-			return false
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
 }
 
 // Status implements executor.Status: the in-memory state of a process of this
@@ -675,7 +357,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		return executor.Status{}, fmt.Errorf("reading execution %s: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return executor.Status{State: executor.StateUnknown, Name: name, Reason: ReasonNotStarted,
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted,
 			Message: "no execution of this stage attempt has been started"}, nil
 	}
 	var rec record
@@ -691,7 +373,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		return st, nil
 	}
 	if e.neverStarted(rec) {
-		return executor.Status{State: executor.StateUnknown, Name: name, Reason: ReasonNotStarted,
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted,
 			Message: "the execution was recorded, but its process was never started"}, nil
 	}
 	// Recorded as running, but not by a live process of this instance: its
@@ -699,41 +381,11 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 	return executor.Status{
 		State:     executor.StateUnknown,
 		Name:      name,
-		Reason:    ReasonExecutorLost,
+		Reason:    executor.ReasonExecutorLost,
 		StartTime: rec.StartTime,
 		Message: fmt.Sprintf("process %s (pid %d) was started by a previous terrarun-apiserver "+
 			"(instance %s) and ended with it; its outcome is unknown", name, rec.PID, rec.Holder),
 	}, nil
-}
-
-// neverStarted says whether rec, found in etcd for a key that this instance
-// has no process for, is one this instance recorded without ever starting its
-// process: its Start failed after the record was created (or its client saw an
-// error for a transaction that did commit), and removing the record failed.
-// Every process that this instance starts stays in its table until its final
-// state is recorded, and its record carries its pid.
-func (e *Executor) neverStarted(rec record) bool {
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	return !closed && rec.Holder == e.holder && rec.State == executor.StateRunning && rec.PID == 0
-}
-
-func copyStatus(s executor.Status) executor.Status {
-	c := s
-	if s.ExitCode != nil {
-		v := *s.ExitCode
-		c.ExitCode = &v
-	}
-	if s.StartTime != nil {
-		v := *s.StartTime
-		c.StartTime = &v
-	}
-	if s.CompletionTime != nil {
-		v := *s.CompletionTime
-		c.CompletionTime = &v
-	}
-	return c
 }
 
 // Stop implements executor.Executor: SIGTERM to the process (terrarun-executor
@@ -752,7 +404,7 @@ func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.D
 		e.mu.Unlock()
 		return nil
 	}
-	e.stopLocked(p, grace, ReasonCanceled)
+	e.stopLocked(p, grace, executor.ReasonCanceled)
 	exited := p.exited
 	e.mu.Unlock()
 	select {
@@ -761,51 +413,6 @@ func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.D
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// stopLocked starts stopping p: SIGTERM now, SIGKILL to the group after
-// grace. e.mu must be held.
-func (e *Executor) stopLocked(p *proc, grace time.Duration, cause string) {
-	if p.done || p.exiting {
-		return
-	}
-	grace = max(grace, 0)
-	if p.cmd == nil { // still starting: Start stops it right after it started
-		if p.pendingStop == nil || grace < *p.pendingStop {
-			p.pendingStop = &grace
-		}
-		return
-	}
-	if p.stopCause == "" {
-		p.stopCause = cause
-	}
-	if !p.termSent {
-		p.termSent = true
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			klog.ErrorS(err, "Sending SIGTERM", "execution", p.name)
-		}
-	}
-	killAt := time.Now().Add(grace)
-	if p.killTimer != nil && !killAt.Before(p.killAt) {
-		return
-	}
-	if p.killTimer != nil {
-		p.killTimer.Stop()
-	}
-	p.killAt = killAt
-	p.killTimer = time.AfterFunc(grace, func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if p.done || p.exiting {
-			return
-		}
-		p.killed = true
-		// The group id is the child's pid (Setpgid); until wait sets exiting,
-		// the child is not reaped, so the id cannot have been reused.
-		if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			klog.ErrorS(err, "Sending SIGKILL", "execution", p.name)
-		}
-	})
 }
 
 // Forget implements executor.Executor: it stops every process of the run
@@ -829,7 +436,7 @@ func (e *Executor) Forget(ctx context.Context, namespace, name string, uid strin
 	for key, p := range e.procs {
 		if strings.HasPrefix(key, prefix) {
 			p.forgotten = true
-			e.stopLocked(p, forgetGrace, ReasonCanceled)
+			e.stopLocked(p, forgetGrace, executor.ReasonCanceled)
 			procs = append(procs, p)
 			waits = append(waits, p.exited)
 		}
@@ -871,6 +478,16 @@ func (e *Executor) Forget(ctx context.Context, namespace, name string, uid strin
 	return errors.Join(errs...)
 }
 
+// Run implements executor.Executor: until ctx ends, notify is called
+// whenever an execution of this instance ends. The executions themselves do
+// not depend on it.
+func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
+	e.notify.Store(&notify)
+	<-ctx.Done()
+	e.notify.CompareAndSwap(&notify, nil)
+	return nil
+}
+
 // Shutdown stops every process of this instance (SIGTERM, then SIGKILL after
 // grace) and waits for them, or for ctx. Start fails afterwards. The records
 // of the stopped executions stay Running, so that the next server reports them
@@ -883,7 +500,7 @@ func (e *Executor) Shutdown(ctx context.Context, grace time.Duration) error {
 		defer close(e.quit)
 	}
 	for _, p := range e.procs {
-		e.stopLocked(p, grace, ReasonCanceled)
+		e.stopLocked(p, grace, executor.ReasonCanceled)
 		waits = append(waits, p.exited)
 	}
 	e.mu.Unlock()
@@ -895,25 +512,4 @@ func (e *Executor) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	return nil
-}
-
-// childEnv is the base environment of every child, without HOME and TMPDIR.
-func childEnv(extra []string) ([]string, error) {
-	path := os.Getenv("PATH")
-	var rest []string
-	for _, kv := range extra {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("local executor: environment entry %q is not KEY=VALUE", kv)
-		}
-		switch k {
-		case "PATH":
-			path = v
-		case "HOME", "TMPDIR":
-			// Each execution gets its own.
-		default:
-			rest = append(rest, kv)
-		}
-	}
-	return append([]string{"PATH=" + path}, rest...), nil
 }

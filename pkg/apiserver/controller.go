@@ -1,0 +1,63 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
+	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
+	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
+)
+
+const (
+	// leaderElectionKey is the etcd key prefix of the controllers' election.
+	leaderElectionKey = "/terrarun/leader/run-controller"
+	// leaseTTL is how long a dead leader keeps its leadership.
+	leaseTTL = 15 * time.Second
+)
+
+// startController runs the run controller, through the loopback client, while
+// this replica is the elected leader. It returns at once.
+func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext) error {
+	clientset, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+	if err != nil {
+		return err
+	}
+	// In cluster mode, Events go to the host cluster (kubectl describe shows
+	// them) and outputs can be published to a Secret there.
+	opts := runcontroller.Options{CancelGrace: c.Controller.CancelGrace}
+	if kube := c.Controller.Kube; kube != nil {
+		broadcaster := record.NewBroadcaster(record.WithContext(hook))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+		opts.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
+		opts.OnApplied = runcontroller.OutputsSecretPublisher(kube, c.Artifacts)
+	}
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s_%s", host, uuid.NewString())
+	ctx := klog.NewContext(hook, klog.Background().WithName("run-controller"))
+	go leaderelection.RunWhileLeader(ctx, c.Controller.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
+		factory := informers.NewSharedInformerFactory(clientset, 0)
+		ctrl, err := runcontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), c.Executor, c.Artifacts, opts)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Building the run controller")
+			return
+		}
+		factory.Start(ctx.Done())
+		if err := ctrl.Run(ctx, c.Controller.Workers); err != nil {
+			klog.FromContext(ctx).Error(err, "Run controller")
+		}
+		factory.Shutdown()
+	})
+	return nil
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	admissionmetrics "k8s.io/apiserver/pkg/admission/metrics"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
+	apiserverinstall "k8s.io/apiserver/pkg/apis/apiserver/install"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	netutils "k8s.io/utils/net"
+
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/standalone"
+)
+
+// standaloneBindAddress is where standalone mode listens unless --bind-address
+// is given.
+const standaloneBindAddress = "127.0.0.1"
+
+// standaloneConfig is what standalone mode starts before the server is
+// configured.
+type standaloneConfig struct {
+	pki     *standalone.PKI
+	etcd    *standalone.Etcd
+	serving *genericoptions.SecureServingOptionsWithLoopback
+}
+
+// startStandalone creates the data directory, the CA and the serving
+// certificate, and starts embedded etcd.
+func (o *Options) startStandalone(ctx context.Context) (*standaloneConfig, error) {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating --data-dir %s: %w", o.DataDir, err)
+	}
+	pki, err := standalone.LoadOrCreatePKI(filepath.Join(o.DataDir, "pki"))
+	if err != nil {
+		return nil, err
+	}
+
+	serving := *o.Recommended.SecureServing
+	inner := *serving.SecureServingOptions
+	serving.SecureServingOptions = &inner
+	if !o.bindAddressSet {
+		inner.BindAddress = netutils.ParseIPSloppy(standaloneBindAddress)
+	}
+	if inner.ServerCert.CertKey.CertFile == "" {
+		hosts := []string{"localhost"}
+		ips := []net.IP{netutils.ParseIPSloppy("127.0.0.1"), net.IPv6loopback}
+		if !inner.BindAddress.IsUnspecified() && !inner.BindAddress.IsLoopback() {
+			ips = append(ips, inner.BindAddress)
+		}
+		cert, key, err := pki.ServingCert(hosts, ips)
+		if err != nil {
+			return nil, err
+		}
+		inner.ServerCert.CertKey.CertFile, inner.ServerCert.CertKey.KeyFile = cert, key
+	}
+
+	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"))
+	if err != nil {
+		return nil, err
+	}
+	return &standaloneConfig{pki: pki, etcd: etcd, serving: &serving}, nil
+}
+
+// standaloneOptions returns a copy of the recommended options for standalone
+// mode: the embedded etcd at etcdURL, and none of the options that need a
+// cluster. Authentication, authorization and admission are set up by
+// applyStandalone instead, and there is no core API for informers or priority
+// and fairness.
+func (o *Options) standaloneOptions(etcdURL string) *genericoptions.RecommendedOptions {
+	r := *o.Recommended
+	etcd := *r.Etcd
+	etcd.StorageConfig.Transport.ServerList = []string{etcdURL}
+	r.Etcd = &etcd
+	r.Authentication = nil
+	r.Authorization = nil
+	r.CoreAPI = nil
+	r.Admission = nil
+	features := *r.Features
+	features.EnablePriorityAndFairness = false
+	r.Features = &features
+	return &r
+}
+
+// applyStandalone authenticates client certificates signed by the data
+// directory's CA, authorizes every authenticated user, builds the admission
+// chain, and writes the admin kubeconfig. It returns the kubeconfig's path.
+func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig) (string, error) {
+	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", sa.pki.CAFile())
+	if err != nil {
+		return "", fmt.Errorf("loading the standalone CA: %w", err)
+	}
+	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                          &apiserverconfig.AnonymousAuthConfig{Enabled: false},
+		ClientCertificateCAContentProvider: ca,
+	}.New()
+	if err != nil {
+		return "", fmt.Errorf("building the client-certificate authenticator: %w", err)
+	}
+	config.Authentication.Authenticator = authn
+	if err := config.Authentication.ApplyClientCert(ca, config.SecureServing); err != nil {
+		return "", fmt.Errorf("requesting client certificates: %w", err)
+	}
+	config.Authorization.Authorizer = authenticatedAuthorizer
+
+	runs, err := versioned.NewForConfig(config.LoopbackClientConfig)
+	if err != nil {
+		return "", err
+	}
+	if err := applyStandaloneAdmission(config, o.Recommended.Admission, initializer.NewRunGetter(runs)); err != nil {
+		return "", err
+	}
+
+	addr := config.SecureServing.Listener.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	server := "https://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+	path := filepath.Join(o.DataDir, standalone.AdminKubeconfigFile)
+	if err := sa.pki.WriteKubeconfig(path, server, standalone.AdminUser, standalone.AdminGroups); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// authenticatedAuthorizer allows every request of an authenticated user. It is
+// standalone mode's authorizer.
+var authenticatedAuthorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if u := a.GetUser(); u != nil && slices.Contains(u.GetGroups(), user.AllAuthenticated) {
+		return authorizer.DecisionAllow, "standalone mode authorizes every authenticated user", nil
+	}
+	return authorizer.DecisionNoOpinion, "standalone mode authorizes only authenticated users", nil
+})
+
+// admissionConfigScheme decodes AdmissionConfiguration files.
+var admissionConfigScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	apiserverinstall.Install(s)
+	return s
+}()
+
+// applyStandaloneAdmission builds the admission chain of standalone mode. The
+// generic AdmissionOptions.ApplyTo needs a Kubernetes client and informers,
+// which standalone mode does not have; terrarun's plugins need neither. It
+// honours --enable-admission-plugins, --disable-admission-plugins and
+// --admission-control-config-file as cluster mode does. NamespaceLifecycle
+// needs the cluster's namespaces and is left out.
+func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *genericoptions.AdmissionOptions, runs initializer.RunGetter) error {
+	var names []string
+	for _, name := range a.RecommendedPluginOrder {
+		if name != lifecycle.PluginName && !slices.Contains(a.DisablePlugins, name) &&
+			(!a.DefaultOffPlugins.Has(name) || slices.Contains(a.EnablePlugins, name)) {
+			names = append(names, name)
+		}
+	}
+	provider, err := admission.ReadAdmissionConfiguration(names, a.ConfigFile, admissionConfigScheme)
+	if err != nil {
+		return fmt.Errorf("reading --admission-control-config-file: %w", err)
+	}
+	initializers := admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, runs)}
+	chain, err := a.Plugins.NewFromPlugins(names, provider, initializers, a.Decorators)
+	if err != nil {
+		return err
+	}
+	c.AdmissionControl = admissionmetrics.WithStepMetrics(chain)
+	return nil
+}
