@@ -253,29 +253,6 @@ func (s *Store) CloseLog(ctx context.Context, run RunRef, stage string, attempt 
 	return err
 }
 
-// LogAttempts returns the attempts of stage of run that have a log, in
-// ascending order. It returns an empty list, not an error, when there is none.
-func (s *Store) LogAttempts(ctx context.Context, run RunRef, stage string) ([]int32, error) {
-	keys, err := s.logKeys(run, stage, 0)
-	if err != nil {
-		return nil, err
-	}
-	prefix := strings.TrimSuffix(keys.index, fmt.Sprintf("%010d", 0))
-	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, fmt.Errorf("artifacts: listing the logs of stage %q of run %s: %w", stage, run, err)
-	}
-	attempts := make([]int32, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		n, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), prefix), 10, 32)
-		if err != nil {
-			continue
-		}
-		attempts = append(attempts, int32(n))
-	}
-	return attempts, nil
-}
-
 // LogOptions selects what StreamLog writes.
 type LogOptions struct {
 	// Follow streams new chunks after the existing content until the log is

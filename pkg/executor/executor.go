@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
@@ -124,29 +125,23 @@ type Executor interface {
 	Shutdown(ctx context.Context, grace time.Duration) error
 }
 
-// DefaultStageTimeout bounds a stage whose run sets no timeout.
-const DefaultStageTimeout = time.Hour
-
 // StageTimeout is how long a stage of run may take: spec.timeouts.plan or
-// spec.timeouts.apply, else DefaultStageTimeout. The controller and both
-// backends enforce it.
+// spec.timeouts.apply, which the registry strategy sets on every run, else the
+// API's default. The controller and both backends enforce it.
 func StageTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Duration {
 	d := run.Spec.Timeouts.Plan
 	if name == v1alpha1.StageApply {
 		d = run.Spec.Timeouts.Apply
 	}
 	if d == nil || d.Duration <= 0 {
-		return DefaultStageTimeout
+		return terrarun.DefaultStageTimeout
 	}
 	return d.Duration
 }
 
-// DefaultWorkspace is the Terraform workspace of runs that name none.
-const DefaultWorkspace = "default"
-
 // StageSpec returns the part of an execution's stage.Spec that comes from the
-// run: identity, engine, operation, workspace and terraform flags, with their
-// defaults. The backend fills in where the stage finds the server, its token,
+// run: identity, engine, operation, workspace and terraform flags, which the
+// registry strategy has defaulted when the run was created. The backend fills in where the stage finds the server, its token,
 // its work directory, source, variables and backend.
 func StageSpec(ex Execution) stage.Spec {
 	run := ex.Run
@@ -164,15 +159,6 @@ func StageSpec(ex Execution) stage.Spec {
 		Parallelism: run.Spec.Parallelism,
 		Refresh:     run.Spec.Refresh,
 		PlanDigest:  ex.PlanDigest,
-	}
-	if spec.Binary == "" {
-		spec.Binary = string(v1alpha1.EngineTerraform)
-	}
-	if spec.Operation == "" {
-		spec.Operation = string(v1alpha1.OperationApply)
-	}
-	if spec.Workspace == "" {
-		spec.Workspace = DefaultWorkspace
 	}
 	return spec
 }

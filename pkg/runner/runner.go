@@ -63,9 +63,12 @@ var (
 type RunOption func(*runConfig)
 
 type runConfig struct {
-	grace           time.Duration
-	logCloseTimeout time.Duration
+	grace time.Duration
 }
+
+// logCloseTimeout is how long Run waits, at the end, for the server to
+// acknowledge the log stream.
+const logCloseTimeout = 30 * time.Second
 
 // WithGracePeriod sets how long terraform has to stop after SIGINT before it
 // is killed.
@@ -73,16 +76,6 @@ func WithGracePeriod(d time.Duration) RunOption {
 	return func(c *runConfig) {
 		if d > 0 {
 			c.grace = d
-		}
-	}
-}
-
-// WithLogCloseTimeout sets how long Run waits, at the end, for the server
-// to acknowledge the log stream.
-func WithLogCloseTimeout(d time.Duration) RunOption {
-	return func(c *runConfig) {
-		if d > 0 {
-			c.logCloseTimeout = d
 		}
 	}
 }
@@ -107,7 +100,7 @@ type runner struct {
 // canceled, ErrForbidden when the server refused this executor, and
 // ErrDigestMismatch when the plan file is not the approved one.
 func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, opts ...RunOption) error {
-	cfg := runConfig{grace: DefaultGracePeriod, logCloseTimeout: 30 * time.Second}
+	cfg := runConfig{grace: DefaultGracePeriod}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -159,7 +152,7 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", spec.Stage, spec.Attempt, err.Error())
 	}
 	_, _ = sink.Write([]byte(final))
-	if logErr := sink.Close(cfg.logCloseTimeout); logErr != nil {
+	if logErr := sink.Close(logCloseTimeout); logErr != nil {
 		fmt.Fprintf(stdout, "terrarun: warning: %s\n", secrets.redactString(logErr.Error()))
 		if err == nil && errors.Is(logErr, ErrForbidden) {
 			err = r.classify(ctx, ctx, logErr)
@@ -529,7 +522,7 @@ func (r *runner) plan(ctx context.Context) error {
 	}
 	secretVars := r.secretVariableNames()
 	r.secrets.add(planjson.VariableStrings(plan, secretVars)...)
-	redactedJSON, err := planjson.RedactWithOptions(rawJSON.Bytes(), planjson.Options{
+	redactedJSON, err := planjson.Redact(rawJSON.Bytes(), planjson.Options{
 		Secrets:         r.secrets.list(),
 		SecretVariables: secretVars,
 	})

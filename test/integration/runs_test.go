@@ -414,7 +414,7 @@ func TestRunFailures(t *testing.T) {
 	token := readToken(t, e.DataDir, slow, "apply-1")
 	for _, path := range []string{raw("victim", "plan?attempt=1&part=text"), raw("victim", "logs?stage=plan&attempt=1"), raw("victim", "outputs?attempt=1")} {
 		code, body := postWithToken(t, e.Config, token, path, "forged")
-		if code != http.StatusForbidden || !strings.Contains(body, "not for default/victim") {
+		if code != http.StatusForbidden || !strings.Contains(body, "executor of run default/slow") || !strings.Contains(body, "may only write") {
 			t.Errorf("POST %s with another run's executor token: %d %s, want 403", path, code, body)
 		}
 	}

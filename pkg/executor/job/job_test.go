@@ -486,9 +486,9 @@ func TestGitSource(t *testing.T) {
 func TestDefaultBackend(t *testing.T) {
 	run := testRun()
 	run.Spec.Backend = nil
-	run.Spec.Workspace = ""
+	run.Spec.Workspace = "default" // as the registry strategy defaults it
 	run.Spec.Executor = nil
-	run.Spec.Engine = v1alpha1.Engine{}
+	run.Spec.Engine = v1alpha1.Engine{Binary: v1alpha1.EngineTerraform}
 	opts := testOptions()
 	opts.Image = "default-image:1"
 	job, _, spec := build(t, run, v1alpha1.StagePlan, opts)

@@ -273,6 +273,10 @@ func newRun(ns, name string, vars ...v1alpha1.Variable) *v1alpha1.TerraformRun {
 		Spec: v1alpha1.TerraformRunSpec{
 			Source:    v1alpha1.Source{Inline: map[string]string{"main.tf": `output "x" { value = 1 }`}},
 			Variables: vars,
+			// As the registry strategy defaults every stored run.
+			Operation: v1alpha1.OperationApply,
+			Workspace: "default",
+			Engine:    v1alpha1.Engine{Binary: v1alpha1.EngineTerraform},
 		},
 	}
 }

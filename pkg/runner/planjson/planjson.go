@@ -37,13 +37,8 @@ type Options struct {
 
 // Redact returns the plan JSON raw with every sensitive value replaced by
 // "(sensitive value)", and every string equal to or containing one of
-// secrets replaced too.
-func Redact(raw []byte, secrets []string) ([]byte, error) {
-	return RedactWithOptions(raw, Options{Secrets: secrets})
-}
-
-// RedactWithOptions is Redact with more control; see Options.
-func RedactWithOptions(raw []byte, opts Options) ([]byte, error) {
+// opts.Secrets, or of the values of opts.SecretVariables, replaced too.
+func Redact(raw []byte, opts Options) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var doc map[string]any

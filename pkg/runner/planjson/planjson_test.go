@@ -182,7 +182,7 @@ func TestRedact(t *testing.T) {
 			if tt.opts != nil {
 				opts = *tt.opts
 			}
-			out, err := RedactWithOptions([]byte(tt.in), opts)
+			out, err := Redact([]byte(tt.in), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +203,7 @@ func TestRedact(t *testing.T) {
 
 func TestRedactKeepsNumbersAndHTML(t *testing.T) {
 	in := `{"variables":{"n":{"value":12345678901234567890},"h":{"value":"<a&b>"}}}`
-	out, err := Redact([]byte(in), nil)
+	out, err := Redact([]byte(in), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestRedactKeepsNumbersAndHTML(t *testing.T) {
 
 func TestRedactInvalid(t *testing.T) {
 	for _, in := range []string{``, `not json`, `[1,2]`, `null`} {
-		if _, err := Redact([]byte(in), nil); err == nil {
+		if _, err := Redact([]byte(in), Options{}); err == nil {
 			t.Errorf("Redact(%q) succeeded", in)
 		}
 	}
@@ -232,7 +232,7 @@ func TestRedactRealPlan(t *testing.T) {
 		t.Fatal("fixture should hold the secret before redaction")
 	}
 
-	out, err := Redact(raw, nil)
+	out, err := Redact(raw, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func TestRedactRealPlan(t *testing.T) {
 		t.Errorf("non-sensitive value was redacted")
 	}
 
-	out, err = Redact(raw, []string{"hunter2-very-secret"})
+	out, err = Redact(raw, Options{Secrets: []string{"hunter2-very-secret"}})
 	if err != nil {
 		t.Fatal(err)
 	}

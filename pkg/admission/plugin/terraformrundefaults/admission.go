@@ -52,9 +52,6 @@ func New(cfg *policy.Config) *Plugin {
 	return &Plugin{Handler: admission.NewHandler(admission.Create), cfg: cfg}
 }
 
-// Policy returns the policy the plugin applies.
-func (p *Plugin) Policy() *policy.Config { return p.cfg }
-
 // Admit implements admission.MutationInterface.
 func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	if a.GetOperation() != admission.Create ||

@@ -117,9 +117,6 @@ func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) er
 	return CheckApprover(p.cfg, run, a.GetUserInfo())
 }
 
-// Policy returns the policy the plugin enforces.
-func (p *Plugin) Policy() *policy.Config { return p.cfg }
-
 // SetNamespaceLabeler implements initializer.WantsNamespaceLabeler. A labeler
 // set here takes precedence over the Kubernetes informer factory.
 func (p *Plugin) SetNamespaceLabeler(l NamespaceLabeler) {
