@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -130,14 +131,20 @@ func (o *Options) Validate() error {
 }
 
 // Config builds the server's configuration. In standalone mode it starts
-// embedded etcd first. The returned cleanup releases what Config started; call
-// it after the server has stopped, also when Config fails.
+// embedded etcd first. The returned cleanup releases what Config started
+// (once, however often it is called); call it after the server has stopped,
+// also when Config fails.
 func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func(), err error) {
-	var cleanups []func()
+	var (
+		cleanups []func()
+		once     sync.Once
+	)
 	cleanup = func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
+		once.Do(func() {
+			for i := len(cleanups) - 1; i >= 0; i-- {
+				cleanups[i]()
+			}
+		})
 	}
 	defer func() {
 		if err != nil {

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// parse returns options parsed from args as the command parses them.
+func parse(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions(io.Discard)
+	fs := pflag.NewFlagSet("terrarun-apiserver", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(fs); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string // substrings of the error; none: valid
+	}{
+		{args: []string{"--standalone", "--data-dir", t.TempDir()}},
+		{args: []string{"--standalone", "--data-dir", ""}, want: []string{"--data-dir is required"}},
+		{args: []string{"--standalone", "--etcd-servers", "http://127.0.0.1:2379"}, want: []string{"--etcd-servers cannot be combined with --standalone"}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "docker"}, want: []string{"--executor must be local or kubernetes"}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "local"}, want: []string{"--executor=local needs --executor-server-url and --executor-ca-file"}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "kubernetes"}, want: []string{"--executor=kubernetes needs --executor-server-url"}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "kubernetes", "--executor-server-url", "https://terrarun.example"}},
+		{args: []string{"--standalone", "--controller-workers", "0", "--default-engine", "opentofu"}, want: []string{"--controller-workers must be at least 1", "--default-engine must be terraform or tofu"}},
+		{args: []string{"--executor", "kubernetes", "--executor-server-url", "https://terrarun.example"}, want: []string{"--etcd-servers must be specified"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			err := parse(t, c.args...).Validate()
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate succeeded, want %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestConfigLeavesOptionsAlone checks that Validate and Config read the
+// options without changing them, even in standalone mode, which replaces
+// etcd, serving, authentication, authorization and admission.
+func TestConfigLeavesOptionsAlone(t *testing.T) {
+	o := parse(t, "--standalone", "--data-dir", t.TempDir(), "--executor-binary", "/bin/true")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	o.Recommended.SecureServing.Listener = l
+	before := snapshot(o)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(o); !reflect.DeepEqual(before, after) {
+		t.Fatalf("Validate changed the options:\nbefore %+v\nafter  %+v", before, after)
+	}
+	config, cleanup, err := o.Config(t.Context())
+	defer cleanup()
+	if err != nil {
+		t.Fatalf("Config: %v", err)
+	}
+	if after := snapshot(o); !reflect.DeepEqual(before, after) {
+		t.Fatalf("Config changed the options:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if config.GenericConfig.Authentication.Authenticator == nil || config.GenericConfig.Authorization.Authorizer == nil ||
+		config.GenericConfig.AdmissionControl == nil || config.ExtraConfig.Executor == nil || config.ExtraConfig.Artifacts == nil {
+		t.Errorf("standalone config is missing authentication, authorization, admission, the executor or the artifact store: %+v", config.ExtraConfig)
+	}
+	if ip := config.GenericConfig.SecureServing.Listener.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		t.Errorf("standalone mode listens on %s, want loopback", ip)
+	}
+}
+
+// optionsSnapshot is what Config must not change.
+type optionsSnapshot struct {
+	etcdServers                []string
+	bindAddress                string
+	certFile                   string
+	authn, authz, admission    bool
+	pluginOrder                []string
+	priorityAndFairness        bool
+	executorURL, executorCA    string
+	extraAdmissionInitializers bool
+}
+
+func snapshot(o *Options) optionsSnapshot {
+	r := o.Recommended
+	return optionsSnapshot{
+		etcdServers:                append([]string(nil), r.Etcd.StorageConfig.Transport.ServerList...),
+		bindAddress:                r.SecureServing.BindAddress.String(),
+		certFile:                   r.SecureServing.ServerCert.CertKey.CertFile,
+		authn:                      r.Authentication != nil,
+		authz:                      r.Authorization != nil,
+		admission:                  r.Admission != nil,
+		pluginOrder:                append([]string(nil), r.Admission.RecommendedPluginOrder...),
+		priorityAndFairness:        r.Features.EnablePriorityAndFairness,
+		executorURL:                o.Executor.ServerURL,
+		executorCA:                 o.Executor.CAFile,
+		extraAdmissionInitializers: r.ExtraAdmissionInitializers != nil,
+	}
+}
