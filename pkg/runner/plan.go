@@ -1,0 +1,159 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+	tfjson "github.com/hashicorp/terraform-json"
+
+	"github.com/terrarun/terrarun/pkg/runner/planjson"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+func (r *runner) plan(ctx context.Context) error {
+	src := r.spec.Source
+	revision, subdir := "", ""
+	if src.Git != nil {
+		commit, err := r.cloneGit(ctx, src.Git, r.configRoot)
+		if err != nil {
+			return err
+		}
+		revision = commit
+		if src.Git.Path != "" && path.Clean(filepath.ToSlash(src.Git.Path)) != "." {
+			real, err := inside(r.configRoot, src.Git.Path)
+			if err != nil {
+				return fmt.Errorf("git source: %w", err)
+			}
+			realRoot, _ := filepath.EvalSymlinks(r.configRoot)
+			rel, err := filepath.Rel(realRoot, real)
+			if err != nil {
+				return fmt.Errorf("git source: %w", err)
+			}
+			subdir = filepath.ToSlash(rel)
+		}
+	} else {
+		if err := copyDir(src.Dir, r.configRoot); err != nil {
+			return fmt.Errorf("copying the configuration: %w", err)
+		}
+	}
+	tfDir := filepath.Join(r.configRoot, filepath.FromSlash(subdir))
+
+	tarball, err := tarConfig(r.configRoot, subdir)
+	if err != nil {
+		return fmt.Errorf("archiving the configuration: %w", err)
+	}
+	if revision == "" {
+		revision = digestOf(tarball)
+	}
+	r.logf("terrarun: configuration revision %s", revision)
+
+	if err := r.writeBackendOverride(tfDir); err != nil {
+		return err
+	}
+	varFile, err := r.writeVarFile()
+	if err != nil {
+		return err
+	}
+	tf, err := r.newTerraform(ctx, tfDir)
+	if err != nil {
+		return err
+	}
+	if err := withGroupReaper(ctx, tfDir, func() error { return r.initAndWorkspace(ctx, tf) }); err != nil {
+		return err
+	}
+
+	opts := []tfexec.PlanOption{tfexec.Out(r.planPath)}
+	if varFile != "" {
+		opts = append(opts, tfexec.VarFile(varFile))
+	}
+	if r.spec.Operation == "Destroy" {
+		opts = append(opts, tfexec.Destroy(true))
+	}
+	for _, t := range r.spec.Targets {
+		opts = append(opts, tfexec.Target(t))
+	}
+	for _, a := range r.spec.Replace {
+		opts = append(opts, tfexec.Replace(a))
+	}
+	if r.spec.Parallelism != nil {
+		opts = append(opts, tfexec.Parallelism(int(*r.spec.Parallelism)))
+	}
+	if r.spec.Refresh != nil {
+		opts = append(opts, tfexec.Refresh(*r.spec.Refresh))
+	}
+	if err := withGroupReaper(ctx, tfDir, func() error {
+		return r.step("plan", func() error {
+			_, err := tf.Plan(ctx, opts...)
+			return err
+		})
+	}); err != nil {
+		return err
+	}
+
+	var text string
+	err = r.quietly(tf, io.Discard, func() (err error) {
+		text, err = tf.ShowPlanFileRaw(ctx, r.planPath)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s show: %w", r.engine, err)
+	}
+	var rawJSON bytes.Buffer
+	var plan *tfjson.Plan
+	err = r.quietly(tf, &rawJSON, func() (err error) {
+		plan, err = tf.ShowPlanFile(ctx, r.planPath)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s show -json: %w", r.engine, err)
+	}
+	secretVars := r.secretVariableNames()
+	r.secrets.add(planjson.VariableStrings(plan, secretVars)...)
+	redactedJSON, err := planjson.Redact(rawJSON.Bytes(), planjson.Options{
+		Secrets:         r.secrets.list(),
+		SecretVariables: secretVars,
+	})
+	if err != nil {
+		return err
+	}
+	redactedText := r.secrets.redactBytes([]byte(text))
+
+	planFile, err := os.ReadFile(r.planPath)
+	if err != nil {
+		return fmt.Errorf("reading the plan file: %w", err)
+	}
+	result := planjson.Summarize(plan)
+	result.SourceRevision = revision
+	resultJSON, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	r.logf("terrarun: plan %s: %d to add, %d to change, %d to destroy, %d to import", digestOf(planFile), result.Add, result.Change, result.Destroy, result.Import)
+
+	for _, part := range []struct {
+		name string
+		body []byte
+	}{
+		{stage.PartSource, tarball},
+		{stage.PartFile, planFile},
+		{stage.PartText, redactedText},
+		{stage.PartJSON, redactedJSON},
+		{stage.PartResult, resultJSON},
+	} {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.logf("terrarun: uploading plan %s", part.name)
+		if err := r.client.PutPlanPart(ctx, r.spec.Attempt, part.name, bytes.NewReader(part.body)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

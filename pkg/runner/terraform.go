@@ -1,0 +1,152 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+)
+
+// newTerraform returns a tfexec handle for dir whose output goes to the
+// redacted log.
+func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terraform, error) {
+	tf, err := tfexec.NewTerraform(dir, r.binary)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, k := range []string{"GIT_ASKPASS", "GIT_SSH_COMMAND", "TF_WORKSPACE"} {
+		delete(env, k)
+	}
+	env = tfexec.CleanEnv(env)
+	env["CHECKPOINT_DISABLE"] = "1"
+	if err := tf.SetEnv(env); err != nil {
+		return nil, err
+	}
+	if err := tf.SetWaitDelay(r.cfg.grace); err != nil {
+		return nil, err
+	}
+	tf.SetStdout(io.Discard)
+	tf.SetStderr(r.out)
+	// Learn the version now, quietly: tfexec asks for it before some
+	// commands and would print its JSON.
+	v, _, err := tf.Version(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s version: %w", r.engine, err)
+	}
+	tf.SetStdout(r.out)
+	r.logf("terrarun: %s %s", r.engine, v.String())
+	return tf, nil
+}
+
+// step runs one terraform command, announced in the log.
+func (r *runner) step(name string, fn func() error) error {
+	r.logf("terrarun: running %s %s", r.engine, name)
+	err := fn()
+	_ = r.out.Flush()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", r.engine, name, err)
+	}
+	return nil
+}
+
+// quietly runs fn with terraform's stdout captured into w instead of the log.
+func (r *runner) quietly(tf *tfexec.Terraform, w io.Writer, fn func() error) error {
+	tf.SetStdout(w)
+	defer tf.SetStdout(r.out)
+	return fn()
+}
+
+// withGroupReaper runs fn, which runs terraform in dir, and if ctx is
+// canceled while it runs, kills the process groups terraform left behind
+// (provisioners' children) once fn returns.
+func withGroupReaper(ctx context.Context, dir string, fn func() error) error {
+	stop := watchChildGroups(ctx, dir)
+	err := fn()
+	stop()
+	return err
+}
+
+func (r *runner) writeBackendOverride(dir string) error {
+	content := fmt.Sprintf("# Written by terrarun: the run's backend.\nterraform {\n  backend %q {}\n}\n", r.spec.Backend.Type)
+	if err := os.WriteFile(filepath.Join(dir, BackendOverrideFile), []byte(content), 0o600); err != nil {
+		return fmt.Errorf("writing the backend override: %w", err)
+	}
+	return nil
+}
+
+// writeVarFile writes the variables to a private .tfvars file and returns
+// its path, or "" when there are none.
+func (r *runner) writeVarFile() (string, error) {
+	if len(r.vars) == 0 {
+		return "", nil
+	}
+	p := filepath.Join(r.privateDir, "terrarun.tfvars")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("writing the variables file: %w", err)
+	}
+	if _, err := f.Write(tfvars(r.vars)); err != nil {
+		f.Close()
+		return "", fmt.Errorf("writing the variables file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("writing the variables file: %w", err)
+	}
+	return p, nil
+}
+
+func (r *runner) initAndWorkspace(ctx context.Context, tf *tfexec.Terraform) error {
+	var opts []tfexec.InitOption
+	keys := make([]string, 0, len(r.spec.Backend.Config))
+	for k := range r.spec.Backend.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		opts = append(opts, tfexec.BackendConfig(k+"="+r.spec.Backend.Config[k]))
+	}
+	if r.spec.Backend.ConfigFile != "" {
+		opts = append(opts, tfexec.BackendConfig(r.spec.Backend.ConfigFile))
+	}
+	if err := r.step("init", func() error { return tf.Init(ctx, opts...) }); err != nil {
+		return err
+	}
+	ws := r.spec.Workspace
+	if ws == "" || ws == "default" {
+		return nil
+	}
+	var list []string
+	err := r.quietly(tf, io.Discard, func() (err error) {
+		list, _, err = tf.WorkspaceList(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s workspace list: %w", r.engine, err)
+	}
+	for _, w := range list {
+		if w == ws {
+			return r.step("workspace select", func() error { return tf.WorkspaceSelect(ctx, ws) })
+		}
+	}
+	return r.step("workspace new", func() error { return tf.WorkspaceNew(ctx, ws) })
+}
+
+func (r *runner) secretVariableNames() []string {
+	var names []string
+	for _, v := range r.vars {
+		if v.Secret {
+			names = append(names, v.Name)
+		}
+	}
+	return names
+}
