@@ -193,7 +193,7 @@ func TestSignal(t *testing.T) {
 	}
 
 	srv.mu.Lock()
-	sum := sha256.Sum256(srv.parts[stage.PartFile])
+	sum := sha256.Sum256(srv.parts[v1alpha1.PlanPartFile])
 	srv.mu.Unlock()
 	spec.Stage, spec.WorkDir, spec.Source = v1alpha1.StageApply, filepath.Join(dir, "apply"), stage.Source{}
 	spec.PlanDigest = "sha256:" + hex.EncodeToString(sum[:])

@@ -60,8 +60,6 @@ type ExtraConfig struct {
 	DefaultEngine terrarun.EngineBinary
 	// Controller configures the run controller.
 	Controller ControllerConfig
-	// Identities resolves executor identities. TODO(relayout): the registry reads them from the request (auth.IdentityFrom).
-	Identities executor.IdentityResolver
 }
 
 // ControllerConfig configures the run controller, which runs on the elected
@@ -123,8 +121,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	extra := c.ExtraConfig
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		Artifacts:     extra.Artifacts,
-		Identities:    extra.Identities,
-		Serializer:    Codecs,
 		DefaultEngine: extra.DefaultEngine,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
 			if err := extra.Executor.Forget(ctx, namespace, name, uid); err != nil {

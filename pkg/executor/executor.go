@@ -11,8 +11,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apiserver/pkg/authentication/user"
-
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
@@ -169,13 +167,4 @@ type Identity struct {
 	Namespace, Name, UID string
 	Stage                v1alpha1.StageName
 	Attempt              int32
-}
-
-// IdentityResolver maps an authenticated request user to the executor
-// identity it holds, if any. The server accepts plan, log and output writes
-// only from the identity of the run's current stage attempt.
-type IdentityResolver interface {
-	// ExecutorIdentity returns the identity of u, and false when u is not an
-	// executor.
-	ExecutorIdentity(ctx context.Context, u user.Info) (Identity, bool, error)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/terraform-exec/tfexec"
 
-	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 func (r *runner) apply(ctx context.Context) error {
@@ -23,7 +23,7 @@ func (r *runner) apply(ctx context.Context) error {
 		return err
 	}
 	r.logf("terrarun: downloading the planned configuration")
-	body, err := r.client.GetPlan(ctx, stage.PartSource)
+	body, err := r.client.GetPlan(ctx, v1alpha1.PlanFormatSource)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (r *runner) apply(ctx context.Context) error {
 // downloadPlanFile downloads the plan file and refuses it unless its digest
 // is the approved one.
 func (r *runner) downloadPlanFile(ctx context.Context) error {
-	body, err := r.client.GetPlan(ctx, stage.PartFile)
+	body, err := r.client.GetPlan(ctx, v1alpha1.PlanFormatFile)
 	if err != nil {
 		return err
 	}

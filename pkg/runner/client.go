@@ -33,7 +33,7 @@ type Client interface {
 	// OpenLog starts a streamed POST of the stage's log. Every Write is sent
 	// as it happens; Close ends the body and returns the server's answer.
 	OpenLog(ctx context.Context, stage v1alpha1.StageName, attempt int32) (io.WriteCloser, error)
-	// PutPlanPart uploads one part of the plan (stage.PartFile, ...).
+	// PutPlanPart uploads one part of the plan (v1alpha1.PlanPartFile, ...).
 	PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error
 	// GetPlan downloads the approved plan as "file" or "source".
 	GetPlan(ctx context.Context, format string) (io.ReadCloser, error)
@@ -296,11 +296,11 @@ func (c *HTTPClient) upload(ctx context.Context, op, sub string, q url.Values, r
 func (c *HTTPClient) PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error {
 	ct := "application/octet-stream"
 	switch part {
-	case stage.PartText:
+	case v1alpha1.PlanPartText:
 		ct = "text/plain; charset=utf-8"
-	case stage.PartJSON, stage.PartResult:
+	case v1alpha1.PlanPartJSON, v1alpha1.PlanPartResult:
 		ct = "application/json"
-	case stage.PartSource:
+	case v1alpha1.PlanPartSource:
 		ct = "application/gzip"
 	}
 	q := url.Values{"attempt": {strconv.Itoa(int(attempt))}, "part": {part}}

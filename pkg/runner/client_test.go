@@ -22,13 +22,13 @@ func TestHTTPClientUploadsAndDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := c.PutPlanPart(ctx, 3, stage.PartFile, strings.NewReader("plan-bytes")); err != nil {
+	if err := c.PutPlanPart(ctx, 3, v1alpha1.PlanPartFile, strings.NewReader("plan-bytes")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.PutOutputs(ctx, 3, strings.NewReader(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := c.GetPlan(ctx, stage.PartFile)
+	rc, err := c.GetPlan(ctx, v1alpha1.PlanFormatFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestHTTPClientErrors(t *testing.T) {
 	srv.mu.Lock()
 	srv.forbid = true
 	srv.mu.Unlock()
-	err = c.PutPlanPart(ctx, 1, stage.PartText, strings.NewReader("x"))
+	err = c.PutPlanPart(ctx, 1, v1alpha1.PlanPartText, strings.NewReader("x"))
 	if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "not the current stage attempt") {
 		t.Errorf("err = %v", err)
 	}
@@ -142,11 +142,11 @@ func TestHTTPClientRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.Backoff = time.Millisecond
-	if err := hc.PutPlanPart(context.Background(), 1, stage.PartJSON, strings.NewReader(`{"a":1}`)); err != nil {
+	if err := hc.PutPlanPart(context.Background(), 1, v1alpha1.PlanPartJSON, strings.NewReader(`{"a":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if calls.Load() != 3 || string(srv.part(stage.PartJSON)) != `{"a":1}` {
-		t.Errorf("calls = %d, part = %q", calls.Load(), srv.part(stage.PartJSON))
+	if calls.Load() != 3 || string(srv.part(v1alpha1.PlanPartJSON)) != `{"a":1}` {
+		t.Errorf("calls = %d, part = %q", calls.Load(), srv.part(v1alpha1.PlanPartJSON))
 	}
 }
 

@@ -146,7 +146,7 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	case sub == "plan" && r.Method == http.MethodPost:
 		part := q.Get("part")
 		switch part {
-		case stage.PartFile, stage.PartText, stage.PartJSON, stage.PartSource, stage.PartResult:
+		case v1alpha1.PlanPartFile, v1alpha1.PlanPartText, v1alpha1.PlanPartJSON, v1alpha1.PlanPartSource, v1alpha1.PlanPartResult:
 		default:
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "unknown part "+part)
 			return
@@ -169,7 +169,7 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 			b, ok = f.parts[format]
 		}
 		f.mu.Unlock()
-		if !ok || (format != stage.PartFile && format != stage.PartSource) {
+		if !ok || (format != v1alpha1.PlanPartFile && format != v1alpha1.PlanPartSource) {
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the run has no plan "+format)
 			return
 		}

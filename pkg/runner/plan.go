@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 	tfjson "github.com/hashicorp/terraform-json"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runner/planjson"
-	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 func (r *runner) plan(ctx context.Context) error {
@@ -141,11 +141,11 @@ func (r *runner) plan(ctx context.Context) error {
 		name string
 		body []byte
 	}{
-		{stage.PartSource, tarball},
-		{stage.PartFile, planFile},
-		{stage.PartText, redactedText},
-		{stage.PartJSON, redactedJSON},
-		{stage.PartResult, resultJSON},
+		{v1alpha1.PlanPartSource, tarball},
+		{v1alpha1.PlanPartFile, planFile},
+		{v1alpha1.PlanPartText, redactedText},
+		{v1alpha1.PlanPartJSON, redactedJSON},
+		{v1alpha1.PlanPartResult, resultJSON},
 	} {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -108,7 +108,7 @@ func (h *harness) run(ctx context.Context, spec stage.Spec, opts ...RunOption) e
 // applySpec returns an apply spec for the plan the server holds.
 func (h *harness) applySpec(attempt int32) stage.Spec {
 	s := h.spec(v1alpha1.StageApply, attempt)
-	s.PlanDigest = digestOf(h.srv.part(stage.PartFile))
+	s.PlanDigest = digestOf(h.srv.part(v1alpha1.PlanPartFile))
 	return s
 }
 
@@ -123,7 +123,7 @@ func (h *harness) secretFile(value string) string {
 func (h *harness) result() stage.Result {
 	h.t.Helper()
 	var r stage.Result
-	if err := json.Unmarshal(h.srv.part(stage.PartResult), &r); err != nil {
+	if err := json.Unmarshal(h.srv.part(v1alpha1.PlanPartResult), &r); err != nil {
 		h.t.Fatalf("result: %v", err)
 	}
 	return r
@@ -214,7 +214,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 	}
 
 	// Parts, in order, result last.
-	want := []string{stage.PartSource, stage.PartFile, stage.PartText, stage.PartJSON, stage.PartResult}
+	want := []string{v1alpha1.PlanPartSource, v1alpha1.PlanPartFile, v1alpha1.PlanPartText, v1alpha1.PlanPartJSON, v1alpha1.PlanPartResult}
 	if !reflect.DeepEqual(h.srv.partOrder, want) {
 		t.Errorf("uploads = %v, want %v", h.srv.partOrder, want)
 	}
@@ -222,26 +222,26 @@ func TestPlanApplyDestroy(t *testing.T) {
 	if res.Add != 1 || res.Change != 0 || res.Destroy != 0 || res.Import != 0 || !res.HasChanges {
 		t.Errorf("result = %+v", res)
 	}
-	if res.SourceRevision != digestOf(h.srv.part(stage.PartSource)) {
-		t.Errorf("revision %s is not the source tarball's digest %s", res.SourceRevision, digestOf(h.srv.part(stage.PartSource)))
+	if res.SourceRevision != digestOf(h.srv.part(v1alpha1.PlanPartSource)) {
+		t.Errorf("revision %s is not the source tarball's digest %s", res.SourceRevision, digestOf(h.srv.part(v1alpha1.PlanPartSource)))
 	}
-	text := string(h.srv.part(stage.PartText))
+	text := string(h.srv.part(v1alpha1.PlanPartText))
 	if !strings.Contains(text, "1 to add") {
 		t.Errorf("plan text lacks the summary:\n%s", text)
 	}
 	var p tfjson.Plan
-	if err := json.Unmarshal(h.srv.part(stage.PartJSON), &p); err != nil {
+	if err := json.Unmarshal(h.srv.part(v1alpha1.PlanPartJSON), &p); err != nil {
 		t.Fatalf("plan JSON: %v", err)
 	}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string]string{"text": text, "json": string(h.srv.part(stage.PartJSON)), "log": h.srv.log(v1alpha1.StagePlan, 1), "stdout": h.stdout.String()} {
+	for name, b := range map[string]string{"text": text, "json": string(h.srv.part(v1alpha1.PlanPartJSON)), "log": h.srv.log(v1alpha1.StagePlan, 1), "stdout": h.stdout.String()} {
 		if strings.Contains(b, "pa55-w0rd-value") {
 			t.Errorf("plan %s holds the secret", name)
 		}
 	}
-	if !strings.Contains(string(h.srv.part(stage.PartJSON)), "(sensitive value)") {
+	if !strings.Contains(string(h.srv.part(v1alpha1.PlanPartJSON)), "(sensitive value)") {
 		t.Errorf("plan JSON is not redacted")
 	}
 	if !strings.Contains(h.srv.log(v1alpha1.StagePlan, 1), "terrarun: running terraform plan") && !strings.Contains(h.srv.log(v1alpha1.StagePlan, 1), "terrarun: running tofu plan") {
@@ -251,7 +251,7 @@ func TestPlanApplyDestroy(t *testing.T) {
 		t.Errorf("stdout lacks terraform's output:\n%s", h.stdout.String())
 	}
 	// The tarball holds the configuration only.
-	names := tarNames(t, h.srv.part(stage.PartSource))
+	names := tarNames(t, h.srv.part(v1alpha1.PlanPartSource))
 	if !reflect.DeepEqual(names, []string{"main.tf"}) {
 		t.Errorf("source tarball holds %v", names)
 	}
@@ -294,8 +294,8 @@ func TestPlanApplyDestroy(t *testing.T) {
 	if res := h.result(); res.Destroy != 1 || res.Add != 0 || !res.HasChanges {
 		t.Errorf("destroy result = %+v", res)
 	}
-	if !strings.Contains(string(h.srv.part(stage.PartText)), "1 to destroy") {
-		t.Errorf("destroy plan text:\n%s", h.srv.part(stage.PartText))
+	if !strings.Contains(string(h.srv.part(v1alpha1.PlanPartText)), "1 to destroy") {
+		t.Errorf("destroy plan text:\n%s", h.srv.part(v1alpha1.PlanPartText))
 	}
 
 	// Planning again without changes.
@@ -383,8 +383,8 @@ func TestSecretsAreRedacted(t *testing.T) {
 	for name, b := range map[string]string{
 		"log":    logs,
 		"stdout": h.stdout.String(),
-		"text":   string(h.srv.part(stage.PartText)),
-		"json":   string(h.srv.part(stage.PartJSON)),
+		"text":   string(h.srv.part(v1alpha1.PlanPartText)),
+		"json":   string(h.srv.part(v1alpha1.PlanPartJSON)),
 	} {
 		for _, s := range []string{secret, "PartOneSecret", "PartTwoSecret"} {
 			if strings.Contains(b, s) {
@@ -541,7 +541,7 @@ func TestApplyRefusesDigestMismatch(t *testing.T) {
 
 	// A tampered plan file with the approved digest is refused too.
 	h.srv.mu.Lock()
-	h.srv.serve[stage.PartFile] = append([]byte("x"), h.srv.parts[stage.PartFile]...)
+	h.srv.serve[v1alpha1.PlanPartFile] = append([]byte("x"), h.srv.parts[v1alpha1.PlanPartFile]...)
 	h.srv.mu.Unlock()
 	err = h.run(context.Background(), h.applySpec(2))
 	if !errors.Is(err, ErrDigestMismatch) {
@@ -650,7 +650,7 @@ func TestGitSource(t *testing.T) {
 			if res.SourceRevision != tc.revision || res.Add != tc.add {
 				t.Errorf("result = %+v, want revision %s and %d to add", res, tc.revision, tc.add)
 			}
-			names := tarNames(t, h.srv.part(stage.PartSource))
+			names := tarNames(t, h.srv.part(v1alpha1.PlanPartSource))
 			for _, n := range names {
 				if strings.HasPrefix(n, ".git") || strings.Contains(n, ".terraform/") || strings.Contains(n, BackendOverrideFile) {
 					t.Errorf("source tarball holds %s", n)

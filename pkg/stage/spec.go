@@ -4,7 +4,7 @@
 //
 // # Handing a stage to the executor
 //
-// The local executor and the kubernetes executor both write a Spec as JSON to a
+// The local and the job executor both write a Spec as JSON to a
 // file (a private file in local mode, a Secret volume in Kubernetes mode) and
 // start `terrarun-executor --stage-file FILE`. Secret material is never in the
 // Spec itself: secret variable values, git credentials and backend
@@ -28,20 +28,15 @@
 //	GET  /plan?format=source              apply stage only: the planned configuration
 //	POST /outputs?attempt=N               JSON of `terraform output -json`
 //
-// Every write returns 2xx, or a Status error; 403 means the identity is not
-// this run's current stage and the executor must stop.
+// The query parameters are the API's TerraformRunLogOptions,
+// TerraformRunPlanOptions (the parts are v1alpha1.PlanPart*, the formats
+// v1alpha1.PlanFormat*) and TerraformRunOutputsOptions. Every write returns
+// 2xx, or a Status error; 403 means the identity is not this run's current
+// stage and the executor must stop, and 503 that the server could not verify
+// the identity now and the executor should retry.
 package stage
 
 import "github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
-
-// Plan parts uploaded by the plan stage.
-const (
-	PartFile   = "file"
-	PartText   = "text"
-	PartJSON   = "json"
-	PartSource = "source"
-	PartResult = "result"
-)
 
 // Spec is everything terrarun-executor needs to run one stage.
 type Spec struct {
@@ -146,10 +141,3 @@ type Result struct {
 	// HasChanges is true when applying would change anything, outputs included.
 	HasChanges bool `json:"hasChanges"`
 }
-
-// Plan and Apply are untyped stage names, kept only until the registry uses
-// v1alpha1.StageName. TODO(relayout): remove.
-const (
-	Plan  = string(v1alpha1.StagePlan)
-	Apply = string(v1alpha1.StageApply)
-)

@@ -35,6 +35,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunApproval{},
 		&TerraformRunDiscard{},
 		&TerraformRunCancel{},
+		&TerraformRunLogOptions{},
+		&TerraformRunPlanOptions{},
+		&TerraformRunOutputsOptions{},
 	)
 	return nil
 }

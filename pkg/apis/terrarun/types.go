@@ -330,8 +330,13 @@ const (
 	// ConditionApplied is True once the plan is applied.
 	ConditionApplied = "Applied"
 	// ConditionCancelRequested is True once a cancel was requested through the
-	// cancel subresource; the controller then stops the running stage.
+	// cancel subresource; the controller then stops the running stage, or ends
+	// a run that has not started one, Canceled.
 	ConditionCancelRequested = "CancelRequested"
+	// ConditionDiscardRequested is True once a discard of the plan waiting for
+	// approval was requested through the discard subresource; the controller
+	// then ends the run Discarded.
+	ConditionDiscardRequested = "DiscardRequested"
 )
 
 // Condition reasons of a TerraformRun.
@@ -352,9 +357,9 @@ const (
 	ReasonApplyFailed      = "ApplyFailed"
 	ReasonCanceled         = "Canceled"
 	ReasonCancelRequested  = "CancelRequested"
+	ReasonDiscardRequested = "DiscardRequested"
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonExecutorLost     = "ExecutorLost"
-	ReasonNotApplicable    = "NotApplicable"
 )
 
 // TerraformRunStatus is the observed state of a run.
@@ -539,4 +544,96 @@ type TerraformRunCancel struct {
 	// comment is an optional note recorded in status.message.
 	// +optional
 	Comment string `json:"comment,omitempty"`
+}
+
+// Formats of the plan subresource, the values of TerraformRunPlanOptions.Format.
+const (
+	// PlanFormatText is the plan as terraform show prints it. It is the default.
+	PlanFormatText = "text"
+	// PlanFormatJSON is terraform show -json with every sensitive value redacted.
+	PlanFormatJSON = "json"
+	// PlanFormatFile is the binary plan file, served only to the run's apply stage.
+	PlanFormatFile = "file"
+	// PlanFormatSource is a tar.gz of the planned configuration, served only to
+	// the run's apply stage.
+	PlanFormatSource = "source"
+)
+
+// Parts of a plan upload, the values of TerraformRunPlanOptions.Part.
+const (
+	// PlanPartFile is the binary plan file.
+	PlanPartFile = "file"
+	// PlanPartText is the output of terraform show.
+	PlanPartText = "text"
+	// PlanPartJSON is the redacted output of terraform show -json.
+	PlanPartJSON = "json"
+	// PlanPartSource is a tar.gz of the configuration directory.
+	PlanPartSource = "source"
+	// PlanPartResult is the plan stage's result document, uploaded last.
+	PlanPartResult = "result"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunLogOptions are the query options of the logs subresource. A GET
+// reads the log of one stage attempt; a POST, allowed only to the executor of
+// that attempt, appends its body to it.
+type TerraformRunLogOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// stage is plan or apply. A GET defaults to the run's latest stage; a POST
+	// must set it.
+	// +optional
+	Stage StageName `json:"stage,omitempty"`
+	// attempt is the attempt of the stage, from 1. A GET defaults to the
+	// stage's latest attempt; a POST must set it.
+	// +optional
+	Attempt *int32 `json:"attempt,omitempty"`
+	// follow streams the log until the stage attempt ends (GET only).
+	// +optional
+	Follow bool `json:"follow,omitempty"`
+	// tailLines, when set, starts with the last tailLines lines of the log (GET only).
+	// +optional
+	TailLines *int64 `json:"tailLines,omitempty"`
+	// limitBytes, when set, stops after limitBytes bytes (GET only).
+	// +optional
+	LimitBytes *int64 `json:"limitBytes,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunPlanOptions are the query options of the plan subresource. A GET
+// reads the plan; a POST, allowed only to the executor of the run's current
+// plan stage attempt, uploads one part of it.
+type TerraformRunPlanOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// format is text (the default), json (redacted), file or source (GET only).
+	// file and source are served only to the executor of the run's apply stage.
+	// +optional
+	Format string `json:"format,omitempty"`
+	// wait blocks until the plan exists or the plan stage has ended without
+	// one (GET only).
+	// +optional
+	Wait bool `json:"wait,omitempty"`
+	// attempt is the plan stage attempt that uploads; a POST must set it.
+	// +optional
+	Attempt *int32 `json:"attempt,omitempty"`
+	// part is the uploaded part: file, text, json, source, or result, which is
+	// uploaded last; a POST must set it.
+	// +optional
+	Part string `json:"part,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunOutputsOptions are the query options of the outputs subresource.
+// A GET takes none; a POST, allowed only to the executor of the run's current
+// apply stage attempt, uploads the outputs.
+type TerraformRunOutputsOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// attempt is the apply stage attempt that uploads; a POST must set it.
+	// +optional
+	Attempt *int32 `json:"attempt,omitempty"`
 }

@@ -202,7 +202,7 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 // authenticate and be authorized (pkg/executor/auth) before any user's.
 // serverURL and caFile are where executors reach this server.
 func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig, kube kubernetes.Interface, etcd *clientv3.Client,
-	root, serverURL, caFile string) (executor.Executor, executor.IdentityResolver, error) {
+	root, serverURL, caFile string) (executor.Executor, error) {
 	var (
 		exec       executor.Executor
 		tokens     authenticator.Request
@@ -220,23 +220,23 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			Etcd:           etcd,
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		exec, tokens, identities = l, bearertoken.New(l.Tokens()), l.Tokens()
 	default:
 		if kube == nil {
-			return nil, nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
+			return nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
 		}
 		var caBundle []byte
 		if caFile != "" {
 			var err error
 			if caBundle, err = os.ReadFile(caFile); err != nil {
-				return nil, nil, fmt.Errorf("reading --executor-ca-file: %w", err)
+				return nil, fmt.Errorf("reading --executor-ca-file: %w", err)
 			}
 		}
 		var err error
 		if tokens, err = podTokenAuthenticator(kube); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle})
 		identities = job.NewIdentityResolver(kube)
@@ -261,11 +261,11 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
 		)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		config.Authorization.Authorizer = union
 	}
-	return exec, identities, nil
+	return exec, nil
 }
 
 // podTokenAuthenticator authenticates executor pods' projected, pod-bound

@@ -225,7 +225,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			return nil, cleanup, err
 		}
 	}
-	exec, identities, err := o.Executor.newExecutor(config, kube, etcdClient, o.workRoot(), executorServer, executorCA)
+	exec, err := o.Executor.newExecutor(config, kube, etcdClient, o.workRoot(), executorServer, executorCA)
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -234,7 +234,6 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		ExtraConfig: apiserver.ExtraConfig{
 			Artifacts:     store,
 			Executor:      exec,
-			Identities:    identities,
 			DefaultEngine: o.Executor.defaultEngine(),
 			Controller: apiserver.ControllerConfig{
 				Enabled:     o.Executor.RunController,

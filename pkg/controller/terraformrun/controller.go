@@ -1,7 +1,11 @@
-// Package controller is the run controller: it drives every TerraformRun
+// Package terraformrun is the run controller: it drives every TerraformRun
 // through Pending → Planning → AwaitingApproval → Applying → Succeeded (or
 // Failed, Canceled, Discarded), starting one execution per stage through an
-// executor.Executor. It follows client-go's informer and rate-limited
+// executor.Executor. It is the only writer of a run's phase: the approve,
+// discard and cancel subresources record what a user asked for
+// (status.approval and the DiscardRequested and CancelRequested conditions),
+// the executors' uploads record status.plan and status.outputs, and the
+// controller acts on them. It follows client-go's informer and rate-limited
 // workqueue pattern: it reacts to changes of runs and of executions, and never
 // polls.
 package terraformrun
@@ -176,6 +180,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	run := cached.DeepCopy()
 	switch run.Status.Phase {
 	case "", v1alpha1.RunPhasePending:
+		if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested); cond != nil && cond.Status == metav1.ConditionTrue {
+			// Canceled before any stage started.
+			c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
+			c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled, "Nothing was applied.")
+			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
+			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
+		}
 		return c.startStage(ctx, run, v1alpha1.StagePlan, 1)
 	case v1alpha1.RunPhasePlanning:
 		return c.syncStage(ctx, run, v1alpha1.StagePlan)
@@ -386,8 +397,16 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 }
 
 // syncApproval starts the apply once the plan is approved, and discards the
-// run when the approval times out.
+// run when a discard was requested or the approval times out.
 func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
+	if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionDiscardRequested); cond != nil && cond.Status == metav1.ConditionTrue {
+		// The discard subresource refuses an approved plan, and approve a
+		// discarded one: the request stands alone.
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonDiscarded, cond.Message)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonDiscarded, "The plan was discarded and will not be applied.")
+		c.finish(run, v1alpha1.RunPhaseDiscarded, cond.Message)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDiscarded, cond.Message)
+	}
 	p, a := run.Status.Plan, run.Status.Approval
 	if p != nil && a != nil && a.PlanDigest == p.Digest {
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1)

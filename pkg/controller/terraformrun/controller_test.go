@@ -384,6 +384,12 @@ func cancelRequested(run *v1alpha1.TerraformRun) {
 
 func autoMode(run *v1alpha1.TerraformRun) { run.Spec.Approval.Mode = v1alpha1.ApprovalModeAuto }
 
+func discardRequested(run *v1alpha1.TerraformRun) {
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionDiscardRequested, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonDiscardRequested, Message: "Plan discarded by bob: not today",
+	})
+}
+
 // ---------------------------------------------------------------------------
 // A harness around one controller whose cache the test fills by hand, so
 // that every sync sees exactly the stored run.
@@ -753,6 +759,25 @@ func TestSyncApproval(t *testing.T) {
 	}
 }
 
+func TestSyncDiscardRequested(t *testing.T) {
+	h := newHarness(t, newRun(awaiting, discardRequested))
+	h.clock.SetTime(t0.Add(5 * time.Minute))
+	if d := h.mustSync(); d != 0 {
+		t.Errorf("requeue = %v, want 0", d)
+	}
+	run := h.get()
+	if run.Status.Phase != v1alpha1.RunPhaseDiscarded || run.Status.Message != "Plan discarded by bob: not today" ||
+		run.Status.CompletionTime == nil || !run.Status.CompletionTime.Time.Equal(t0.Add(5*time.Minute)) {
+		t.Errorf("phase %q message %q completion %v, want Discarded now with the discard message", run.Status.Phase, run.Status.Message, run.Status.CompletionTime)
+	}
+	expectCondition(t, run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonDiscarded)
+	expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonDiscarded)
+	if h.world.calls(applyJob1) != 0 {
+		t.Errorf("a discarded plan was applied")
+	}
+	h.expectEvent("Normal Discarded Plan discarded by bob")
+}
+
 // ---------------------------------------------------------------------------
 // Case 4: a stage that fails.
 
@@ -942,6 +967,21 @@ func TestSyncCancel(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a pending run ends without starting", func(t *testing.T) {
+		h := newHarness(t, newRun(cancelRequested))
+		if d := h.mustSync(); d != 0 {
+			t.Errorf("requeue = %v, want 0", d)
+		}
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhaseCanceled || run.Status.Message != "Canceled by bob: wrong workspace" || run.Status.CompletionTime == nil {
+			t.Errorf("phase %q message %q completion %v, want Canceled with the cancel message", run.Status.Phase, run.Status.Message, run.Status.CompletionTime)
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonCanceled)
+		if len(run.Status.Stages) != 0 || h.world.calls(planJob1) != 0 {
+			t.Errorf("stages %+v, plan Start calls %d; want none", run.Status.Stages, h.world.calls(planJob1))
+		}
+	})
 
 	t.Run("a plan that succeeded before the cancel is not applied", func(t *testing.T) {
 		h := newHarness(t, newRun(planning, withPlan, autoMode, cancelRequested))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/auth"
 )
 
 // The user that a stage token authenticates as.
@@ -45,8 +46,8 @@ type Tokens struct {
 }
 
 var (
-	_ authenticator.Token       = (*Tokens)(nil)
-	_ executor.IdentityResolver = (*Tokens)(nil)
+	_ authenticator.Token = (*Tokens)(nil)
+	_ auth.Resolver       = (*Tokens)(nil)
 )
 
 // NewTokens returns an empty token authority.
@@ -104,7 +105,7 @@ func (t *Tokens) AuthenticateToken(ctx context.Context, token string) (*authenti
 	return &authenticator.Response{User: ExecutorUser(found)}, true, nil
 }
 
-// ExecutorIdentity implements executor.IdentityResolver: it reads the identity
+// ExecutorIdentity implements auth.Resolver: it reads the identity
 // back from a user produced by AuthenticateToken. Any other user, and the user
 // of an identity whose token has been revoked, yields false.
 func (t *Tokens) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error) {

@@ -53,6 +53,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TerraformRunCancel{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunCancel(ref),
 		v1alpha1.TerraformRunDiscard{}.OpenAPIModelName():          schema_pkg_apis_terrarun_v1alpha1_TerraformRunDiscard(ref),
 		v1alpha1.TerraformRunList{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunList(ref),
+		v1alpha1.TerraformRunLogOptions{}.OpenAPIModelName():       schema_pkg_apis_terrarun_v1alpha1_TerraformRunLogOptions(ref),
+		v1alpha1.TerraformRunOutputsOptions{}.OpenAPIModelName():   schema_pkg_apis_terrarun_v1alpha1_TerraformRunOutputsOptions(ref),
+		v1alpha1.TerraformRunPlanOptions{}.OpenAPIModelName():      schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref),
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
 		v1alpha1.TerraformRunStatus{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref),
 		v1alpha1.Timeouts{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_Timeouts(ref),
@@ -1189,6 +1192,157 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunList(ref common.ReferenceCall
 		},
 		Dependencies: []string{
 			v1alpha1.TerraformRun{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunLogOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunLogOptions are the query options of the logs subresource. A GET reads the log of one stage attempt; a POST, allowed only to the executor of that attempt, appends its body to it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"stage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stage is plan or apply. A GET defaults to the run's latest stage; a POST must set it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "attempt is the attempt of the stage, from 1. A GET defaults to the stage's latest attempt; a POST must set it.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"follow": {
+						SchemaProps: spec.SchemaProps{
+							Description: "follow streams the log until the stage attempt ends (GET only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"tailLines": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tailLines, when set, starts with the last tailLines lines of the log (GET only).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"limitBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "limitBytes, when set, stops after limitBytes bytes (GET only).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunOutputsOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunOutputsOptions are the query options of the outputs subresource. A GET takes none; a POST, allowed only to the executor of the run's current apply stage attempt, uploads the outputs.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "attempt is the apply stage attempt that uploads; a POST must set it.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunPlanOptions are the query options of the plan subresource. A GET reads the plan; a POST, allowed only to the executor of the run's current plan stage attempt, uploads one part of it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"format": {
+						SchemaProps: spec.SchemaProps{
+							Description: "format is text (the default), json (redacted), file or source (GET only). file and source are served only to the executor of the run's apply stage.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"wait": {
+						SchemaProps: spec.SchemaProps{
+							Description: "wait blocks until the plan exists or the plan stage has ended without one (GET only).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "attempt is the plan stage attempt that uploads; a POST must set it.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"part": {
+						SchemaProps: spec.SchemaProps{
+							Description: "part is the uploaded part: file, text, json, source, or result, which is uploaded last; a POST must set it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

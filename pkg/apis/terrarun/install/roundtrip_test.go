@@ -12,6 +12,7 @@ import (
 	metafuzzer "k8s.io/apimachinery/pkg/apis/meta/fuzzer"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	runtimeserializer "k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/randfill"
 
@@ -48,9 +49,10 @@ func TestRoundTripExternalTypes(t *testing.T) {
 	roundtrip.RoundTripExternalTypesWithoutProtobuf(t, scheme, codecs, f, nil)
 }
 
-// TestInternalAndV1alpha1Agree converts fuzzed internal objects to v1alpha1 and
-// requires both to have the same JSON. The two versions have the same shape, so
-// this catches conversions that lose a field, and also conversions that swap
+// TestInternalAndV1alpha1Agree converts fuzzed internal objects (runs,
+// approvals and the subresources' query options) to v1alpha1 and requires
+// both to have the same JSON. The two versions have the same shape, so this
+// catches conversions that lose a field, and also conversions that swap
 // fields symmetrically, which a round trip alone would not notice.
 func TestInternalAndV1alpha1Agree(t *testing.T) {
 	scheme, codecs := newScheme()
@@ -83,6 +85,21 @@ func TestInternalAndV1alpha1Agree(t *testing.T) {
 		}
 		outApproval.TypeMeta = metav1.TypeMeta{}
 		requireSameJSON(t, inApproval, outApproval)
+
+		// The query options of the plan, logs and outputs subresources.
+		for _, pair := range []struct{ in, out runtime.Object }{
+			{&terrarun.TerraformRunLogOptions{}, &v1alpha1.TerraformRunLogOptions{}},
+			{&terrarun.TerraformRunPlanOptions{}, &v1alpha1.TerraformRunPlanOptions{}},
+			{&terrarun.TerraformRunOutputsOptions{}, &v1alpha1.TerraformRunOutputsOptions{}},
+		} {
+			f.Fill(pair.in)
+			pair.in.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+			if err := scheme.Convert(pair.in, pair.out, nil); err != nil {
+				t.Fatalf("convert %T: %v", pair.in, err)
+			}
+			pair.out.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+			requireSameJSON(t, pair.in, pair.out)
+		}
 		if t.Failed() {
 			return
 		}

@@ -33,6 +33,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunApproval{},
 		&TerraformRunDiscard{},
 		&TerraformRunCancel{},
+		&TerraformRunLogOptions{},
+		&TerraformRunPlanOptions{},
+		&TerraformRunOutputsOptions{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -22,6 +22,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	url "net/url"
 	unsafe "unsafe"
 
 	terrarun "github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -226,6 +227,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*TerraformRunLogOptions)(nil), (*terrarun.TerraformRunLogOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOptions(a.(*TerraformRunLogOptions), b.(*terrarun.TerraformRunLogOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunLogOptions)(nil), (*TerraformRunLogOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOptions(a.(*terrarun.TerraformRunLogOptions), b.(*TerraformRunLogOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformRunOutputsOptions)(nil), (*terrarun.TerraformRunOutputsOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformRunOutputsOptions_To_terrarun_TerraformRunOutputsOptions(a.(*TerraformRunOutputsOptions), b.(*terrarun.TerraformRunOutputsOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunOutputsOptions)(nil), (*TerraformRunOutputsOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions(a.(*terrarun.TerraformRunOutputsOptions), b.(*TerraformRunOutputsOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformRunPlanOptions)(nil), (*terrarun.TerraformRunPlanOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions(a.(*TerraformRunPlanOptions), b.(*terrarun.TerraformRunPlanOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunPlanOptions)(nil), (*TerraformRunPlanOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformRunPlanOptions_To_v1alpha1_TerraformRunPlanOptions(a.(*terrarun.TerraformRunPlanOptions), b.(*TerraformRunPlanOptions), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*TerraformRunSpec)(nil), (*terrarun.TerraformRunSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_TerraformRunSpec_To_terrarun_TerraformRunSpec(a.(*TerraformRunSpec), b.(*terrarun.TerraformRunSpec), scope)
 	}); err != nil {
@@ -273,6 +304,41 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.VariableSource)(nil), (*VariableSource)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_VariableSource_To_v1alpha1_VariableSource(a.(*terrarun.VariableSource), b.(*VariableSource), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*url.Values)(nil), (*TerraformRunLogOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunLogOptions(a.(*url.Values), b.(*TerraformRunLogOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*url.Values)(nil), (*TerraformRunOutputsOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunOutputsOptions(a.(*url.Values), b.(*TerraformRunOutputsOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*url.Values)(nil), (*TerraformRunPlanOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunPlanOptions(a.(*url.Values), b.(*TerraformRunPlanOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*[]string)(nil), (**int32)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_Slice_string_To_Pointer_int32(a.(*[]string), b.(**int32), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*url.Values)(nil), (*TerraformRunLogOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunLogOptions(a.(*url.Values), b.(*TerraformRunLogOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*url.Values)(nil), (*TerraformRunOutputsOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunOutputsOptions(a.(*url.Values), b.(*TerraformRunOutputsOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddConversionFunc((*url.Values)(nil), (*TerraformRunPlanOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_url_Values_To_v1alpha1_TerraformRunPlanOptions(a.(*url.Values), b.(*TerraformRunPlanOptions), scope)
 	}); err != nil {
 		return err
 	}
@@ -679,6 +745,168 @@ func autoConvert_terrarun_TerraformRunList_To_v1alpha1_TerraformRunList(in *terr
 // Convert_terrarun_TerraformRunList_To_v1alpha1_TerraformRunList is an autogenerated conversion function.
 func Convert_terrarun_TerraformRunList_To_v1alpha1_TerraformRunList(in *terrarun.TerraformRunList, out *TerraformRunList, s conversion.Scope) error {
 	return autoConvert_terrarun_TerraformRunList_To_v1alpha1_TerraformRunList(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOptions(in *TerraformRunLogOptions, out *terrarun.TerraformRunLogOptions, s conversion.Scope) error {
+	out.Stage = terrarun.StageName(in.Stage)
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	out.Follow = in.Follow
+	out.TailLines = (*int64)(unsafe.Pointer(in.TailLines))
+	out.LimitBytes = (*int64)(unsafe.Pointer(in.LimitBytes))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOptions is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOptions(in *TerraformRunLogOptions, out *terrarun.TerraformRunLogOptions, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOptions(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOptions(in *terrarun.TerraformRunLogOptions, out *TerraformRunLogOptions, s conversion.Scope) error {
+	out.Stage = string(in.Stage)
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	out.Follow = in.Follow
+	out.TailLines = (*int64)(unsafe.Pointer(in.TailLines))
+	out.LimitBytes = (*int64)(unsafe.Pointer(in.LimitBytes))
+	return nil
+}
+
+// Convert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOptions is an autogenerated conversion function.
+func Convert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOptions(in *terrarun.TerraformRunLogOptions, out *TerraformRunLogOptions, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOptions(in, out, s)
+}
+
+func autoConvert_url_Values_To_v1alpha1_TerraformRunLogOptions(in *url.Values, out *TerraformRunLogOptions, s conversion.Scope) error {
+	// WARNING: Field TypeMeta does not have json tag, skipping.
+
+	if values, ok := map[string][]string(*in)["stage"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Stage, s); err != nil {
+			return err
+		}
+	} else {
+		out.Stage = ""
+	}
+	if values, ok := map[string][]string(*in)["attempt"]; ok && len(values) > 0 {
+		if err := Convert_Slice_string_To_Pointer_int32(&values, &out.Attempt, s); err != nil {
+			return err
+		}
+	} else {
+		out.Attempt = nil
+	}
+	if values, ok := map[string][]string(*in)["follow"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_bool(&values, &out.Follow, s); err != nil {
+			return err
+		}
+	} else {
+		out.Follow = false
+	}
+	if values, ok := map[string][]string(*in)["tailLines"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_Pointer_int64(&values, &out.TailLines, s); err != nil {
+			return err
+		}
+	} else {
+		out.TailLines = nil
+	}
+	if values, ok := map[string][]string(*in)["limitBytes"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_Pointer_int64(&values, &out.LimitBytes, s); err != nil {
+			return err
+		}
+	} else {
+		out.LimitBytes = nil
+	}
+	return nil
+}
+
+func autoConvert_v1alpha1_TerraformRunOutputsOptions_To_terrarun_TerraformRunOutputsOptions(in *TerraformRunOutputsOptions, out *terrarun.TerraformRunOutputsOptions, s conversion.Scope) error {
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformRunOutputsOptions_To_terrarun_TerraformRunOutputsOptions is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformRunOutputsOptions_To_terrarun_TerraformRunOutputsOptions(in *TerraformRunOutputsOptions, out *terrarun.TerraformRunOutputsOptions, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformRunOutputsOptions_To_terrarun_TerraformRunOutputsOptions(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions(in *terrarun.TerraformRunOutputsOptions, out *TerraformRunOutputsOptions, s conversion.Scope) error {
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	return nil
+}
+
+// Convert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions is an autogenerated conversion function.
+func Convert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions(in *terrarun.TerraformRunOutputsOptions, out *TerraformRunOutputsOptions, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions(in, out, s)
+}
+
+func autoConvert_url_Values_To_v1alpha1_TerraformRunOutputsOptions(in *url.Values, out *TerraformRunOutputsOptions, s conversion.Scope) error {
+	// WARNING: Field TypeMeta does not have json tag, skipping.
+
+	if values, ok := map[string][]string(*in)["attempt"]; ok && len(values) > 0 {
+		if err := Convert_Slice_string_To_Pointer_int32(&values, &out.Attempt, s); err != nil {
+			return err
+		}
+	} else {
+		out.Attempt = nil
+	}
+	return nil
+}
+
+func autoConvert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions(in *TerraformRunPlanOptions, out *terrarun.TerraformRunPlanOptions, s conversion.Scope) error {
+	out.Format = in.Format
+	out.Wait = in.Wait
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	out.Part = in.Part
+	return nil
+}
+
+// Convert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions(in *TerraformRunPlanOptions, out *terrarun.TerraformRunPlanOptions, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformRunPlanOptions_To_v1alpha1_TerraformRunPlanOptions(in *terrarun.TerraformRunPlanOptions, out *TerraformRunPlanOptions, s conversion.Scope) error {
+	out.Format = in.Format
+	out.Wait = in.Wait
+	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
+	out.Part = in.Part
+	return nil
+}
+
+// Convert_terrarun_TerraformRunPlanOptions_To_v1alpha1_TerraformRunPlanOptions is an autogenerated conversion function.
+func Convert_terrarun_TerraformRunPlanOptions_To_v1alpha1_TerraformRunPlanOptions(in *terrarun.TerraformRunPlanOptions, out *TerraformRunPlanOptions, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformRunPlanOptions_To_v1alpha1_TerraformRunPlanOptions(in, out, s)
+}
+
+func autoConvert_url_Values_To_v1alpha1_TerraformRunPlanOptions(in *url.Values, out *TerraformRunPlanOptions, s conversion.Scope) error {
+	// WARNING: Field TypeMeta does not have json tag, skipping.
+
+	if values, ok := map[string][]string(*in)["format"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Format, s); err != nil {
+			return err
+		}
+	} else {
+		out.Format = ""
+	}
+	if values, ok := map[string][]string(*in)["wait"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_bool(&values, &out.Wait, s); err != nil {
+			return err
+		}
+	} else {
+		out.Wait = false
+	}
+	if values, ok := map[string][]string(*in)["attempt"]; ok && len(values) > 0 {
+		if err := Convert_Slice_string_To_Pointer_int32(&values, &out.Attempt, s); err != nil {
+			return err
+		}
+	} else {
+		out.Attempt = nil
+	}
+	if values, ok := map[string][]string(*in)["part"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Part, s); err != nil {
+			return err
+		}
+	} else {
+		out.Part = ""
+	}
+	return nil
 }
 
 func autoConvert_v1alpha1_TerraformRunSpec_To_terrarun_TerraformRunSpec(in *TerraformRunSpec, out *terrarun.TerraformRunSpec, s conversion.Scope) error {

@@ -117,6 +117,21 @@ func (in TerraformRunList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunLogOptions) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunLogOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunOutputsOptions) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunOutputsOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunPlanOptions) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunPlanOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunSpec) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunSpec"
 }

@@ -1,7 +1,8 @@
 // Package validation validates the internal terrarun.dev API types: a
 // TerraformRun on create, on update of the main resource and on update of the
-// status subresource, and the TerraformRunApproval body of the approve
-// subresource.
+// status subresource, the bodies of the approve, discard and cancel
+// subresources, and the query options of the plan, logs and outputs
+// subresources.
 //
 // Every function returns a field.ErrorList whose paths name the offending field
 // exactly (for example spec.variables[2].valueFrom or

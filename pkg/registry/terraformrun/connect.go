@@ -1,0 +1,150 @@
+package terraformrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+)
+
+// connectBase is shared by the plan, logs and outputs subresources: they are
+// rest.Connecters, like pods/exec, because they stream bytes rather than
+// objects. GET is authorized as verb get and POST as verb create on the
+// subresource, so RBAC sees each one separately; a POST is a write of the
+// run's current stage executor.
+//
+// The generic handler decodes the query into the options type that
+// NewConnectOptions returns, answering 400 when it does not parse. Connect
+// then validates the options, loads the run and checks the executor, and
+// returns those errors to the handler; errors met while serving are written
+// with the rest.Responder that Connect was given.
+type connectBase struct {
+	status    statusWriter
+	artifacts *artifacts.Store
+}
+
+// New returns an empty run: the subresource has no object of its own.
+func (b *connectBase) New() runtime.Object { return &terrarun.TerraformRun{} }
+
+// Destroy does nothing.
+func (b *connectBase) Destroy() {}
+
+// ConnectMethods are GET (read) and POST (the executor's writes).
+func (b *connectBase) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
+
+// isUpload says whether the request being connected is a POST, the
+// executor's write, rather than a GET. Connect is not given the request, so
+// this reads the verb of its RequestInfo: create for POST, get for GET.
+func isUpload(ctx context.Context) (bool, error) {
+	info, ok := genericapirequest.RequestInfoFrom(ctx)
+	if !ok {
+		return false, apierrors.NewInternalError(errors.New("the request has no RequestInfo"))
+	}
+	switch info.Verb {
+	case "create":
+		return true, nil
+	case "get":
+		return false, nil
+	}
+	return false, apierrors.NewMethodNotSupported(terrarun.Resource("terraformruns/"+info.Subresource), info.Verb)
+}
+
+// uploadHandler answers a POST with 204 No Content once write has consumed
+// the body, or with write's error.
+func uploadHandler(responder rest.Responder, write func(body io.Reader) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if err := write(req.Body); err != nil {
+			responder.Error(err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func runRef(run *terrarun.TerraformRun) artifacts.RunRef {
+	return artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
+}
+
+// currentStage is the latest execution of stageName, or nil.
+func currentStage(run *terrarun.TerraformRun, stageName terrarun.StageName) *terrarun.StageStatus {
+	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
+		if run.Status.Stages[i].Name == stageName {
+			return &run.Status.Stages[i]
+		}
+	}
+	return nil
+}
+
+// notFound is a 404 about the subresource what of run name, whose message
+// says what to do.
+func notFound(name, what, message string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusNotFound,
+		Reason:  metav1.StatusReasonNotFound,
+		Message: message,
+		Details: &metav1.StatusDetails{Name: name, Group: terrarun.GroupName, Kind: "terraformruns/" + what},
+	}}
+}
+
+// artifactError maps an error of the artifact store, met while serving the
+// subresource what (plan, logs or outputs) of run name, to the API error that
+// answers it:
+//
+//   - artifacts.ErrTooLarge: 413 Request Entity Too Large;
+//   - artifacts.ErrNotFound: 404 Not Found with message, which says what to do;
+//   - artifacts.ErrLogClosed: 409 Conflict with message;
+//   - an etcd timeout or unavailability: 503 Service Unavailable, which
+//     clients, terrarun-executor among them, retry;
+//   - anything else: 500 Internal Server Error.
+//
+// message is for the two errors that the caller can expect; without one, the
+// store's error is the message.
+func artifactError(err error, name, what, message string) error {
+	if message == "" {
+		message = err.Error()
+	}
+	switch {
+	case errors.Is(err, artifacts.ErrTooLarge):
+		return apierrors.NewRequestEntityTooLargeError(err.Error())
+	case errors.Is(err, artifacts.ErrNotFound):
+		return notFound(name, what, message)
+	case errors.Is(err, artifacts.ErrLogClosed):
+		return conflict(name, "%s", message)
+	case storeUnavailable(err):
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("the artifact store is unavailable, try again: %v", err))
+	}
+	return apierrors.NewInternalError(err)
+}
+
+// storeUnavailable says whether err is etcd timing out or being unavailable,
+// rather than refusing the request: a deadline, or gRPC code Unavailable or
+// DeadlineExceeded, which the etcd client reports as an rpctypes.EtcdError
+// for the errors of the server (no leader, request timed out) and as a gRPC
+// status for those of the connection.
+func storeUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code := codes.OK
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		code = etcdErr.Code()
+	} else if s, ok := status.FromError(err); ok {
+		code = s.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded
+}

@@ -1,0 +1,146 @@
+package terraformrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+)
+
+// logReadSize is how much of the executor's stream is appended at once at most.
+const logReadSize = 64 << 10
+
+// LogsREST serves terraformruns/logs as text/plain, streamed and flushed, with
+// the query options of a TerraformRunLogOptions: stage (plan or apply;
+// default the latest), attempt (default the latest), follow, tailLines and
+// limitBytes. A follow ends when the stage attempt's log is closed.
+// POST ?stage=S&attempt=N is the executor's log stream: the body is appended
+// as it arrives.
+type LogsREST struct {
+	connectBase
+}
+
+var _ rest.Connecter = &LogsREST{}
+
+// NewConnectOptions returns the options of a request: a TerraformRunLogOptions.
+func (r *LogsREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &terrarun.TerraformRunLogOptions{}, false, ""
+}
+
+// Connect validates the options, loads the run, checks the executor of a log
+// stream, and returns the handler that serves the request.
+func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Object, responder rest.Responder) (http.Handler, error) {
+	opts, ok := options.(*terrarun.TerraformRunLogOptions)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
+	}
+	upload, err := isUpload(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if errs := validation.ValidateTerraformRunLogOptions(opts, upload); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(terrarun.Kind("TerraformRunLogOptions"), name, errs)
+	}
+	run, err := r.status.get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if upload {
+		if err := checkExecutor(ctx, run, opts.Stage, *opts.Attempt, "logs"); err != nil {
+			return nil, err
+		}
+		return uploadHandler(responder, func(body io.Reader) error {
+			return r.append(ctx, run, opts.Stage, *opts.Attempt, body)
+		}), nil
+	}
+
+	stageName := opts.Stage
+	if stageName == "" {
+		stageName = terrarun.StagePlan
+		if n := len(run.Status.Stages); n > 0 {
+			stageName = run.Status.Stages[n-1].Name
+		}
+	}
+	attempt := int32(1)
+	if opts.Attempt != nil {
+		attempt = *opts.Attempt
+	} else if cur := currentStage(run, stageName); cur != nil {
+		attempt = cur.Attempt
+	}
+	streamOpts := artifacts.LogOptions{Follow: opts.Follow, TailLines: opts.TailLines, LimitBytes: opts.LimitBytes}
+	if isFinal(run.Status.Phase) {
+		// Nothing more will be written; do not wait for a log that never comes.
+		streamOpts.Follow = false
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fw := &flushWriter{w: w}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		err := r.artifacts.StreamLog(ctx, runRef(run), string(stageName), attempt, streamOpts, fw)
+		switch {
+		case fw.wrote:
+			// The status is sent; an error can only end the body early.
+		case err != nil && ctx.Err() == nil:
+			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
+				"run %q has no %s log for attempt %d yet (it is %s); add ?follow=true to wait for it", name, stageName, attempt, phaseOrPending(run))))
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}), nil
+}
+
+// flushWriter writes the header on first use and flushes every write, so a
+// follower sees each chunk as soon as it is stored.
+type flushWriter struct {
+	w     http.ResponseWriter
+	wrote bool
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	if !f.wrote {
+		f.wrote = true
+		f.w.WriteHeader(http.StatusOK)
+	}
+	return f.w.Write(p)
+}
+
+// Flush flushes the response.
+func (f *flushWriter) Flush() {
+	if !f.wrote {
+		f.wrote = true
+		f.w.WriteHeader(http.StatusOK)
+	}
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// append appends the executor's stream to the log of the stage attempt as it
+// arrives, in pieces of at most logReadSize bytes.
+func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stageName terrarun.StageName, attempt int32, body io.Reader) error {
+	ref := runRef(run)
+	buf := make([]byte, logReadSize)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if err := r.artifacts.AppendLog(ctx, ref, string(stageName), attempt, append([]byte(nil), buf[:n]...)); err != nil {
+				return artifactError(err, run.Name, "logs", fmt.Sprintf("the %s log of attempt %d is closed: the stage has ended", stageName, attempt))
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return apierrors.NewBadRequest("reading the log stream: " + rerr.Error())
+		}
+	}
+}

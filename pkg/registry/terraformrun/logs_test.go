@@ -1,0 +1,160 @@
+package terraformrun
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+func TestLogsWriteAndRead(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+
+	for _, chunk := range []string{"Initializing...\n", "line 2\nline 3\n"} {
+		w := connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", strings.NewReader(chunk))
+		expectStatus(t, w, http.StatusNoContent)
+	}
+	// A second attempt of the plan stage, and an apply.
+	if err := env.artifacts.CloseLog(t.Context(), runRef(run), "plan", 1); err != nil {
+		t.Fatal(err)
+	}
+	run = env.runningStage(t, run, planStage, terrarun.StagePlan, 2)
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=2", strings.NewReader("retry\n")), http.StatusNoContent)
+
+	for _, tc := range []struct{ query, want string }{
+		{"", "retry\n"}, // the latest attempt of the latest stage
+		{"stage=plan", "retry\n"},
+		{"stage=plan&attempt=1", "Initializing...\nline 2\nline 3\n"},
+		{"attempt=1", "Initializing...\nline 2\nline 3\n"},
+		{"attempt=1&tailLines=2", "line 2\nline 3\n"},
+		{"attempt=1&tailLines=0", ""},
+		{"attempt=1&limitBytes=4", "Init"},
+		{"attempt=1&tailLines=1&limitBytes=4", "line"},
+		{"attempt=1&follow=true", "Initializing...\nline 2\nline 3\n"}, // closed: the follow ends
+	} {
+		w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", tc.query, nil)
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != tc.want {
+			t.Errorf("GET ?%s = %q, want %q", tc.query, w.Body.String(), tc.want)
+		}
+		if w.Header().Get("Content-Type") != "text/plain; charset=utf-8" || w.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET ?%s headers = %v", tc.query, w.Header())
+		}
+	}
+
+	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply", nil)
+	expectStatus(t, w, http.StatusNotFound, `run "web" has no apply log for attempt 1 yet (it is Planning); add ?follow=true to wait for it`)
+
+	// The executor of a closed log must stop.
+	if err := env.artifacts.CloseLog(t.Context(), runRef(run), "plan", 2); err != nil {
+		t.Fatal(err)
+	}
+	w = connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=2", strings.NewReader("late\n"))
+	expectStatus(t, w, http.StatusConflict, "the plan log of attempt 2 is closed: the stage has ended")
+}
+
+func TestLogsFollow(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 1)
+
+	// A follower that starts before the log exists waits for it, and ends
+	// when the log is closed.
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		done <- connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&follow=true", nil)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for _, chunk := range []string{"Applying...\n", "Apply complete!\n"} {
+		expectStatus(t, connect(t, env.storage.Logs, applyStage, http.MethodPost, "web", "stage=apply&attempt=1", strings.NewReader(chunk)), http.StatusNoContent)
+	}
+	select {
+	case w := <-done:
+		t.Fatalf("the follow ended before the log was closed: %d %q", w.Code, w.Body.String())
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := env.artifacts.CloseLog(t.Context(), runRef(run), "apply", 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-done:
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != "Applying...\nApply complete!\n" {
+			t.Errorf("followed %q", w.Body.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow did not end when the log was closed")
+	}
+
+	// A follower that leaves ends its request.
+	ctx, cancel := context.WithCancel(t.Context())
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 2)
+	go func() {
+		done <- connectContext(t, ctx, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&attempt=2&follow=true", nil)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow did not end with its request")
+	}
+
+	// Nothing more is written to the log of a run that ended: no follow.
+	env.setStatus(t, "web", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseFailed })
+	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&attempt=3&follow=true", nil)
+	expectStatus(t, w, http.StatusNotFound, "has no apply log for attempt 3 yet (it is Failed)")
+}
+
+func TestLogsOptionsAndWriteErrors(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+
+	cases := []struct {
+		name   string
+		u      user.Info
+		method string
+		query  string
+		code   int
+		fields []string
+		msg    []string
+	}{
+		{name: "negative tailLines", method: http.MethodGet, query: "tailLines=-1", code: http.StatusUnprocessableEntity, fields: []string{"tailLines"}, msg: []string{`TerraformRunLogOptions.terrarun.dev "web" is invalid`}},
+		{name: "negative limitBytes", method: http.MethodGet, query: "limitBytes=-1", code: http.StatusUnprocessableEntity, fields: []string{"limitBytes"}},
+		{name: "unknown stage", method: http.MethodGet, query: "stage=destroy", code: http.StatusUnprocessableEntity, fields: []string{"stage"}},
+		{name: "attempt 0", method: http.MethodGet, query: "attempt=0", code: http.StatusUnprocessableEntity, fields: []string{"attempt"}},
+		{name: "follow that is no boolean", method: http.MethodGet, query: "follow=maybe", code: http.StatusBadRequest, msg: []string{`invalid follow="maybe": must be true or false`}},
+		{name: "tailLines that is no number", method: http.MethodGet, query: "tailLines=all", code: http.StatusBadRequest, msg: []string{`invalid tailLines="all"`}},
+		{name: "write without stage and attempt", method: http.MethodPost, code: http.StatusUnprocessableEntity, fields: []string{"stage", "attempt"}},
+		{name: "write by a user", u: alice, method: http.MethodPost, query: "stage=plan&attempt=1", code: http.StatusForbidden, msg: []string{"only the executor of this run's current stage may write its logs; alice is not an executor"}},
+		{name: "write to another stage", method: http.MethodPost, query: "stage=apply&attempt=1", code: http.StatusForbidden, msg: []string{"which is not the run's current apply stage"}},
+		{name: "write to another attempt", method: http.MethodPost, query: "stage=plan&attempt=2", code: http.StatusForbidden, msg: []string{"this executor runs attempt 1, not attempt 2"}},
+		{name: "missing run", method: http.MethodGet, query: "", code: http.StatusNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := tc.u
+			if u == nil {
+				u = planStage
+			}
+			name := "web"
+			if tc.name == "missing run" {
+				name = "missing"
+			}
+			w := connect(t, env.storage.Logs, u, tc.method, name, tc.query, strings.NewReader("x\n"))
+			st := expectStatus(t, w, tc.code, tc.msg...)
+			if tc.fields != nil {
+				expectCauses(t, st, tc.fields...)
+			}
+		})
+	}
+}

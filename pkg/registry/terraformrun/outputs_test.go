@@ -1,0 +1,83 @@
+package terraformrun
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+const testOutputs = `{
+  "url": {"sensitive": false, "type": "string", "value": "https://example.com"},
+  "password": {"sensitive": true, "type": "string", "value": "hunter2"},
+  "ports": {"sensitive": false, "type": ["list", "number"], "value": [80, 443]}
+}`
+
+func TestOutputsUploadAndRead(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+
+	w := connect(t, env.storage.Outputs, alice, http.MethodGet, "web", "", nil)
+	expectStatus(t, w, http.StatusNotFound, `run "web" has no outputs yet (it is Pending); outputs exist once the apply has succeeded`)
+
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 1)
+	w = connect(t, env.storage.Outputs, applyStage, http.MethodPost, "web", "attempt=1", strings.NewReader(testOutputs))
+	expectStatus(t, w, http.StatusNoContent)
+
+	want := []terrarun.OutputStatus{
+		{Name: "password", Type: `"string"`, Sensitive: true},
+		{Name: "ports", Type: `["list", "number"]`, Value: `[80, 443]`},
+		{Name: "url", Type: `"string"`, Value: `"https://example.com"`},
+	}
+	if diff := cmp.Diff(want, env.getRun(t, "web").Status.Outputs); diff != "" {
+		t.Errorf("status.outputs (-want +got):\n%s", diff)
+	}
+
+	w = connect(t, env.storage.Outputs, alice, http.MethodGet, "web", "", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != testOutputs {
+		t.Errorf("GET = %q, want the uploaded document with its sensitive values", w.Body.String())
+	}
+	if w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("headers = %v", w.Header())
+	}
+}
+
+func TestOutputsUploadErrors(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 1)
+
+	for _, tc := range []struct {
+		name   string
+		query  string
+		body   string
+		code   int
+		fields []string
+		msg    []string
+	}{
+		{name: "without attempt", body: testOutputs, code: http.StatusUnprocessableEntity, fields: []string{"attempt"}, msg: []string{`TerraformRunOutputsOptions.terrarun.dev "web" is invalid`}},
+		{name: "attempt that is no number", query: "attempt=1.0", body: testOutputs, code: http.StatusBadRequest, msg: []string{`invalid attempt="1.0"`}},
+		{name: "another attempt", query: "attempt=2", body: testOutputs, code: http.StatusForbidden, msg: []string{"this executor runs attempt 1, not attempt 2"}},
+		{name: "not terraform output -json", query: "attempt=1", body: `["x"]`, code: http.StatusBadRequest, msg: []string{"the outputs are not `terraform output -json`"}},
+		{name: "over 4 MiB", query: "attempt=1", body: strings.Repeat(" ", 4<<20+1), code: http.StatusRequestEntityTooLarge, msg: []string{"the outputs are larger than 4 MiB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := connect(t, env.storage.Outputs, applyStage, http.MethodPost, "web", tc.query, strings.NewReader(tc.body))
+			st := expectStatus(t, w, tc.code, tc.msg...)
+			if tc.fields != nil {
+				expectCauses(t, st, tc.fields...)
+			}
+		})
+	}
+	// Only the apply stage uploads outputs.
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 2)
+	w := connect(t, env.storage.Outputs, planStage, http.MethodPost, "web", "attempt=2", strings.NewReader(testOutputs))
+	expectStatus(t, w, http.StatusForbidden, "this executor runs stage plan attempt 2, which is not the run's current apply stage")
+	if outputs := env.getRun(t, "web").Status.Outputs; outputs != nil {
+		t.Errorf("outputs were recorded: %+v", outputs)
+	}
+}

@@ -1,0 +1,226 @@
+package terraformrun
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/artifacts"
+)
+
+// testPlan is what a plan stage uploads.
+var testPlan = map[string]string{
+	"file":   "PLANFILE\x00\x01",
+	"text":   "Plan: 1 to add, 0 to change, 0 to destroy.\n",
+	"json":   `{"format_version":"1.2"}`,
+	"source": "\x1f\x8bTARGZ",
+	"result": `{"sourceRevision":"sha256:abc","add":1,"change":2,"destroy":3,"import":4,"hasChanges":true}`,
+}
+
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// uploadPlan uploads every part of testPlan as the executor of attempt 1 of
+// the plan stage of run name, the result last.
+func uploadPlan(t *testing.T, env *testEnv, name string) {
+	t.Helper()
+	for _, part := range []string{"file", "text", "json", "source", "result"} {
+		w := connect(t, env.storage.Plan, planStage, http.MethodPost, name, "attempt=1&part="+part, strings.NewReader(testPlan[part]))
+		expectStatus(t, w, http.StatusNoContent)
+	}
+}
+
+// newPlannedRun creates a run whose plan stage has uploaded testPlan.
+func newPlannedRun(t *testing.T, env *testEnv, name string) *terrarun.TerraformRun {
+	t.Helper()
+	run := env.createRun(t, name, nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	uploadPlan(t, env, name)
+	return env.getRun(t, name)
+}
+
+func TestPlanUploadAndRead(t *testing.T) {
+	env := newTestEnv(t)
+	run := newPlannedRun(t, env, "web")
+
+	want := &terrarun.PlanSummary{Digest: digestOf(testPlan["file"]), Add: 1, Change: 2, Destroy: 3, Import: 4, HasChanges: true}
+	got := run.Status.Plan
+	if got == nil || got.CompletedAt == nil {
+		t.Fatalf("status.plan = %+v, want it recorded", got)
+	}
+	if got.Digest != want.Digest || got.Add != want.Add || got.Change != want.Change || got.Destroy != want.Destroy || got.Import != want.Import || !got.HasChanges {
+		t.Errorf("status.plan = %+v, want %+v", got, want)
+	}
+	if run.Status.Source == nil || run.Status.Source.Revision != "sha256:abc" {
+		t.Errorf("status.source = %+v", run.Status.Source)
+	}
+
+	for _, tc := range []struct {
+		query, body, contentType string
+	}{
+		{"", testPlan["text"], "text/plain; charset=utf-8"},
+		{"format=text", testPlan["text"], "text/plain; charset=utf-8"},
+		{"format=json", testPlan["json"], "application/json"},
+	} {
+		w := connect(t, env.storage.Plan, alice, http.MethodGet, "web", tc.query, nil)
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != tc.body {
+			t.Errorf("GET ?%s = %q, want %q", tc.query, w.Body.String(), tc.body)
+		}
+		h := w.Header()
+		if h.Get("Content-Type") != tc.contentType || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Terrarun-Plan-Digest") != want.Digest {
+			t.Errorf("GET ?%s headers = %v", tc.query, h)
+		}
+	}
+}
+
+func TestPlanNotFound(t *testing.T) {
+	env := newTestEnv(t)
+	env.createRun(t, "fresh", nil)
+	w := connect(t, env.storage.Plan, alice, http.MethodGet, "fresh", "format=json", nil)
+	st := expectStatus(t, w, http.StatusNotFound, `run "fresh" has no plan yet (it is Pending); add ?wait=true to wait for it`)
+	if st.Details == nil || st.Details.Kind != "terraformruns/plan" || st.Details.Name != "fresh" {
+		t.Errorf("details = %+v", st.Details)
+	}
+	w = connect(t, env.storage.Plan, alice, http.MethodGet, "missing", "", nil)
+	expectStatus(t, w, http.StatusNotFound, `"missing" not found`)
+
+	// A plan whose artifacts are gone, with the run's retention lease.
+	run := newPlannedRun(t, env, "expired")
+	if err := env.artifacts.DeleteRun(t.Context(), runRef(run)); err != nil {
+		t.Fatal(err)
+	}
+	w = connect(t, env.storage.Plan, alice, http.MethodGet, "expired", "", nil)
+	expectStatus(t, w, http.StatusNotFound, "is no longer stored", "create a new run to plan again")
+}
+
+func TestPlanFileAndSourceOnlyForTheApplyStage(t *testing.T) {
+	env := newTestEnv(t)
+	run := newPlannedRun(t, env, "web")
+	for _, format := range []string{"file", "source"} {
+		w := connect(t, env.storage.Plan, alice, http.MethodGet, "web", "format="+format, nil)
+		expectStatus(t, w, http.StatusForbidden, "alice is not an executor")
+		w = connect(t, env.storage.Plan, planStage, http.MethodGet, "web", "format="+format, nil)
+		expectStatus(t, w, http.StatusForbidden, "this executor runs stage plan attempt 1, which is not the run's current apply stage")
+	}
+
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 1)
+	for _, tc := range []struct{ format, body, contentType string }{
+		{"file", testPlan["file"], "application/octet-stream"},
+		{"source", testPlan["source"], "application/gzip"},
+	} {
+		w := connect(t, env.storage.Plan, applyStage, http.MethodGet, "web", "format="+tc.format, nil)
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != tc.body || w.Header().Get("Content-Type") != tc.contentType || w.Header().Get("X-Terrarun-Plan-Digest") != run.Status.Plan.Digest {
+			t.Errorf("format=%s: %q %v", tc.format, w.Body.String(), w.Header())
+		}
+	}
+}
+
+func TestPlanOptionsAndUploadErrors(t *testing.T) {
+	env := newTestEnvWithArtifacts(t, artifacts.Options{Limits: artifacts.Limits{PlanFile: 1 << 10, PlanText: 1 << 10}})
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+
+	cases := []struct {
+		name   string
+		u      user.Info
+		method string
+		query  string
+		body   string
+		code   int
+		fields []string
+		msg    []string
+	}{
+		{name: "unknown format", method: http.MethodGet, query: "format=yaml", code: http.StatusUnprocessableEntity, fields: []string{"format"}, msg: []string{`TerraformRunPlanOptions.terrarun.dev "web" is invalid`, `supported values: "text", "json"`}},
+		{name: "wait that is no boolean", method: http.MethodGet, query: "wait=soon", code: http.StatusBadRequest, msg: []string{`invalid wait="soon": must be true or false`}},
+		{name: "upload without part", method: http.MethodPost, query: "attempt=1", code: http.StatusUnprocessableEntity, fields: []string{"part"}},
+		{name: "upload without attempt", method: http.MethodPost, query: "part=file", code: http.StatusUnprocessableEntity, fields: []string{"attempt"}},
+		{name: "upload of an unknown part", method: http.MethodPost, query: "attempt=1&part=state", code: http.StatusUnprocessableEntity, fields: []string{"part"}},
+		{name: "attempt that is no number", method: http.MethodPost, query: "attempt=one&part=file", code: http.StatusBadRequest, msg: []string{`invalid attempt="one"`}},
+		{name: "upload by a user", u: alice, method: http.MethodPost, query: "attempt=1&part=file", code: http.StatusForbidden, msg: []string{"alice is not an executor"}},
+		{name: "upload by the apply stage", u: applyStage, method: http.MethodPost, query: "attempt=1&part=file", code: http.StatusForbidden},
+		{name: "upload by an unverifiable executor", u: brokenStage, method: http.MethodPost, query: "attempt=1&part=file", code: http.StatusServiceUnavailable, msg: []string{"cannot verify the executor identity now: the token review failed; retry"}},
+		{name: "upload for another attempt", method: http.MethodPost, query: "attempt=2&part=file", code: http.StatusForbidden, msg: []string{"this executor runs attempt 1, not attempt 2"}},
+		{name: "result before the plan file", method: http.MethodPost, query: "attempt=1&part=result", body: testPlan["result"], code: http.StatusBadRequest, msg: []string{"upload the plan file (part=file) before the result"}},
+		{name: "plan file over the limit", method: http.MethodPost, query: "attempt=1&part=file", body: strings.Repeat("x", 2<<10), code: http.StatusRequestEntityTooLarge, msg: []string{"larger than the limit of 1024 bytes"}},
+		{name: "plan text over the limit is truncated", method: http.MethodPost, query: "attempt=1&part=text", body: strings.Repeat("x", 2<<10), code: http.StatusNoContent},
+		{name: "result that is no result", method: http.MethodPost, query: "attempt=1&part=result", body: `{"add":"one"}`, code: http.StatusBadRequest, msg: []string{"decoding the plan result"}},
+		{name: "result over 64 KiB", method: http.MethodPost, query: "attempt=1&part=result", body: strings.Repeat(" ", 64<<10+1), code: http.StatusRequestEntityTooLarge, msg: []string{"larger than 64 KiB"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := tc.u
+			if u == nil {
+				u = planStage
+			}
+			w := connect(t, env.storage.Plan, u, tc.method, "web", tc.query, strings.NewReader(tc.body))
+			st := expectStatus(t, w, tc.code, tc.msg...)
+			if tc.fields != nil {
+				expectCauses(t, st, tc.fields...)
+			}
+		})
+	}
+	if run := env.getRun(t, "web"); run.Status.Plan != nil {
+		t.Errorf("a plan was recorded: %+v", run.Status.Plan)
+	}
+}
+
+func TestPlanTruncatedJSON(t *testing.T) {
+	env := newTestEnvWithArtifacts(t, artifacts.Options{Limits: artifacts.Limits{PlanJSON: 16}})
+	newPlannedRun(t, env, "big")
+	w := connect(t, env.storage.Plan, alice, http.MethodGet, "big", "format=json", nil)
+	expectStatus(t, w, http.StatusRequestEntityTooLarge, `the redacted plan JSON of run "big" exceeded the server's --max-plan-bytes and was truncated`)
+	w = connect(t, env.storage.Plan, alice, http.MethodGet, "big", "", nil)
+	expectStatus(t, w, http.StatusOK)
+}
+
+func TestPlanWait(t *testing.T) {
+	env := newTestEnv(t)
+
+	t.Run("until the plan exists", func(t *testing.T) {
+		run := env.createRun(t, "slow", nil)
+		env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- connect(t, env.storage.Plan, alice, http.MethodGet, "slow", "wait=true", nil) }()
+		time.Sleep(200 * time.Millisecond)
+		uploadPlan(t, env, "slow")
+		w := <-done
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != testPlan["text"] || w.Header().Get("X-Terrarun-Plan-Digest") != digestOf(testPlan["file"]) {
+			t.Errorf("waited for %q %v", w.Body.String(), w.Header())
+		}
+	})
+
+	t.Run("until the plan stage fails", func(t *testing.T) {
+		run := env.createRun(t, "broken", nil)
+		env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- connect(t, env.storage.Plan, alice, http.MethodGet, "broken", "wait=1", nil) }()
+		time.Sleep(200 * time.Millisecond)
+		env.setStatus(t, "broken", func(st *terrarun.TerraformRunStatus) {
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: terrarun.ConditionPlanned, Status: metav1.ConditionFalse, Reason: terrarun.ReasonPlanFailed, Message: "Error: Invalid reference"})
+		})
+		expectStatus(t, <-done, http.StatusConflict, "the run has no plan: Error: Invalid reference")
+	})
+
+	t.Run("a run that ended without a plan", func(t *testing.T) {
+		env.createRun(t, "canceled", func(st *terrarun.TerraformRunStatus) {
+			st.Phase = terrarun.RunPhaseCanceled
+			st.Message = "Canceled by alice."
+		})
+		w := connect(t, env.storage.Plan, alice, http.MethodGet, "canceled", "wait=true", nil)
+		expectStatus(t, w, http.StatusNotFound, `run "canceled" ended Canceled without a plan: Canceled by alice.`)
+	})
+}

@@ -1,0 +1,125 @@
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// StatusREST serves terraformruns/status: get, update and patch of status only.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var _ rest.Patcher = &StatusREST{}
+
+// New returns an empty run.
+func (r *StatusREST) New() runtime.Object { return &terrarun.TerraformRun{} }
+
+// Destroy does nothing: the main resource owns the store.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the run.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes the status of a run and nothing else.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status writes never create a run.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields says that /status never changes spec.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints runs as the main resource does.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// statusWriter reads runs, and changes their status through the status
+// store, with the status strategy's validation and optimistic-concurrency
+// retries. Every subresource but status itself writes through it.
+type statusWriter struct {
+	store *genericregistry.Store
+}
+
+// update applies mutate to the current run and stores the result. mutate may
+// return an API error (for example a Conflict) to abort.
+func (w statusWriter) update(ctx context.Context, name string, mutate func(*terrarun.TerraformRun) error) (*terrarun.TerraformRun, error) {
+	obj, _, err := w.store.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, oldObj runtime.Object) (runtime.Object, error) {
+			run := oldObj.(*terrarun.TerraformRun).DeepCopy()
+			if err := mutate(run); err != nil {
+				return nil, err
+			}
+			return run, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*terrarun.TerraformRun), nil
+}
+
+func (w statusWriter) get(ctx context.Context, name string) (*terrarun.TerraformRun, error) {
+	obj, err := w.store.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*terrarun.TerraformRun), nil
+}
+
+// admitAction checks the body of a POST to an action subresource (approve,
+// discard or cancel) of run name: metadata.name, when set, must be the run's;
+// errs are the body's validation errors; createValidation is admission.
+func admitAction(ctx context.Context, kind, name string, body runtime.Object, errs field.ErrorList, createValidation rest.ValidateObjectFunc) error {
+	if n := body.(metav1.Object).GetName(); n != "" && n != name {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s names run %q but was sent to run %q; omit metadata.name or make it match", kind, n, name))
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(terrarun.Kind(kind), name, errs)
+	}
+	if createValidation != nil {
+		return createValidation(ctx, body)
+	}
+	return nil
+}
+
+func requestUser(ctx context.Context) string {
+	if u, ok := genericapirequest.UserFrom(ctx); ok && u != nil {
+		return u.GetName()
+	}
+	return ""
+}
+
+func conflict(name string, format string, args ...interface{}) error {
+	return apierrors.NewConflict(terrarun.Resource("terraformruns"), name, fmt.Errorf(format, args...))
+}
+
+func phaseOrPending(run *terrarun.TerraformRun) terrarun.RunPhase {
+	if run.Status.Phase == "" {
+		return terrarun.RunPhasePending
+	}
+	return run.Status.Phase
+}
+
+func isFinal(p terrarun.RunPhase) bool {
+	switch p {
+	case terrarun.RunPhaseSucceeded, terrarun.RunPhaseFailed, terrarun.RunPhaseCanceled, terrarun.RunPhaseDiscarded:
+		return true
+	}
+	return false
+}
