@@ -1,7 +1,8 @@
 // Package admission registers terrarun's native, in-process admission plugins.
 // There are no webhooks: the plugins run inside terrarun-apiserver, in the
-// server's admission chain, for the terraformruns resource of terrarun.dev
-// (never for other resources or for subresources such as status and approve).
+// server's admission chain, for the terraformruns resource of terrarun.dev and
+// its approve subresource (never for other resources, or for subresources such
+// as status).
 //
 // # Plugins and order
 //
@@ -25,8 +26,11 @@
 // validated too; the registry strategy's own defaulting and validation run
 // between the two phases and hold even with admission disabled.
 //
-// Separation of duties on the approve subresource is not an admission step:
-// the approve handler calls terraformrunpolicy.CheckApprover with the same policy.
+// Separation of duties on the approve subresource is an admission step too:
+// TerraformRunPolicy sees an approval as a create of terraformruns/approve,
+// reads the run (initializer.RunGetter) and refuses its creator
+// (CheckApprover), unless the policy sets separationOfDuties: false. The
+// approve handler then records the approver from the request's user.
 //
 // # Configuration
 //

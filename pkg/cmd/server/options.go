@@ -203,11 +203,13 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		if executorCA == "" {
 			executorCA = sa.pki.CAFile()
 		}
-		config.AddPostStartHookOrDie("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
+		if err := config.AddPostStartHook("terrarun-standalone-banner", func(genericapiserver.PostStartHookContext) error {
 			fmt.Fprintf(o.Out, "terrarun is serving in standalone mode at %s\nkubeconfig: %s\ntry:        kubectl --kubeconfig %s get terraformruns\n",
 				config.LoopbackClientConfig.Host, kubeconfig, kubeconfig)
 			return nil
-		})
+		}); err != nil {
+			return nil, cleanup, err
+		}
 	}
 
 	etcdClient, err := newEtcdClient(recommended.Etcd)
