@@ -78,7 +78,7 @@ func TestApprove(t *testing.T) {
 	t.Run("the approver is never read from the body", func(t *testing.T) {
 		env.createRun(t, "anonymous", awaitingApproval)
 		_, err := approve(nil, "anonymous", &terrarun.TerraformRunApproval{PlanDigest: testDigest})
-		expectAPIError(t, err, http.StatusForbidden, "approvals require an authenticated user")
+		expectAPIError(t, err, http.StatusForbidden, "TerraformRunApproval requires an authenticated user")
 	})
 	t.Run("invalid body", func(t *testing.T) {
 		env.createRun(t, "invalid", awaitingApproval)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -147,4 +148,22 @@ func storeUnavailable(err error) bool {
 		code = s.Code()
 	}
 	return code == codes.Unavailable || code == codes.DeadlineExceeded
+}
+
+// prepare starts every Connect: it takes the options, of type O, validates
+// them with validate for a read or an upload, and loads the run.
+func prepare[O runtime.Object](ctx context.Context, b *connectBase, name string, options runtime.Object,
+	kind string, validate func(O, bool) field.ErrorList) (opts O, upload bool, run *terrarun.TerraformRun, err error) {
+	opts, ok := options.(O)
+	if !ok {
+		return opts, false, nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
+	}
+	if upload, err = isUpload(ctx); err != nil {
+		return opts, false, nil, err
+	}
+	if errs := validate(opts, upload); len(errs) > 0 {
+		return opts, false, nil, apierrors.NewInvalid(terrarun.Kind(kind), name, errs)
+	}
+	run, err = b.status.get(ctx, name)
+	return opts, upload, run, err
 }

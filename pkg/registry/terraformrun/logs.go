@@ -39,18 +39,7 @@ func (r *LogsREST) NewConnectOptions() (runtime.Object, bool, string) {
 // Connect validates the options, loads the run, checks the executor of a log
 // stream, and returns the handler that serves the request.
 func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Object, responder rest.Responder) (http.Handler, error) {
-	opts, ok := options.(*terrarun.TerraformRunLogOptions)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
-	}
-	upload, err := isUpload(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if errs := validation.ValidateTerraformRunLogOptions(opts, upload); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(terrarun.Kind("TerraformRunLogOptions"), name, errs)
-	}
-	run, err := r.status.get(ctx, name)
+	opts, upload, run, err := prepare(ctx, &r.connectBase, name, options, "TerraformRunLogOptions", validation.ValidateTerraformRunLogOptions)
 	if err != nil {
 		return nil, err
 	}

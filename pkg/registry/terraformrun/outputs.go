@@ -41,18 +41,7 @@ func (r *OutputsREST) NewConnectOptions() (runtime.Object, bool, string) {
 // Connect validates the options, loads the run, checks the executor of an
 // upload, and returns the handler that serves the request.
 func (r *OutputsREST) Connect(ctx context.Context, name string, options runtime.Object, responder rest.Responder) (http.Handler, error) {
-	opts, ok := options.(*terrarun.TerraformRunOutputsOptions)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
-	}
-	upload, err := isUpload(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if errs := validation.ValidateTerraformRunOutputsOptions(opts, upload); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(terrarun.Kind("TerraformRunOutputsOptions"), name, errs)
-	}
-	run, err := r.status.get(ctx, name)
+	opts, upload, run, err := prepare(ctx, &r.connectBase, name, options, "TerraformRunOutputsOptions", validation.ValidateTerraformRunOutputsOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -56,18 +56,7 @@ func (r *PlanREST) NewConnectOptions() (runtime.Object, bool, string) {
 // plan upload or of a plan file download, and returns the handler that
 // serves the request.
 func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Object, responder rest.Responder) (http.Handler, error) {
-	opts, ok := options.(*terrarun.TerraformRunPlanOptions)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("invalid options object: %T", options))
-	}
-	upload, err := isUpload(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if errs := validation.ValidateTerraformRunPlanOptions(opts, upload); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(terrarun.Kind("TerraformRunPlanOptions"), name, errs)
-	}
-	run, err := r.status.get(ctx, name)
+	opts, upload, run, err := prepare(ctx, &r.connectBase, name, options, "TerraformRunPlanOptions", validation.ValidateTerraformRunPlanOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -80,22 +79,6 @@ func (w statusWriter) get(ctx context.Context, name string) (*terrarun.Terraform
 		return nil, err
 	}
 	return obj.(*terrarun.TerraformRun), nil
-}
-
-// admitAction checks the body of a POST to an action subresource (approve,
-// discard or cancel) of run name: metadata.name, when set, must be the run's;
-// errs are the body's validation errors; createValidation is admission.
-func admitAction(ctx context.Context, kind, name string, body runtime.Object, errs field.ErrorList, createValidation rest.ValidateObjectFunc) error {
-	if n := body.(metav1.Object).GetName(); n != "" && n != name {
-		return apierrors.NewBadRequest(fmt.Sprintf("%s names run %q but was sent to run %q; omit metadata.name or make it match", kind, n, name))
-	}
-	if len(errs) > 0 {
-		return apierrors.NewInvalid(terrarun.Kind(kind), name, errs)
-	}
-	if createValidation != nil {
-		return createValidation(ctx, body)
-	}
-	return nil
 }
 
 func requestUser(ctx context.Context) string {

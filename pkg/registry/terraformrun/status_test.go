@@ -1,12 +1,10 @@
 package terraformrun
 
 import (
-	"context"
 	"net/http"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -70,24 +68,4 @@ func TestStatusWriter(t *testing.T) {
 
 	_, err = w.get(requestContext(alice, "get", ""), "missing")
 	expectAPIError(t, err, http.StatusNotFound)
-}
-
-func TestAdmitAction(t *testing.T) {
-	ctx := requestContext(alice, "create", "cancel")
-	body := &terrarun.TerraformRunCancel{}
-	if err := admitAction(ctx, "TerraformRunCancel", "web", body, nil, nil); err != nil {
-		t.Errorf("refused a valid body: %v", err)
-	}
-	body.Name = "web"
-	if err := admitAction(ctx, "TerraformRunCancel", "web", body, nil, rest.ValidateAllObjectFunc); err != nil {
-		t.Errorf("refused a body that names its run: %v", err)
-	}
-	called := false
-	admission := func(context.Context, runtime.Object) error { called = true; return nil }
-	body.Name = "api"
-	err := admitAction(ctx, "TerraformRunCancel", "web", body, nil, admission)
-	expectAPIError(t, err, http.StatusBadRequest, `TerraformRunCancel names run "api" but was sent to run "web"; omit metadata.name or make it match`)
-	if called {
-		t.Error("admission saw a body that names another run")
-	}
 }

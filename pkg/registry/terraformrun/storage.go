@@ -23,13 +23,20 @@ type Storage struct {
 	// Status serves terraformruns/status.
 	Status *StatusREST
 	// Approve, Discard and Cancel serve the action subresources.
-	Approve *ApproveREST
-	Discard *DiscardREST
-	Cancel  *CancelREST
+	Approve ActionStorage
+	Discard ActionStorage
+	Cancel  ActionStorage
 	// Plan, Logs and Outputs serve the streamed subresources.
 	Plan    *PlanREST
 	Logs    *LogsREST
 	Outputs *OutputsREST
+}
+
+// ActionStorage is the storage of an action subresource: approve, discard or
+// cancel.
+type ActionStorage interface {
+	rest.Storage
+	rest.NamedCreater
 }
 
 // Deps are what the subresources need besides the object store.
@@ -113,9 +120,9 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 	return &Storage{
 		Run:     &REST{store},
 		Status:  &StatusREST{store: &statusStore},
-		Approve: &ApproveREST{status: status},
-		Discard: &DiscardREST{status: status},
-		Cancel:  &CancelREST{status: status},
+		Approve: newApproveREST(status),
+		Discard: newDiscardREST(status),
+		Cancel:  newCancelREST(status),
 		Plan:    &PlanREST{connectBase: base},
 		Logs:    &LogsREST{connectBase: base},
 		Outputs: &OutputsREST{connectBase: base},

@@ -1,0 +1,70 @@
+package terraformrun
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// actionBody is the body of an action subresource: TerraformRunApproval,
+// TerraformRunDiscard or TerraformRunCancel.
+type actionBody interface {
+	runtime.Object
+	metav1.Object
+}
+
+// actionREST serves an action subresource (approve, discard, cancel), as
+// pods/eviction is served: POST a body of type B to the run, which validates
+// it, passes it to admission, and records what it asks for in the run's
+// status with record. It answers with the run.
+type actionREST[B actionBody] struct {
+	status statusWriter
+	// kind is B's kind, for errors.
+	kind     string
+	newBody  func() B
+	validate func(B) field.ErrorList
+	// record changes the run's status, or returns an API error (a Conflict,
+	// say) to refuse; user is the requesting user's name.
+	record func(run *terrarun.TerraformRun, body B, user string) error
+}
+
+var _ rest.NamedCreater = &actionREST[*terrarun.TerraformRunApproval]{}
+
+// New returns an empty body.
+func (r *actionREST[B]) New() runtime.Object { return r.newBody() }
+
+// Destroy does nothing.
+func (r *actionREST[B]) Destroy() {}
+
+// Create performs the action on the run named name.
+func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+	body, ok := obj.(B)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a %s, got %T", r.kind, obj))
+	}
+	if n := body.GetName(); n != "" && n != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s names run %q but was sent to run %q; omit metadata.name or make it match", r.kind, n, name))
+	}
+	if errs := r.validate(body); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(terrarun.Kind(r.kind), name, errs)
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, body); err != nil {
+			return nil, err
+		}
+	}
+	user := requestUser(ctx)
+	if user == "" {
+		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
+	}
+	return r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
+		return r.record(run, body, user)
+	})
+}
