@@ -32,36 +32,25 @@ package bench
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
-// server is the standalone terrarun-apiserver under benchmark.
+// server is the standalone terrarun-apiserver under benchmark, with its
+// output in logPath.
 type server struct {
-	Pid    int
-	Config *rest.Config
-	Client versioned.Interface
-
-	cmd     *exec.Cmd
-	exited  chan error
-	dataDir string
+	*harness.Server
+	Pid     int
+	Client  versioned.Interface
 	logPath string
 }
 
@@ -69,8 +58,8 @@ var (
 	srvOnce sync.Once
 	srv     *server
 	srvErr  error
-	// tempDirs are removed by TestMain after the benchmarks.
-	tempDirs []string
+	// cleanups run in TestMain after the benchmarks.
+	cleanups []func()
 )
 
 func TestMain(m *testing.M) {
@@ -84,8 +73,8 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
-	for _, d := range tempDirs {
-		_ = os.RemoveAll(d)
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
 	}
 	os.Exit(code)
 }
@@ -93,139 +82,75 @@ func TestMain(m *testing.M) {
 // getServer returns the shared server, starting it on first use.
 func getServer(b *testing.B) *server {
 	b.Helper()
-	srvOnce.Do(func() { srv, srvErr = startServer() })
+	srvOnce.Do(func() {
+		bin, err := binaries()
+		if err != nil {
+			srvErr = err
+			return
+		}
+		// The run controller would plan every run the benchmarks create, with
+		// a real engine, and measure that instead of the API.
+		args := append([]string{"--run-controller=false"}, strings.Fields(os.Getenv("TERRARUN_BENCH_SERVER_ARGS"))...)
+		srv, srvErr = startServer(filepath.Join(bin, "terrarun-apiserver"), args, nil)
+	})
 	if srvErr != nil {
 		b.Fatalf("starting terrarun-apiserver: %v", srvErr)
 	}
 	return srv
 }
 
-func startServer() (*server, error) {
-	bin := os.Getenv("TERRARUN_APISERVER")
-	if bin == "" {
-		dir, err := os.MkdirTemp("", "terrarun-bench-bin-")
-		if err != nil {
-			return nil, err
-		}
-		tempDirs = append(tempDirs, dir)
-		bin = filepath.Join(dir, "terrarun-apiserver")
-		build := exec.Command("go", "build", "-o", bin, "github.com/terrarun/terrarun/cmd/terrarun-apiserver")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return nil, fmt.Errorf("building terrarun-apiserver: %w", err)
-		}
-	}
+var (
+	binOnce sync.Once
+	binDir  string // holds terrarun-apiserver and terrarun-executor
+	binErr  error
+)
 
+// binaries returns the directory of terrarun-apiserver and terrarun-executor
+// (harness.Binaries), built once for all benchmarks.
+func binaries() (string, error) {
+	binOnce.Do(func() {
+		var cleanup func()
+		if binDir, cleanup, binErr = harness.Binaries(); binErr == nil {
+			cleanups = append(cleanups, cleanup)
+		}
+	})
+	return binDir, binErr
+}
+
+// startServer starts bin --standalone on a fresh data directory, with args
+// and the environment env (nil: the benchmark's), and a client without
+// client-side rate limits.
+func startServer(bin string, args, env []string) (*server, error) {
 	dataDir, err := os.MkdirTemp("", "terrarun-bench-data-")
 	if err != nil {
 		return nil, err
 	}
-	tempDirs = append(tempDirs, dataDir)
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	cleanups = append(cleanups, func() { _ = os.RemoveAll(dataDir) })
 	logPath := filepath.Join(dataDir, "server.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the child keeps its own descriptor
-
-	s := &server{exited: make(chan error, 1), dataDir: dataDir, logPath: logPath}
-	args := []string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}
-	// The run controller would plan every run the benchmarks create, with a
-	// real engine, and measure that instead of the API. Binaries from before
-	// --run-controller have no controller.
-	if help, _ := exec.Command(bin, "--help").CombinedOutput(); bytes.Contains(help, []byte("--run-controller")) {
-		args = append(args, "--run-controller=false")
-	}
-	args = append(args, strings.Fields(os.Getenv("TERRARUN_BENCH_SERVER_ARGS"))...)
 	fmt.Fprintf(os.Stderr, "bench: %s %s\n", bin, strings.Join(args, " "))
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	s.Pid = s.cmd.Process.Pid
-	go func() { s.exited <- s.cmd.Wait() }()
-
-	cfg, err := waitReady(filepath.Join(dataDir, "admin.kubeconfig"), s.exited)
+	hs, err := harness.StartServer(harness.ServerOptions{Binary: bin, DataDir: dataDir, Args: args, Env: env, Output: logFile})
+	s := &server{Server: hs, logPath: logPath}
 	if err != nil {
-		_ = s.cmd.Process.Kill()
 		s.dumpLog()
 		return nil, err
 	}
+	s.Pid = hs.Pid()
 	// No client-side throttling: QPS < 0 disables client-go's token bucket.
-	cfg.QPS = -1
-	cfg.Burst = 0
-	s.Config = cfg
-	if s.Client, err = versioned.NewForConfig(cfg); err != nil {
+	s.Config.QPS, s.Config.Burst = -1, 0
+	if s.Client, err = versioned.NewForConfig(s.Config); err != nil {
 		_ = s.stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-// waitReady waits until the kubeconfig exists and the server it names answers
-// /readyz with 200, or fails if the server exits first.
-func waitReady(kubeconfig string, exited <-chan error) (*rest.Config, error) {
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("server exited before it was ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			continue
-		}
-		hc, err := rest.HTTPClientFor(cfg)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		resp, err := hc.Do(req)
-		cancel()
-		if err != nil {
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return cfg, nil
-		}
-	}
-	return nil, errors.New("terrarun-apiserver was not ready within 90s")
-}
-
 // stop sends SIGTERM and waits for a graceful exit.
-func (s *server) stop() error {
-	select {
-	case err := <-s.exited:
-		return fmt.Errorf("terrarun-apiserver exited before the end of the benchmarks: %v", err)
-	default:
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("signalling terrarun-apiserver: %w", err)
-	}
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			return fmt.Errorf("terrarun-apiserver exited with %v after SIGTERM", err)
-		}
-		return nil
-	case <-time.After(90 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-		return errors.New("terrarun-apiserver did not stop within 90s of SIGTERM")
-	}
-}
+func (s *server) stop() error { return s.Stop(90 * time.Second) }
 
 // dumpLog prints the tail of the server's output to stderr and keeps a copy
 // of all of it outside the data directory, which TestMain removes.
@@ -296,18 +221,9 @@ func readMem(pid int) (memStatus, error) {
 // grows with the stored objects and their history until compaction and
 // defragmentation).
 func (s *server) etcdDBSize() (float64, error) {
-	fi, err := os.Stat(filepath.Join(s.dataDir, "etcd", "member", "snap", "db"))
+	fi, err := os.Stat(filepath.Join(s.DataDir, "etcd", "member", "snap", "db"))
 	if err != nil {
 		return 0, err
 	}
 	return float64(fi.Size()) / (1 << 20), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

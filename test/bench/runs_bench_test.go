@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 const (
@@ -446,7 +447,7 @@ func startSlowRun(ctx context.Context, rs *runServer, namespace, name string) (*
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	token, err := rs.stageToken(tctx, run, "apply-1")
+	token, err := harness.StageToken(tctx, rs.DataDir, run, "apply-1", time.Hour)
 	if err != nil {
 		return nil, "", err
 	}
@@ -967,7 +968,7 @@ func concurrentRuns(b *testing.B, n, workers int) {
 		if r.Status.Phase == v1alpha1.RunPhasePlanning && s.planning.IsZero() {
 			s.planning = now
 		}
-		if isFinalPhase(r.Status.Phase) && s.final.IsZero() {
+		if harness.IsFinal(r.Status.Phase) && s.final.IsZero() {
 			s.final, s.phase, s.message = now, r.Status.Phase, r.Status.Message
 			if finished++; finished == n {
 				close(allDone)

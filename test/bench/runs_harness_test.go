@@ -12,7 +12,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,62 +29,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
-
-var (
-	runBinsOnce sync.Once
-	runBinsDir  string // holds terrarun-apiserver and terrarun-executor
-	runBinsErr  error
-)
-
-// runBinaries returns the directory of terrarun-apiserver and
-// terrarun-executor: that of $TERRARUN_APISERVER, or a temporary one that
-// both are built into.
-func runBinaries() (string, error) {
-	runBinsOnce.Do(func() {
-		if bin := os.Getenv("TERRARUN_APISERVER"); bin != "" {
-			runBinsDir = filepath.Dir(bin)
-			if _, err := os.Stat(filepath.Join(runBinsDir, "terrarun-executor")); err != nil {
-				runBinsErr = fmt.Errorf("terrarun-executor is not beside $TERRARUN_APISERVER: %w", err)
-			}
-			return
-		}
-		dir, err := os.MkdirTemp("", "terrarun-bench-runbin-")
-		if err != nil {
-			runBinsErr = err
-			return
-		}
-		tempDirs = append(tempDirs, dir)
-		build := exec.Command("go", "build", "-o", dir+"/", "github.com/terrarun/terrarun/cmd/...")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			runBinsErr = fmt.Errorf("building terrarun: %w", err)
-			return
-		}
-		runBinsDir = dir
-	})
-	return runBinsDir, runBinsErr
-}
-
-// findEngine returns the absolute path of the engine: $TERRARUN_ENGINE (a
-// path or a name on PATH), else tofu or terraform on PATH.
-func findEngine() (string, error) {
-	if e := os.Getenv("TERRARUN_ENGINE"); e != "" {
-		p, err := exec.LookPath(e)
-		if err != nil {
-			return "", fmt.Errorf("TERRARUN_ENGINE=%s: %w", e, err)
-		}
-		return filepath.Abs(p)
-	}
-	for _, name := range []string{"tofu", "terraform"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return filepath.Abs(p)
-		}
-	}
-	return "", errors.New("no terraform or tofu: set TERRARUN_ENGINE (make bench does, with hack/engine.sh)")
-}
 
 // engineVersion is the first line of `<engine> version`.
 func engineVersion(engine string) string {
@@ -101,7 +47,6 @@ func engineVersion(engine string) string {
 // executor.
 type runServer struct {
 	*server
-	DataDir    string
 	Engine     string // absolute path
 	EngineName string // spec.engine.binary: terraform or tofu
 	// HTTP is an HTTP client authenticated with the admin kubeconfig's
@@ -113,7 +58,7 @@ type runServer struct {
 // to its command line) and returns it; the caller must call close.
 func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 	b.Helper()
-	engine, err := findEngine()
+	engine, err := harness.Engine()
 	if err != nil {
 		b.Fatalf("%v (make bench finds or builds one with hack/engine.sh)", err)
 	}
@@ -121,49 +66,18 @@ func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 	if name != string(v1alpha1.EngineTerraform) && name != string(v1alpha1.EngineTofu) {
 		b.Fatalf("the engine %s is neither terraform nor tofu by name; set TERRARUN_ENGINE to one of them", engine)
 	}
-	dir, err := runBinaries()
+	dir, err := binaries()
 	if err != nil {
 		b.Fatal(err)
 	}
-	dataDir, err := os.MkdirTemp("", "terrarun-bench-runs-")
+	detail(b, "engine %s: %s", engine, engineVersion(engine))
+	env := append(os.Environ(), "PATH="+filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	s, err := startServer(filepath.Join(dir, "terrarun-apiserver"), extraArgs, env)
 	if err != nil {
 		b.Fatal(err)
 	}
-	port, err := freePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	logPath := filepath.Join(dataDir, "server.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logFile.Close()
-	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}, extraArgs...)
-	bin := filepath.Join(dir, "terrarun-apiserver")
-	detail(b, "%s %s (engine %s: %s)", bin, strings.Join(args, " "), engine, engineVersion(engine))
-	s := &server{exited: make(chan error, 1), dataDir: dataDir, logPath: logPath}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	if err := s.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	s.Pid = s.cmd.Process.Pid
-	go func() { s.exited <- s.cmd.Wait() }()
-	cfg, err := waitReady(filepath.Join(dataDir, "admin.kubeconfig"), s.exited)
-	if err != nil {
-		_ = s.cmd.Process.Kill()
-		s.dumpLog()
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = -1, 0
-	s.Config = cfg
-	rs := &runServer{server: s, DataDir: dataDir, Engine: engine, EngineName: name}
-	if s.Client, err = versioned.NewForConfig(cfg); err == nil {
-		rs.HTTP, err = rest.HTTPClientFor(cfg)
-	}
-	if err != nil {
+	rs := &runServer{server: s, Engine: engine, EngineName: name}
+	if rs.HTTP, err = rest.HTTPClientFor(s.Config); err != nil {
 		rs.close(b)
 		b.Fatal(err)
 	}
@@ -199,14 +113,6 @@ func (rs *runServer) runs(namespace string) typedv1alpha1.TerraformRunInterface 
 	return rs.Client.TerrarunV1alpha1().TerraformRuns(namespace)
 }
 
-func isFinalPhase(p v1alpha1.RunPhase) bool {
-	switch p {
-	case v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseDiscarded:
-		return true
-	}
-	return false
-}
-
 // phaseTimes are the times at which a watch first saw each phase of a run.
 type phaseTimes map[v1alpha1.RunPhase]time.Time
 
@@ -220,7 +126,7 @@ func (rs *runServer) watchRun(ctx context.Context, namespace, name, rv string, u
 		if _, ok := seen[r.Status.Phase]; !ok {
 			seen[r.Status.Phase] = time.Now()
 		}
-		if isFinalPhase(r.Status.Phase) {
+		if harness.IsFinal(r.Status.Phase) {
 			return true
 		}
 		for _, p := range until {
@@ -287,22 +193,6 @@ func (rs *runServer) follow(ctx context.Context, namespace, name, query string) 
 		return nil, fmt.Errorf("GET logs: %d %s", resp.StatusCode, body)
 	}
 	return resp.Body, nil
-}
-
-// stageToken waits for the token of a stage execution of the run in the
-// local executor's work directory (stageDir is e.g. apply-1) and returns it.
-func (rs *runServer) stageToken(ctx context.Context, run *v1alpha1.TerraformRun, stageDir string) (string, error) {
-	path := filepath.Join(rs.DataDir, "work", run.Namespace, run.Name, string(run.UID), stageDir, "token")
-	for {
-		if data, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(data))) > 0 {
-			return strings.TrimSpace(string(data)), nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("no token at %s: %w", path, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // logStream is a streaming POST to a run's logs subresource, authenticated

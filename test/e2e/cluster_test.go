@@ -27,6 +27,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/standalone"
 	"github.com/terrarun/terrarun/test/e2e/nodeagent"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // Ports inside the network namespace.
@@ -368,7 +369,7 @@ func (c *cluster) bootstrap() error {
 // endpoints at the process, starts it and waits for the APIService.
 func (c *cluster) deployTerrarun(cert, key string) error {
 	for _, f := range []string{"00-namespace.yaml", "service-account.yaml", "rbac.yaml", "service.yaml", "apiservice.yaml"} {
-		if _, err := c.kubectlAs("admin", "apply", "-f", repoPath("artifacts", "deploy", f)); err != nil {
+		if _, err := c.kubectlAs("admin", "apply", "-f", harness.RepoPath("artifacts", "deploy", f)); err != nil {
 			return err
 		}
 	}
@@ -572,9 +573,4 @@ func writeServiceAccountKey(dir string) (string, string, error) {
 		return "", "", err
 	}
 	return keyPath, pubPath, nil
-}
-
-// repoPath returns a path relative to the repository root.
-func repoPath(parts ...string) string {
-	return filepath.Join(append([]string{"..", ".."}, parts...)...)
 }

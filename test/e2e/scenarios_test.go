@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,6 +18,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // newNamespace creates a namespace for one scenario, with alice as editor,
@@ -57,14 +57,9 @@ func mustAs(t *testing.T, user string, args ...string) string {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := harness.Poll(t.Context(), 200*time.Millisecond, timeout, what, func(context.Context) bool { return ok() }); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
 
 // createRun creates a run as user from a manifest with an inline config.
@@ -156,7 +151,11 @@ func TestLifecycleAndRBAC(t *testing.T) {
 	if got := waitPhase(t, ns, "hello", 5*time.Minute, "AwaitingApproval", "Failed"); got != "AwaitingApproval" {
 		t.Fatalf("run ended %s: %s", got, mustAs(t, "admin", "get", "tfr", "hello", "-n", ns, "-o", "jsonpath={.status.message}"))
 	}
-	if l := follow.wait(t); !strings.Contains(l, "Plan: 1 to add, 0 to change, 0 to destroy.") {
+	l, err := follow.Wait(5 * time.Minute)
+	if err != nil {
+		t.Fatalf("the log follow did not end with the stage: %v\n%s", err, l)
+	}
+	if !strings.Contains(l, "Plan: 1 to add, 0 to change, 0 to destroy.") {
 		t.Errorf("followed plan log:\n%s", l)
 	}
 	if plan := mustAs(t, "alice", "get", "--raw", raw(ns, "hello", "plan")); !strings.Contains(plan, "1 to add") {
@@ -202,48 +201,16 @@ func TestLifecycleAndRBAC(t *testing.T) {
 	}
 }
 
-// stream is a kubectl get --raw in flight.
-type stream struct {
-	done chan struct{}
-	out  strings.Builder
-	err  error
-}
-
-func streamRaw(t *testing.T, user, path string) *stream {
+// streamRaw starts a `kubectl get --raw path` as user.
+func streamRaw(t *testing.T, user, path string) *harness.Stream {
 	t.Helper()
-	s := &stream{done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, cl.kubectl, "--kubeconfig", cl.kubeconfigs[user], "get", "--raw", path)
-	stdout, err := cmd.StdoutPipe()
+	s, err := harness.StartStream(ctx, cl.kubectl, cl.kubeconfigs[user], path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(s.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			s.out.WriteString(sc.Text() + "\n")
-		}
-		s.err = cmd.Wait()
-	}()
 	return s
-}
-
-func (s *stream) wait(t *testing.T) string {
-	t.Helper()
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Minute):
-		t.Fatal("the log follow did not end with the stage")
-	}
-	if s.err != nil {
-		t.Fatalf("kubectl get --raw: %v\n%s", s.err, s.out.String())
-	}
-	return s.out.String()
 }
 
 // TestExecutorIsolation is scenario 3: run A's executor token cannot write
@@ -285,20 +252,12 @@ func podToken(t *testing.T, ns, job string) string {
 // postAsToken POSTs to terrarun directly, as executors do.
 func postAsToken(t *testing.T, token, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("https://%s:%d%s", nodeIP, terrarunPort, path), strings.NewReader("forged\n"))
+	cfg := &rest.Config{Host: fmt.Sprintf("https://%s:%d", nodeIP, terrarunPort), TLSClientConfig: rest.TLSClientConfig{CAFile: cl.trCA}, Timeout: 30 * time.Second}
+	code, body, err := harness.PostAs(t.Context(), cfg, token, path, strings.NewReader("forged\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfigFor(cl.trCA)}}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode, b.String()
+	return code, body
 }
 
 // TestGarbageCollection is scenario 4: deleting a run removes its Jobs
@@ -392,10 +351,6 @@ func decode(s string) string {
 		return "<invalid base64>"
 	}
 	return string(b)
-}
-
-func tlsConfigFor(caFile string) *tls.Config {
-	return &tls.Config{RootCAs: cl.caPool(caFile)}
 }
 
 // TestRestartMidPlan is scenario 7: terrarun restarts while a run plans; the

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 const (
@@ -82,7 +83,9 @@ func encryptedRun(t *testing.T, marker string, extraArgs ...string) (map[string]
 	if _, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), "secretive", metav1.GetOptions{}); err != nil {
 		t.Errorf("reading the run back: %v", err)
 	}
-	e.Stop(t)
+	if err := e.Stop(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	return dumpEtcd(t, filepath.Join(e.DataDir, "etcd")), e.DataDir, run
 }
 
@@ -92,7 +95,11 @@ func encryptedRun(t *testing.T, marker string, extraArgs ...string) (map[string]
 func dumpEtcd(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	port := func() url.URL {
-		return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))}
+		p, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(p))}
 	}
 	clientURL, peerURL := port(), port()
 	cfg := embed.NewConfig()

@@ -8,33 +8,30 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/terrarun/terrarun/pkg/cmd/server"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
-// apiserverBinary is the terrarun-apiserver binary: $TERRARUN_APISERVER, or
-// one built by TestMain. terrarun-executor is beside it.
+// apiserverBinary is the terrarun-apiserver binary (harness.Binaries).
+// terrarun-executor is beside it.
 var apiserverBinary string
 
-// engine is the terraform or tofu binary the runs use: $TERRARUN_ENGINE, or
-// tofu or terraform on PATH. Its directory is put first on PATH, so the
-// executor finds it by its name, engineName.
+// engine is the terraform or tofu binary the runs use (harness.Engine). Its
+// directory is put first on PATH, so the executor finds it by its name,
+// engineName.
 var engine, engineName string
 
 func TestMain(m *testing.M) {
@@ -42,33 +39,15 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	apiserverBinary = os.Getenv("TERRARUN_APISERVER")
-	if apiserverBinary == "" {
-		dir, err := os.MkdirTemp("", "terrarun-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		apiserverBinary = filepath.Join(dir, "terrarun-apiserver")
-		build := exec.Command("go", "build", "-o", dir+"/", "github.com/terrarun/terrarun/cmd/...")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building terrarun:", err)
-			return 1
-		}
+	dir, cleanup, err := harness.Binaries()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	engine = os.Getenv("TERRARUN_ENGINE")
-	if engine == "" {
-		for _, name := range []string{"tofu", "terraform"} {
-			if p, err := exec.LookPath(name); err == nil {
-				engine = p
-				break
-			}
-		}
-	}
-	if engine == "" {
-		fmt.Fprintln(os.Stderr, "no terraform or tofu found: run `make engine` (it builds OpenTofu) and set TERRARUN_ENGINE, or put one on PATH")
+	defer cleanup()
+	apiserverBinary = filepath.Join(dir, "terrarun-apiserver")
+	if engine, err = harness.Engine(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	engineName = filepath.Base(engine)
@@ -90,7 +69,8 @@ type inProcessServer struct {
 	Client     versioned.Interface
 
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{}
+	err    error // Run's, once done is closed
 }
 
 // startInProcess starts a standalone server on dataDir and waits until it is
@@ -116,11 +96,16 @@ func startInProcess(t *testing.T, dataDir string, extraArgs ...string) *inProces
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &inProcessServer{DataDir: dataDir, Kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- opts.Run(ctx) }()
+	s := &inProcessServer{DataDir: dataDir, Kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		s.err = opts.Run(ctx)
+		close(s.done)
+	}()
 	t.Cleanup(s.Stop)
 
-	s.Config = waitReady(t, s.Kubeconfig, s.done)
+	if s.Config, err = harness.WaitReady(s.Kubeconfig, s.done); err != nil {
+		t.Fatalf("%v: %v", err, s.err)
+	}
 	s.Client = versioned.NewForConfigOrDie(s.Config)
 	return s
 }
@@ -139,95 +124,30 @@ func (s *inProcessServer) Stop() {
 	}
 }
 
-// waitReady waits until the kubeconfig exists and the server it names answers
-// /readyz, failing early if exited reports that the server stopped.
-func waitReady(t *testing.T, kubeconfig string, exited <-chan error) *rest.Config {
-	t.Helper()
-	var cfg *rest.Config
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-exited:
-			return false, fmt.Errorf("server exited before it was ready: %v", err)
-		default:
-		}
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		hc, err := rest.HTTPClientFor(c)
-		if err != nil {
-			return false, err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+"/readyz", nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, nil
-		}
-		cfg = c
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for terrarun-apiserver: %v", err)
-	}
-	return cfg
-}
-
 // binaryServer is the real terrarun-apiserver binary in standalone mode.
 type binaryServer struct {
-	DataDir    string
-	Kubeconfig string
-	Config     *rest.Config
-
-	cmd    *exec.Cmd
-	output *bytes.Buffer
-	exited chan error
+	*harness.Server
+	output *lockedWriter
 }
 
-// startBinary starts the binary on dataDir and waits until it is ready.
+// startBinary starts the binary on dataDir and waits until it is ready. It
+// is stopped when the test ends, and its output logged when the test failed.
 func startBinary(t *testing.T, dataDir string, extraArgs ...string) *binaryServer {
 	t.Helper()
-	port := freePort(t)
-	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}, extraArgs...)
-	s := &binaryServer{DataDir: dataDir, Kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), output: &bytes.Buffer{}, exited: make(chan error, 1)}
-	s.cmd = exec.Command(apiserverBinary, args...)
-	w := &lockedWriter{w: s.output}
-	s.cmd.Stdout, s.cmd.Stderr = w, w
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+	w := &lockedWriter{w: &bytes.Buffer{}}
+	s, err := harness.StartServer(harness.ServerOptions{Binary: apiserverBinary, DataDir: dataDir, Args: extraArgs, Output: w})
+	if err != nil {
+		t.Fatalf("%v; output:\n%s", err, w.String())
 	}
-	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() {
-		s.Stop(t)
+		if err := s.Stop(90 * time.Second); err != nil {
+			t.Error(err)
+		}
 		if t.Failed() {
 			t.Logf("terrarun-apiserver output:\n%s", w.String())
 		}
 	})
-	s.Config = waitReady(t, s.Kubeconfig, s.exited)
-	return s
-}
-
-// Stop sends SIGTERM and waits for a graceful exit.
-func (s *binaryServer) Stop(t *testing.T) {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			t.Errorf("terrarun-apiserver exited with %v after SIGTERM", err)
-		}
-	case <-time.After(90 * time.Second):
-		_ = s.cmd.Process.Kill()
-		t.Errorf("terrarun-apiserver did not stop within 90s of SIGTERM")
-	}
+	return &binaryServer{Server: s, output: w}
 }
 
 // kubectl runs the real kubectl binary against kubeconfig.
@@ -262,21 +182,6 @@ func kubectlBinary(t *testing.T) string {
 	return k
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// repoPath returns a path relative to the repository root.
-func repoPath(parts ...string) string {
-	return filepath.Join(append([]string{"..", ".."}, parts...)...)
-}
-
 type testWriter struct {
 	t  *testing.T
 	mu sync.Mutex
@@ -304,8 +209,4 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
-}
-
-func clientcmdConfig(path string) (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", path)
 }

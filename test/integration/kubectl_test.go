@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // TestKubectl drives the real terrarun-apiserver binary with the real kubectl,
@@ -29,16 +31,16 @@ func TestKubectl(t *testing.T) {
 	})
 
 	t.Run("apply the examples", func(t *testing.T) {
-		out := mustKubectl(t, kc, "apply", "-f", repoPath("artifacts", "examples", "inline-terraform-data.yaml"))
+		out := mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 		if !strings.Contains(out, "terraformrun.terrarun.dev/hello created") {
 			t.Fatalf("apply:\n%s", out)
 		}
-		out = mustKubectl(t, kc, "apply", "-f", repoPath("artifacts", "examples", "git-source.yaml"))
+		out = mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "git-source.yaml"))
 		if !strings.Contains(out, "created") {
 			t.Fatalf("apply git example:\n%s", out)
 		}
 		// Applying the same file again changes nothing.
-		out = mustKubectl(t, kc, "apply", "-f", repoPath("artifacts", "examples", "inline-terraform-data.yaml"))
+		out = mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 		if !strings.Contains(out, "unchanged") {
 			t.Fatalf("re-apply:\n%s", out)
 		}
@@ -159,7 +161,7 @@ spec:
 	})
 
 	t.Run("server-side apply", func(t *testing.T) {
-		out := mustKubectl(t, kc, "apply", "--server-side", "--field-manager", "alice", "-f", repoPath("artifacts", "examples", "git-source.yaml"))
+		out := mustKubectl(t, kc, "apply", "--server-side", "--field-manager", "alice", "-f", harness.RepoPath("artifacts", "examples", "git-source.yaml"))
 		if !strings.Contains(out, "terraformrun.terrarun.dev/from-git serverside-applied") {
 			t.Fatalf("server-side apply:\n%s", out)
 		}
@@ -186,7 +188,7 @@ func TestKubectlSecondUser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubeconfig subcommand: %v\n%s", err, out)
 	}
-	mustKubectl(t, bob, "apply", "-f", repoPath("artifacts", "examples", "inline-terraform-data.yaml"))
+	mustKubectl(t, bob, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 	out = []byte(mustKubectl(t, s.Kubeconfig, "get", "tfr", "hello", "-o", "jsonpath={.spec.creator.username} {.spec.creator.groups}"))
 	if string(out) != `bob ["approvers","system:authenticated"]` {
 		t.Fatalf("creator = %s, want bob with his groups", out)
@@ -224,7 +226,7 @@ plugins:
 	s := startBinary(t, filepath.Join(dir, "data"), "--admission-control-config-file", admissionConfig)
 	kc := s.Kubeconfig
 
-	mustKubectl(t, kc, "apply", "-f", repoPath("artifacts", "examples", "inline-terraform-data.yaml"))
+	mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 	if out := mustKubectl(t, kc, "get", "tfr", "hello", "-o", "jsonpath={.spec.engine.binary} {.spec.timeouts.plan} {.spec.timeouts.apply}"); out != "tofu 10m0s 1h0m0s" {
 		t.Fatalf("defaults = %q, want the policy's tofu and 10m, and the built-in 1h", out)
 	}
@@ -248,7 +250,7 @@ spec:
 	if out := mustKubectl(t, kc, "create", "-n", "dev", "-f", auto); !strings.Contains(out, "created") {
 		t.Fatalf("Auto approval in dev:\n%s", out)
 	}
-	if out, err := kubectl(t, kc, "apply", "-f", repoPath("artifacts", "examples", "git-source.yaml")); err == nil || !strings.Contains(out, `host "github.com" is not allowed`) {
+	if out, err := kubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "git-source.yaml")); err == nil || !strings.Contains(out, `host "github.com" is not allowed`) {
 		t.Fatalf("git host outside the policy: err=%v\n%s", err, out)
 	}
 }

@@ -185,7 +185,7 @@ func TestLargeLog(t *testing.T) {
 		}
 		checkProvisionerOutput(t, "apply log", log, bigLogLines)
 
-		f := followed.wait(t)
+		f := waitFollow(t, followed)
 		t.Logf("followed apply log: %d bytes", len(f))
 		if strings.TrimRight(f, "\n") != strings.TrimRight(log, "\n") {
 			t.Errorf("the follower received %d bytes, the log has %d", len(f), len(log))

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,11 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // runEnv is a standalone server with its admin client and a second user, bob.
@@ -45,7 +45,7 @@ func newRunEnv(t *testing.T, extraArgs ...string) *runEnv {
 
 func kubeconfigRest(t *testing.T, path string) *rest.Config {
 	t.Helper()
-	cfg, err := clientcmdConfig(path)
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,22 +98,9 @@ func inline(files map[string]string, extra string) string {
 // waitPhase waits until the run reaches one of phases and returns it.
 func (e *runEnv) waitPhase(t *testing.T, name string, timeout time.Duration, phases ...v1alpha1.RunPhase) *v1alpha1.TerraformRun {
 	t.Helper()
-	var run *v1alpha1.TerraformRun
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		r, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		run = r
-		for _, p := range phases {
-			if r.Status.Phase == p {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	run, err := harness.WaitForPhase(ctxT(t), e.client, "default", name, timeout, phases...)
 	if err != nil {
-		t.Fatalf("run %s did not reach %v within %s; last status: %+v", name, phases, timeout, run.Status)
+		t.Fatal(err)
 	}
 	return run
 }
@@ -168,7 +155,7 @@ func TestRunLifecycle(t *testing.T) {
 	if run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
 		t.Fatalf("run failed: %s", run.Status.Message)
 	}
-	planLog := logs.wait(t)
+	planLog := waitFollow(t, logs)
 	if !strings.Contains(planLog, "Plan: 1 to add, 0 to change, 0 to destroy.") {
 		t.Errorf("followed plan log lacks the plan summary:\n%s", planLog)
 	}
@@ -207,7 +194,7 @@ func TestRunLifecycle(t *testing.T) {
 	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 		t.Fatalf("run ended %s: %s", run.Status.Phase, run.Status.Message)
 	}
-	if l := applyLogs.wait(t); !strings.Contains(l, "Apply complete! Resources: 1 added") {
+	if l := waitFollow(t, applyLogs); !strings.Contains(l, "Apply complete! Resources: 1 added") {
 		t.Errorf("apply log:\n%s", l)
 	}
 	out = mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello")
@@ -259,51 +246,27 @@ func TestRunLifecycle(t *testing.T) {
 	}
 }
 
-// follow is a `kubectl get --raw ...logs?follow=true` in flight.
-type follow struct {
-	done chan struct{}
-	out  strings.Builder
-	err  error
-}
-
-func startFollow(t *testing.T, kubeconfig, path string) *follow {
+// startFollow starts a `kubectl get --raw ...logs?follow=true`.
+func startFollow(t *testing.T, kubeconfig, path string) *harness.Stream {
 	t.Helper()
-	f := &follow{done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, kubectlBinary(t), "--kubeconfig", kubeconfig, "get", "--raw", path)
-	stdout, err := cmd.StdoutPipe()
+	s, err := harness.StartStream(ctx, kubectlBinary(t), kubeconfig, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(f.done)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			f.out.WriteString(sc.Text() + "\n")
-		}
-		f.err = cmd.Wait()
-	}()
-	return f
+	return s
 }
 
-// wait returns everything the follow printed once it ended by itself.
-func (f *follow) wait(t *testing.T) string {
+// waitFollow returns everything the follow printed once it ended by itself,
+// as it must when the stage ends.
+func waitFollow(t *testing.T, s *harness.Stream) string {
 	t.Helper()
-	select {
-	case <-f.done:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the log follow did not end when the stage ended")
+	out, err := s.Wait(3 * time.Minute)
+	if err != nil {
+		t.Fatalf("the log follow: %v\n%s", err, out)
 	}
-	if f.err != nil {
-		t.Fatalf("kubectl get --raw logs?follow=true: %v\n%s", f.err, f.out.String())
-	}
-	return f.out.String()
+	return out
 }
 
 // TestApprovalRules covers stale digests, the wrong phase, and the Auto,
@@ -445,42 +408,20 @@ func TestRunFailures(t *testing.T) {
 // executor's work directory.
 func readToken(t *testing.T, dataDir string, run *v1alpha1.TerraformRun, stageDir string) string {
 	t.Helper()
-	path := filepath.Join(dataDir, "work", run.Namespace, run.Name, string(run.UID), stageDir, "token")
-	var data []byte
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		var err error
-		data, err = os.ReadFile(path)
-		return err == nil && len(data) > 0, nil
-	})
+	token, err := harness.StageToken(ctxT(t), dataDir, run, stageDir, 30*time.Second)
 	if err != nil {
-		t.Fatalf("reading %s: %v", path, err)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(data))
+	return token
 }
 
 // postWithToken POSTs body to path as the bearer of token, or as the admin
 // user when token is empty.
 func postWithToken(t *testing.T, cfg *rest.Config, token, path, body string) (int, string) {
 	t.Helper()
-	c := rest.CopyConfig(cfg)
-	if token != "" {
-		c = rest.AnonymousClientConfig(c)
-		c.BearerToken = token
-	}
-	hc, err := rest.HTTPClientFor(c)
+	code, out, err := harness.PostAs(ctxT(t), cfg, token, path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, c.Host+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode, b.String()
+	return code, out
 }
