@@ -1,4 +1,4 @@
-// Package kubernetes is the kubernetes executor: it runs each stage
+// Package job is the Kubernetes executor: it runs each stage
 // execution (one attempt of the plan or apply stage of a TerraformRun) as one
 // Job in the run's namespace of the host cluster, and maps the executor
 // identity of a request back to that Job.
@@ -81,7 +81,8 @@
 // # Identity
 //
 // The executor authenticates to terrarun-apiserver with its projected token.
-// IdentityResolver turns the authenticated user of such a token
-// (system:serviceaccount:<ns>:<sa>, with the pod-name and pod-uid extras)
-// back into the execution, checking the pod, its Job and the Job's owner.
+// IdentityResolver (an auth.Resolver) turns the authenticated user of such a
+// token (system:serviceaccount:<ns>:<sa>, with the pod-name and pod-uid
+// extras) back into the execution, checking the pod, its Job and the Job's
+// owner; package executor/auth does it once per request.
 package job

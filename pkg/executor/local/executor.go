@@ -167,7 +167,7 @@ func New(opts Options) (*Executor, error) {
 }
 
 // Tokens is the per-stage token authority: the server's token authenticator
-// and executor.IdentityResolver in local mode.
+// and auth.Resolver in local mode.
 func (e *Executor) Tokens() *Tokens { return e.tokens }
 
 // Name implements executor.Executor.
