@@ -38,9 +38,9 @@ import (
 // it is killed, unless WithGracePeriod says otherwise.
 var DefaultGracePeriod = 20 * time.Second
 
-// BackendOverrideFile is the file the runner writes into the configuration
+// backendOverrideFile is the file the runner writes into the configuration
 // to select the run's backend.
-const BackendOverrideFile = "zz_terrarun_backend_override.tf"
+const backendOverrideFile = "zz_terrarun_backend_override.tf"
 
 var (
 	// ErrCanceled means the stage was stopped by cancelling Run's context.

@@ -652,7 +652,7 @@ func TestGitSource(t *testing.T) {
 			}
 			names := tarNames(t, h.srv.part(v1alpha1.PlanPartSource))
 			for _, n := range names {
-				if strings.HasPrefix(n, ".git") || strings.Contains(n, ".terraform/") || strings.Contains(n, BackendOverrideFile) {
+				if strings.HasPrefix(n, ".git") || strings.Contains(n, ".terraform/") || strings.Contains(n, backendOverrideFile) {
 					t.Errorf("source tarball holds %s", n)
 				}
 			}

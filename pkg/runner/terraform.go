@@ -78,7 +78,7 @@ func withGroupReaper(ctx context.Context, dir string, fn func() error) error {
 
 func (r *runner) writeBackendOverride(dir string) error {
 	content := fmt.Sprintf("# Written by terrarun: the run's backend.\nterraform {\n  backend %q {}\n}\n", r.spec.Backend.Type)
-	if err := os.WriteFile(filepath.Join(dir, BackendOverrideFile), []byte(content), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte(content), 0o600); err != nil {
 		return fmt.Errorf("writing the backend override: %w", err)
 	}
 	return nil

@@ -172,18 +172,18 @@ func (c *Config) GitHostAllowed(host string) bool {
 		return true
 	}
 	for _, p := range c.AllowedGitHosts {
-		if MatchHost(p, host) {
+		if matchHost(p, host) {
 			return true
 		}
 	}
 	return false
 }
 
-// MatchHost reports whether host matches pattern. A pattern "*.example.com"
+// matchHost reports whether host matches pattern. A pattern "*.example.com"
 // matches any subdomain of example.com (a.example.com, a.b.example.com) but
 // not example.com itself; any other pattern matches exactly. The comparison is
 // case-insensitive, and ignores a port and a trailing dot on either side.
-func MatchHost(pattern, host string) bool {
+func matchHost(pattern, host string) bool {
 	p := NormalizeHost(pattern)
 	h := NormalizeHost(host)
 	if p == "" || h == "" {

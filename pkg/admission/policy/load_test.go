@@ -167,8 +167,8 @@ func TestMatchHost(t *testing.T) {
 		{"10.0.0.1", "10.0.0.1:22", true},
 	}
 	for _, tc := range cases {
-		if got := MatchHost(tc.pattern, tc.host); got != tc.want {
-			t.Errorf("MatchHost(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
+		if got := matchHost(tc.pattern, tc.host); got != tc.want {
+			t.Errorf("matchHost(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
 		}
 	}
 }

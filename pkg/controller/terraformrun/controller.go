@@ -35,8 +35,8 @@ import (
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
 )
 
-// AutoApprover is status.approval.approvedBy of runs approved by Auto mode.
-const AutoApprover = "auto"
+// autoApprover is status.approval.approvedBy of runs approved by Auto mode.
+const autoApprover = "auto"
 
 // Options configure a Controller.
 type Options struct {
@@ -379,7 +379,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanOnly, msg)
 	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto:
 		now := metav1.NewTime(c.opts.Clock.Now())
-		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
+		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: autoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1)

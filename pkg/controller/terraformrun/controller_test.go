@@ -668,8 +668,8 @@ func TestSyncPlanSucceeded(t *testing.T) {
 				}
 				return
 			}
-			if run.Status.Approval == nil || run.Status.Approval.ApprovedBy != AutoApprover || run.Status.Approval.PlanDigest != testDigest {
-				t.Errorf("approval = %+v, want approvedBy %q for %s", run.Status.Approval, AutoApprover, testDigest)
+			if run.Status.Approval == nil || run.Status.Approval.ApprovedBy != autoApprover || run.Status.Approval.PlanDigest != testDigest {
+				t.Errorf("approval = %+v, want approvedBy %q for %s", run.Status.Approval, autoApprover, testDigest)
 			}
 			if len(applies) != 1 || applies[0].Attempt != 1 || applies[0].Job != applyJob1 {
 				t.Errorf("apply stages = %+v, want attempt 1 as %s", applies, applyJob1)

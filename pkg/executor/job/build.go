@@ -54,7 +54,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	}
 
 	name := JobName(run.Name, ex.Stage, ex.Attempt)
-	secretName := StageSecretName(name)
+	secretName := stageSecretName(name)
 	labels := Labels(run, ex.Stage, ex.Attempt)
 	annotations := map[string]string{AnnotationRunName: run.Name}
 	owner := ownerReference(run)
@@ -182,9 +182,9 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 					Tolerations:                   tolerations,
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      ptr.To(NonRootID),
-						RunAsGroup:     ptr.To(NonRootID),
-						FSGroup:        ptr.To(NonRootID),
+						RunAsUser:      ptr.To(nonRootID),
+						RunAsGroup:     ptr.To(nonRootID),
+						FSGroup:        ptr.To(nonRootID),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
@@ -223,7 +223,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 // Labels returns the labels of the Job, pods and Secret of one stage execution.
 func Labels(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) map[string]string {
 	return map[string]string{
-		LabelRun:     RunLabelValue(run.Name),
+		LabelRun:     runLabelValue(run.Name),
 		LabelRunUID:  string(run.UID),
 		LabelStage:   string(stageName),
 		LabelAttempt: strconv.FormatInt(int64(attempt), 10),

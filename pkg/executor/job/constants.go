@@ -48,9 +48,9 @@ const (
 // ContainerName is the name of the executor container.
 const ContainerName = "executor"
 
-// NonRootID is the user, group and fsGroup of executor pods (distroless's
+// nonRootID is the user, group and fsGroup of executor pods (distroless's
 // "nonroot").
-const NonRootID int64 = 65532
+const nonRootID int64 = 65532
 
 // Defaults of JobOptions.
 const (
@@ -129,5 +129,5 @@ func (o JobOptions) withDefaults() JobOptions {
 	return o
 }
 
-// StageSecretName is the name of the Secret that holds a Job's stage.json.
-func StageSecretName(jobName string) string { return jobName + stageSecretSuffix }
+// stageSecretName is the name of the Secret that holds a Job's stage.json.
+func stageSecretName(jobName string) string { return jobName + stageSecretSuffix }

@@ -15,7 +15,7 @@
 //
 // BuildJob makes a Job and a Secret that are, in full:
 //
-//   - labeled terrarun.dev/run (the run name, see RunLabelValue), terrarun.dev/run-uid,
+//   - labeled terrarun.dev/run (the run name, see runLabelValue), terrarun.dev/run-uid,
 //     terrarun.dev/stage and terrarun.dev/attempt, on the Job, its pods and the
 //     Secret; annotated terrarun.dev/run-name with the full run name;
 //   - controlled by the run (an ownerReference with blockOwnerDeletion false,

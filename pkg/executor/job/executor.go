@@ -124,7 +124,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		// or removed by its TTL). Reporting it lost, rather than not started,
 		// keeps the controller from ever starting an apply a second time.
 		name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
-		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, StageSecretName(name), metav1.GetOptions{})
+		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, stageSecretName(name), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted}, nil

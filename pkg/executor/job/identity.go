@@ -85,7 +85,7 @@ func (r *IdentityResolver) ExecutorIdentity(ctx context.Context, u user.Info) (e
 	if runName == "" {
 		runName = runLabel
 	}
-	if RunLabelValue(runName) != runLabel {
+	if runLabelValue(runName) != runLabel {
 		return reject("label %s=%q does not match run %q", LabelRun, runLabel, runName)
 	}
 	runUID := pod.Labels[LabelRunUID]

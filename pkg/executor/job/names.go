@@ -13,7 +13,7 @@ import (
 
 // Labels and annotations on every Job, pod template and Secret of a stage.
 const (
-	// LabelRun is the run's name, or RunLabelValue of it when the name is not
+	// LabelRun is the run's name, or runLabelValue of it when the name is not
 	// a valid label value. Its presence marks the objects of this executor.
 	LabelRun = "terrarun.dev/run"
 	// LabelRunUID is the run's UID. Adoption and identity checks compare it.
@@ -41,11 +41,11 @@ func JobName(runName string, stage v1alpha1.StageName, attempt int32) string {
 	return fit(runName, validation.DNS1123LabelMaxLength-len(suffix)) + suffix
 }
 
-// RunLabelValue returns the value of the LabelRun label for a run: the name
+// runLabelValue returns the value of the LabelRun label for a run: the name
 // itself when it is at most 63 characters (the limit of a label value), else a
 // prefix and a hash of the full name. The full name is always in the
 // AnnotationRunName annotation.
-func RunLabelValue(runName string) string {
+func runLabelValue(runName string) string {
 	if len(runName) <= validation.LabelValueMaxLength {
 		return runName
 	}

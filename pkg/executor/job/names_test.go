@@ -48,8 +48,8 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 				if errs := validation.IsDNS1123Label(name); len(errs) != 0 {
 					t.Errorf("JobName(%q, %s, %d) = %q is not a DNS label: %v", run, st, attempt, name, errs)
 				}
-				if errs := validation.IsDNS1123Label(StageSecretName(name)); len(errs) != 0 && len(validation.IsDNS1123Subdomain(StageSecretName(name))) != 0 {
-					t.Errorf("StageSecretName(%q) is not a valid name: %v", name, errs)
+				if errs := validation.IsDNS1123Label(stageSecretName(name)); len(errs) != 0 && len(validation.IsDNS1123Subdomain(stageSecretName(name))) != 0 {
+					t.Errorf("stageSecretName(%q) is not a valid name: %v", name, errs)
 				}
 				if other, dup := seen[name]; dup {
 					t.Errorf("JobName(%q, %s, %d) = %q, as for %s", run, st, attempt, name, other)
@@ -57,8 +57,8 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 				seen[name] = run + "/" + string(st)
 			}
 		}
-		if errs := validation.IsValidLabelValue(RunLabelValue(run)); len(errs) != 0 {
-			t.Errorf("RunLabelValue(%q) = %q is not a label value: %v", run, RunLabelValue(run), errs)
+		if errs := validation.IsValidLabelValue(runLabelValue(run)); len(errs) != 0 {
+			t.Errorf("runLabelValue(%q) = %q is not a label value: %v", run, runLabelValue(run), errs)
 		}
 	}
 }
@@ -77,8 +77,8 @@ func TestJobNameHundredCharacterRun(t *testing.T) {
 	if JobName(other, "plan", 3) == name {
 		t.Errorf("JobName of two different 100-character runs is the same: %q", name)
 	}
-	if got := RunLabelValue(run); len(got) > 63 || got == RunLabelValue(other) {
-		t.Errorf("RunLabelValue of 100-character runs: %q and %q", got, RunLabelValue(other))
+	if got := runLabelValue(run); len(got) > 63 || got == runLabelValue(other) {
+		t.Errorf("runLabelValue of 100-character runs: %q and %q", got, runLabelValue(other))
 	}
 }
 
@@ -87,7 +87,7 @@ func TestJobNameDots(t *testing.T) {
 	if a, b := JobName("a.b", "plan", 1), JobName("a-b", "plan", 1); a == b {
 		t.Errorf("JobName(a.b) = JobName(a-b) = %q", a)
 	}
-	if got := RunLabelValue("a.b"); got != "a.b" {
-		t.Errorf("RunLabelValue(a.b) = %q, want the name: dots are valid in label values", got)
+	if got := runLabelValue("a.b"); got != "a.b" {
+		t.Errorf("runLabelValue(a.b) = %q, want the name: dots are valid in label values", got)
 	}
 }

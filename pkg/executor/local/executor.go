@@ -55,7 +55,7 @@ type Options struct {
 	// Etcd records executions: one active execution per run, stage and
 	// attempt, across replicas and restarts.
 	Etcd *clientv3.Client
-	// EtcdPrefix is the key prefix of the records; DefaultEtcdPrefix when empty.
+	// EtcdPrefix is the key prefix of the records; defaultEtcdPrefix when empty.
 	EtcdPrefix string
 	// Env is extra environment for the children (KEY=VALUE), e.g. a PATH that
 	// holds the engine. It must never hold secrets.
@@ -138,7 +138,7 @@ func New(opts Options) (*Executor, error) {
 	}
 	prefix := opts.EtcdPrefix
 	if prefix == "" {
-		prefix = DefaultEtcdPrefix
+		prefix = defaultEtcdPrefix
 	}
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
@@ -157,7 +157,7 @@ func New(opts Options) (*Executor, error) {
 		holder: hex.EncodeToString(h[:]),
 		env:    env,
 		values: values,
-		tokens: NewTokens(),
+		tokens: newTokens(),
 		spawn:  make(chan spawnRequest),
 		quit:   make(chan struct{}),
 		procs:  map[string]*proc{},
@@ -172,11 +172,11 @@ func (e *Executor) Tokens() *Tokens { return e.tokens }
 
 // Name implements executor.Executor.
 func (e *Executor) Name(ex executor.Execution) string {
-	return ProcessName(ex.Run.Namespace, ex.Run.Name, ex.Stage, ex.Attempt)
+	return processName(ex.Run.Namespace, ex.Run.Name, ex.Stage, ex.Attempt)
 }
 
-// ProcessName is the deterministic name of an execution: <namespace>.<run>.<stage>.<attempt>.
-func ProcessName(namespace, name string, stageName v1alpha1.StageName, attempt int32) string {
+// processName is the deterministic name of an execution: <namespace>.<run>.<stage>.<attempt>.
+func processName(namespace, name string, stageName v1alpha1.StageName, attempt int32) string {
 	return fmt.Sprintf("%s.%s.%s.%d", namespace, name, stageName, attempt)
 }
 
@@ -228,7 +228,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	if err != nil {
 		return "", err
 	}
-	name := ProcessName(id.Namespace, id.Name, id.Stage, id.Attempt)
+	name := processName(id.Namespace, id.Name, id.Stage, id.Attempt)
 	key := e.key(id)
 
 	e.mu.Lock()
@@ -342,7 +342,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 	if err != nil {
 		return executor.Status{}, err
 	}
-	name := ProcessName(id.Namespace, id.Name, id.Stage, id.Attempt)
+	name := processName(id.Namespace, id.Name, id.Stage, id.Attempt)
 	key := e.key(id)
 	e.mu.Lock()
 	if p, ok := e.procs[key]; ok {

@@ -15,8 +15,8 @@ import (
 // Execution records: one etcd key per run, stage and attempt. Whoever creates
 // the key starts the process; its final state is written to the same key.
 
-// DefaultEtcdPrefix is where executions are recorded when Options.EtcdPrefix is empty.
-const DefaultEtcdPrefix = "/terrarun/executions/"
+// defaultEtcdPrefix is where executions are recorded when Options.EtcdPrefix is empty.
+const defaultEtcdPrefix = "/terrarun/executions/"
 
 // record is the JSON value of an execution's etcd key.
 type record struct {

@@ -50,8 +50,8 @@ var (
 	_ auth.Resolver       = (*Tokens)(nil)
 )
 
-// NewTokens returns an empty token authority.
-func NewTokens() *Tokens { return &Tokens{} }
+// newTokens returns an empty token authority.
+func newTokens() *Tokens { return &Tokens{} }
 
 // Issue returns a new token for id (base64url, 256 random bits), valid until
 // Revoke(id). A token issued earlier for the same id stops being valid.
@@ -102,7 +102,7 @@ func (t *Tokens) AuthenticateToken(ctx context.Context, token string) (*authenti
 	if !ok {
 		return nil, false, nil
 	}
-	return &authenticator.Response{User: ExecutorUser(found)}, true, nil
+	return &authenticator.Response{User: executorUser(found)}, true, nil
 }
 
 // ExecutorIdentity implements auth.Resolver: it reads the identity
@@ -122,8 +122,8 @@ func (t *Tokens) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Id
 	return id, true, nil
 }
 
-// ExecutorUser is the user that the token of id authenticates as.
-func ExecutorUser(id executor.Identity) *user.DefaultInfo {
+// executorUser is the user that the token of id authenticates as.
+func executorUser(id executor.Identity) *user.DefaultInfo {
 	return &user.DefaultInfo{
 		Name:   UserPrefix + id.Namespace + ":" + id.Name,
 		Groups: []string{ExecutorsGroup, user.AllAuthenticated},

@@ -81,8 +81,8 @@ func TestTokens(t *testing.T) {
 			t.Errorf("%s: identity = %+v %v %v", name, got, ok, err)
 		}
 	}
-	// A user built for a live identity resolves: ExecutorUser is the round trip.
-	if got, ok, _ := tokens.ExecutorIdentity(ctx, ExecutorUser(other)); !ok || got != other {
+	// A user built for a live identity resolves: executorUser is the round trip.
+	if got, ok, _ := tokens.ExecutorIdentity(ctx, executorUser(other)); !ok || got != other {
 		t.Errorf("round trip = %+v %v", got, ok)
 	}
 

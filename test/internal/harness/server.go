@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// ReadyTimeout bounds how long a server may take to become ready.
-const ReadyTimeout = 90 * time.Second
+// readyTimeout bounds how long a server may take to become ready.
+const readyTimeout = 90 * time.Second
 
 // ServerOptions say how to start a standalone server.
 type ServerOptions struct {
@@ -118,10 +118,10 @@ func (s *Server) Kill() error {
 }
 
 // WaitReady waits until kubeconfig exists and the server it names answers
-// /readyz with 200, for at most ReadyTimeout; it fails early once exited is
+// /readyz with 200, for at most readyTimeout; it fails early once exited is
 // closed (the server ended).
 func WaitReady(kubeconfig string, exited <-chan struct{}) (*rest.Config, error) {
-	deadline := time.Now().Add(ReadyTimeout)
+	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
@@ -136,7 +136,7 @@ func WaitReady(kubeconfig string, exited <-chan struct{}) (*rest.Config, error) 
 			return cfg, nil
 		}
 	}
-	return nil, fmt.Errorf("terrarun-apiserver was not ready within %s", ReadyTimeout)
+	return nil, fmt.Errorf("terrarun-apiserver was not ready within %s", readyTimeout)
 }
 
 func ready(cfg *rest.Config) bool {

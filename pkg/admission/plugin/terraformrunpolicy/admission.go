@@ -1,6 +1,6 @@
 // Package runpolicy implements the TerraformRunPolicy validating admission
 // plugin, which enforces the cluster policy (see package policy) on
-// TerraformRuns, and CheckApprover, the separation-of-duties rule of the
+// TerraformRuns, and checkApprover, the separation-of-duties rule of the
 // approve subresource.
 package terraformrunpolicy
 
@@ -114,7 +114,7 @@ func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) er
 	if err != nil {
 		return err
 	}
-	return CheckApprover(p.cfg, run, a.GetUserInfo())
+	return checkApprover(p.cfg, run, a.GetUserInfo())
 }
 
 // SetNamespaceLabeler implements initializer.WantsNamespaceLabeler. A labeler
@@ -134,7 +134,7 @@ func (p *Plugin) SetExternalKubeInformerFactory(f informers.SharedInformerFactor
 
 // ValidateInitialization implements admission.InitializationValidator. It runs
 // after every initializer. When a namespace selector is configured and no
-// labeler was set explicitly, it builds an InformerNamespaceLabeler from the
+// labeler was set explicitly, it builds an informerNamespaceLabeler from the
 // informer factory's namespace informer (registering that informer before the
 // factory is started) and makes admission wait for its cache to sync. It fails
 // when a selector is configured and neither source of labels was provided.
@@ -148,7 +148,7 @@ func (p *Plugin) ValidateInitialization() error {
 			"(standalone mode: terraformrunpolicy.NameOnlyNamespaceLabeler)", PluginName)
 	}
 	nsInformer := p.informerFactory.Core().V1().Namespaces()
-	p.labeler = NewInformerNamespaceLabeler(nsInformer.Lister())
+	p.labeler = newInformerNamespaceLabeler(nsInformer.Lister())
 	p.SetReadyFunc(nsInformer.Informer().HasSynced)
 	return nil
 }
@@ -219,7 +219,7 @@ func (p *Plugin) checkGitHost(run *terrarun.TerraformRun) []violation {
 	}
 	path := field.NewPath("spec", "source", "git", "url")
 	allowed := strings.Join(p.cfg.AllowedGitHosts, ", ")
-	host, err := GitURLHost(git.URL)
+	host, err := gitURLHost(git.URL)
 	if err != nil {
 		return []violation{{path, fmt.Sprintf("%v; use an https:// or ssh:// URL on an allowed host; allowed hosts: %s", err, allowed)}}
 	}
@@ -282,10 +282,10 @@ func (p *Plugin) checkTimeouts(run *terrarun.TerraformRun) []violation {
 	return vs
 }
 
-// GitURLHost returns the lower-cased host of a git URL, without port: the
+// gitURLHost returns the lower-cased host of a git URL, without port: the
 // host of an https://, http://, ssh:// or git:// URL, or of the scp-like form
 // [user@]host:path. It refuses what it cannot read unambiguously.
-func GitURLHost(raw string) (string, error) {
+func gitURLHost(raw string) (string, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return "", fmt.Errorf("the URL is empty")

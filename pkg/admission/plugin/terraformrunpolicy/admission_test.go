@@ -89,8 +89,8 @@ func fakeLister(t *testing.T, nss ...*corev1.Namespace) corev1listers.NamespaceL
 	return corev1listers.NewNamespaceLister(idx)
 }
 
-func clusterLabeler(t *testing.T) *InformerNamespaceLabeler {
-	return NewInformerNamespaceLabeler(fakeLister(t,
+func clusterLabeler(t *testing.T) *informerNamespaceLabeler {
+	return newInformerNamespaceLabeler(fakeLister(t,
 		namespace("prod", map[string]string{"env": "prod"}),
 		namespace("dev", map[string]string{"env": "dev"}),
 		namespace("unlabeled", nil),
@@ -242,7 +242,7 @@ func TestLabelers(t *testing.T) {
 	l := clusterLabeler(t)
 	got, err = l.NamespaceLabels(ctx, "prod")
 	if err != nil || got["env"] != "prod" || got[corev1.LabelMetadataName] != "prod" {
-		t.Errorf("InformerNamespaceLabeler(prod) = %v, %v", got, err)
+		t.Errorf("informerNamespaceLabeler(prod) = %v, %v", got, err)
 	}
 	got["env"] = "changed"
 	again, _ := l.NamespaceLabels(ctx, "prod")
@@ -252,7 +252,7 @@ func TestLabelers(t *testing.T) {
 	if _, err := l.NamespaceLabels(ctx, "ghost"); err == nil || !apierrors.IsNotFound(errors.Unwrap(err)) {
 		t.Errorf("missing namespace: want a wrapped NotFound, got %v", err)
 	}
-	var nilLabeler *InformerNamespaceLabeler
+	var nilLabeler *informerNamespaceLabeler
 	if _, err := nilLabeler.NamespaceLabels(ctx, "prod"); err == nil {
 		t.Errorf("nil labeler must fail")
 	}
@@ -504,8 +504,8 @@ func TestClusterModeInformerFactory(t *testing.T) {
 	if err := admission.ValidateInitialization(p); err != nil {
 		t.Fatalf("ValidateInitialization: %v", err)
 	}
-	if _, ok := p.labeler.(*InformerNamespaceLabeler); !ok {
-		t.Fatalf("labeler = %T, want *InformerNamespaceLabeler", p.labeler)
+	if _, ok := p.labeler.(*informerNamespaceLabeler); !ok {
+		t.Fatalf("labeler = %T, want *informerNamespaceLabeler", p.labeler)
 	}
 	f.Start(ctx.Done())
 
@@ -583,15 +583,15 @@ func TestGitURLHost(t *testing.T) {
 		{in: "https://under_score.example.com/a", wantErr: true},
 	}
 	for _, tc := range cases {
-		got, err := GitURLHost(tc.in)
+		got, err := gitURLHost(tc.in)
 		if tc.wantErr {
 			if err == nil {
-				t.Errorf("GitURLHost(%q) = %q, want an error", tc.in, got)
+				t.Errorf("gitURLHost(%q) = %q, want an error", tc.in, got)
 			}
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("GitURLHost(%q) = %q, %v, want %q", tc.in, got, err, tc.want)
+			t.Errorf("gitURLHost(%q) = %q, %v, want %q", tc.in, got, err, tc.want)
 		}
 	}
 }

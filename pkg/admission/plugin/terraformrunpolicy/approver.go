@@ -10,14 +10,14 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
-// CheckApprover enforces separation of duties for the approve subresource:
+// checkApprover enforces separation of duties for the approve subresource:
 // unless the policy sets separationOfDuties: false (a nil cfg keeps it on),
 // the user recorded in run.Spec.Creator may not approve the run. It returns
 // nil when approver may approve, and otherwise a Forbidden API error.
 //
 // A run without a recorded creator (which the server never produces) has no
 // one to separate from, and is allowed. A missing approver is forbidden.
-func CheckApprover(cfg *policy.Config, run *terrarun.TerraformRun, approver user.Info) error {
+func checkApprover(cfg *policy.Config, run *terrarun.TerraformRun, approver user.Info) error {
 	gr := terrarun.Resource("terraformruns")
 	if run == nil {
 		return apierrors.NewBadRequest("no run to approve")

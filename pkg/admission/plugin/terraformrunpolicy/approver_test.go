@@ -36,7 +36,7 @@ func TestCheckApprover(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckApprover(tc.cfg, tc.run, tc.approver)
+			err := checkApprover(tc.cfg, tc.run, tc.approver)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("want allowed, got %v", err)
@@ -51,7 +51,7 @@ func TestCheckApprover(t *testing.T) {
 			}
 		})
 	}
-	if err := CheckApprover(nil, nil, bob); !apierrors.IsBadRequest(err) {
+	if err := checkApprover(nil, nil, bob); !apierrors.IsBadRequest(err) {
 		t.Errorf("nil run: want BadRequest, got %v", err)
 	}
 }

@@ -15,24 +15,24 @@ import (
 // of this package need not import both.
 type NamespaceLabeler = initializer.NamespaceLabeler
 
-// InformerNamespaceLabeler reads namespace labels from a namespace lister,
+// informerNamespaceLabeler reads namespace labels from a namespace lister,
 // normally backed by a shared informer on the Kubernetes API (cluster mode).
 // A namespace missing from the lister is an error.
-type InformerNamespaceLabeler struct {
+type informerNamespaceLabeler struct {
 	lister corev1listers.NamespaceLister
 }
 
-var _ NamespaceLabeler = &InformerNamespaceLabeler{}
+var _ NamespaceLabeler = &informerNamespaceLabeler{}
 
-// NewInformerNamespaceLabeler returns a labeler that reads from lister.
-func NewInformerNamespaceLabeler(lister corev1listers.NamespaceLister) *InformerNamespaceLabeler {
-	return &InformerNamespaceLabeler{lister: lister}
+// newInformerNamespaceLabeler returns a labeler that reads from lister.
+func newInformerNamespaceLabeler(lister corev1listers.NamespaceLister) *informerNamespaceLabeler {
+	return &informerNamespaceLabeler{lister: lister}
 }
 
 // NamespaceLabels implements NamespaceLabeler. It returns a copy of the
 // namespace's labels; when the namespace is not in the lister's cache the
 // error wraps the lister's NotFound error.
-func (l *InformerNamespaceLabeler) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
+func (l *informerNamespaceLabeler) NamespaceLabels(_ context.Context, namespace string) (map[string]string, error) {
 	if l == nil || l.lister == nil {
 		return nil, fmt.Errorf("no namespace lister configured")
 	}
