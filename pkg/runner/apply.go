@@ -48,11 +48,8 @@ func (r *runner) apply(ctx context.Context) error {
 	if err := r.writeBackendOverride(tfDir); err != nil {
 		return err
 	}
-	tf, err := r.newTerraform(ctx, tfDir)
+	tf, err := r.initTerraform(ctx, tfDir)
 	if err != nil {
-		return err
-	}
-	if err := withGroupReaper(ctx, tfDir, func() error { return r.initAndWorkspace(ctx, tf) }); err != nil {
 		return err
 	}
 	// A saved plan carries its variables: apply takes none.

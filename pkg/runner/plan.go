@@ -61,11 +61,8 @@ func (r *runner) plan(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tf, err := r.newTerraform(ctx, tfDir)
+	tf, err := r.initTerraform(ctx, tfDir)
 	if err != nil {
-		return err
-	}
-	if err := withGroupReaper(ctx, tfDir, func() error { return r.initAndWorkspace(ctx, tf) }); err != nil {
 		return err
 	}
 

@@ -150,3 +150,16 @@ func (r *runner) secretVariableNames() []string {
 	}
 	return names
 }
+
+// initTerraform returns the engine for the configuration in dir, initialized
+// and with the run's workspace selected.
+func (r *runner) initTerraform(ctx context.Context, dir string) (*tfexec.Terraform, error) {
+	tf, err := r.newTerraform(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := withGroupReaper(ctx, dir, func() error { return r.initAndWorkspace(ctx, tf) }); err != nil {
+		return nil, err
+	}
+	return tf, nil
+}

@@ -2,10 +2,12 @@ package standalone
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -18,9 +20,30 @@ type Etcd struct {
 	clientURL string
 }
 
+// EtcdOption changes how StartEtcd configures etcd.
+type EtcdOption func(*embed.Config)
+
+// WithoutFsync makes etcd skip fsync: for tests' throw-away members only,
+// which lose what they hold when the machine crashes.
+func WithoutFsync() EtcdOption {
+	return func(c *embed.Config) { c.UnsafeNoFsync = true }
+}
+
 // StartEtcd starts etcd with its data in dir, listening on free loopback ports,
-// and waits until it serves. Data written before a restart is kept.
-func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
+// and waits until it serves. Data written before a restart is kept. If the
+// ports are taken before etcd listens on them, it tries others.
+func StartEtcd(ctx context.Context, dir string, opts ...EtcdOption) (*Etcd, error) {
+	var err error
+	for try := 0; try < 5; try++ {
+		var e *Etcd
+		if e, err = startEtcd(ctx, dir, opts); !errors.Is(err, syscall.EADDRINUSE) {
+			return e, err
+		}
+	}
+	return nil, err
+}
+
+func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, fmt.Errorf("finding free ports for embedded etcd: %w", err)
@@ -43,6 +66,9 @@ func StartEtcd(ctx context.Context, dir string) (*Etcd, error) {
 	// Keep the on-disk history bounded.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
+	for _, o := range opts {
+		o(cfg)
+	}
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

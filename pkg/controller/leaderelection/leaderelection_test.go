@@ -14,7 +14,7 @@ import (
 // TestOneLeaderAtATime runs two replicas: only one leads, and when it stops,
 // the other takes over.
 func TestOneLeaderAtATime(t *testing.T) {
-	etcd, err := standalone.StartEtcd(t.Context(), t.TempDir())
+	etcd, err := standalone.StartEtcd(t.Context(), t.TempDir(), standalone.WithoutFsync())
 	if err != nil {
 		t.Fatal(err)
 	}

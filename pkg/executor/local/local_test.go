@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +22,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
 var (
@@ -52,13 +50,13 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 
-	etcd, endpoint, err := startEtcd(filepath.Join(tmp, "etcd"))
+	etcd, err := standalone.StartEtcd(context.Background(), filepath.Join(tmp, "etcd"), standalone.WithoutFsync())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer etcd.Close()
-	etcdClient, err = clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second,
+	etcdClient, err = clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL()}, DialTimeout: 10 * time.Second,
 		Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,37 +64,6 @@ func testMain(m *testing.M) int {
 	}
 	defer etcdClient.Close()
 	return m.Run()
-}
-
-func startEtcd(dir string) (*embed.Etcd, string, error) {
-	var urls []url.URL
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, "", err
-		}
-		urls = append(urls, url.URL{Scheme: "http", Host: l.Addr().String()})
-		l.Close()
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.UnsafeNoFsync = true
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = urls[:1], urls[:1]
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = urls[1:], urls[1:]
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(60 * time.Second):
-		e.Close()
-		return nil, "", errors.New("embedded etcd did not become ready")
-	}
-	return e, urls[0].String(), nil
 }
 
 // testEnv is one data directory and etcd prefix, shared by the executor

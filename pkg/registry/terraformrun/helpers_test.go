@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,6 +36,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
+	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
 // The tests of the subresources run them on real storage: the generic
@@ -139,58 +138,17 @@ func newTestEnvWithArtifacts(t *testing.T, opts artifacts.Options) *testEnv {
 	return env
 }
 
-// startEtcd starts an embedded single-member etcd on 127.0.0.1, as the tests
-// of pkg/artifacts do, with its data in t.TempDir(), and returns its client
-// URL. It is stopped when the test ends.
+// startEtcd starts an embedded single-member etcd without fsync, with its
+// data in t.TempDir(), and returns its client URL. It is stopped when the test
+// ends.
 func startEtcd(t *testing.T) string {
 	t.Helper()
-	var (
-		e   *embed.Etcd
-		err error
-		cu  url.URL
-	)
-	for try := 0; try < 5; try++ {
-		cfg := embed.NewConfig()
-		cfg.Name = "terraformrun-test"
-		cfg.Dir = t.TempDir()
-		cfg.UnsafeNoFsync = true // a throw-away single member
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		ports := freePorts(t, 2)
-		cu = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-		pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-		if e, err = embed.StartEtcd(cfg); err == nil {
-			break
-		}
-	}
+	e, err := standalone.StartEtcd(t.Context(), t.TempDir(), standalone.WithoutFsync())
 	if err != nil {
-		t.Fatalf("starting etcd: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(60 * time.Second):
-		e.Server.Stop()
-		t.Fatal("etcd took too long to start")
-	}
-	return cu.String()
-}
-
-// freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("listening on a free port: %v", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
+	return e.ClientURL()
 }
 
 // requestContext is the context of a request of u to namespace.
