@@ -35,9 +35,6 @@ import (
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
 )
 
-// autoApprover is status.approval.approvedBy of runs approved by Auto mode.
-const autoApprover = "auto"
-
 // Options configure a Controller.
 type Options struct {
 	// MaxPlanAttempts bounds retries of a plan stage lost with its executor.
@@ -379,7 +376,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanOnly, msg)
 	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto:
 		now := metav1.NewTime(c.opts.Clock.Now())
-		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: autoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
+		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: v1alpha1.AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
@@ -407,8 +404,7 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 		c.finish(run, v1alpha1.RunPhaseDiscarded, cond.Message)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDiscarded, cond.Message)
 	}
-	p, a := run.Status.Plan, run.Status.Approval
-	if p != nil && a != nil && a.PlanDigest == p.Digest {
+	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
@@ -500,6 +496,21 @@ func currentStage(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) *v1a
 		}
 	}
 	return nil
+}
+
+// approvedPlan says whether the run's approval record approves the plan with
+// digest: a user's approval, recorded by the approve subresource, or Auto
+// mode's, recorded by this controller for a run in that mode. The status
+// subresource keeps both from anyone else.
+func approvedPlan(run *v1alpha1.TerraformRun, digest string) bool {
+	a := run.Status.Approval
+	switch {
+	case a == nil || digest == "" || a.PlanDigest != digest || a.ApprovedBy == "":
+		return false
+	case a.ApprovedBy == v1alpha1.AutoApprover:
+		return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto
+	}
+	return true
 }
 
 func approvalTimeout(run *v1alpha1.TerraformRun) time.Duration {

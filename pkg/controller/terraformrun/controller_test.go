@@ -668,8 +668,8 @@ func TestSyncPlanSucceeded(t *testing.T) {
 				}
 				return
 			}
-			if run.Status.Approval == nil || run.Status.Approval.ApprovedBy != autoApprover || run.Status.Approval.PlanDigest != testDigest {
-				t.Errorf("approval = %+v, want approvedBy %q for %s", run.Status.Approval, autoApprover, testDigest)
+			if run.Status.Approval == nil || run.Status.Approval.ApprovedBy != v1alpha1.AutoApprover || run.Status.Approval.PlanDigest != testDigest {
+				t.Errorf("approval = %+v, want approvedBy %q for %s", run.Status.Approval, v1alpha1.AutoApprover, testDigest)
 			}
 			if len(applies) != 1 || applies[0].Attempt != 1 || applies[0].Job != applyJob1 {
 				t.Errorf("apply stages = %+v, want attempt 1 as %s", applies, applyJob1)
@@ -702,6 +702,14 @@ func TestSyncApproval(t *testing.T) {
 		{name: "an approval of another digest is no approval", mutate: func(r *v1alpha1.TerraformRun) {
 			approved(r)
 			r.Status.Approval.PlanDigest = "sha256:stale"
+		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "Auto's approval of a Manual run is no approval", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Status.Approval.ApprovedBy = v1alpha1.AutoApprover
+		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "an approval by nobody is no approval", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Status.Approval.ApprovedBy = ""
 		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
 		{name: "the deadline counts from creation without plan.completedAt", mutate: func(r *v1alpha1.TerraformRun) {
 			awaiting(r)

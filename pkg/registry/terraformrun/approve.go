@@ -26,6 +26,9 @@ func newApproveREST(status statusWriter) *actionREST[*terrarun.TerraformRunAppro
 
 // approve records approval of the run's plan by approver.
 func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval, approver string) error {
+	if a := run.Status.Approval; a != nil {
+		return conflict(run.Name, "the plan is already approved by %s (%s); the run is %s", a.ApprovedBy, shortDigest(a.PlanDigest), phaseOrPending(run))
+	}
 	if run.Status.Phase != terrarun.RunPhaseAwaitingApproval {
 		return conflict(run.Name, "the run is %s; a plan can be approved only while the run is AwaitingApproval", phaseOrPending(run))
 	}

@@ -104,3 +104,20 @@ func TestApprove(t *testing.T) {
 		expectAPIError(t, err, http.StatusNotFound)
 	})
 }
+
+func TestApproveOnce(t *testing.T) {
+	env := newTestEnv(t)
+	env.createRun(t, "web", awaitingApproval)
+	approve := func(who string) error {
+		_, err := env.storage.Approve.Create(requestContext(&user.DefaultInfo{Name: who}, "create", "approve"), "web",
+			&terrarun.TerraformRunApproval{PlanDigest: testDigest, Comment: who}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+		return err
+	}
+	if err := approve("bob"); err != nil {
+		t.Fatal(err)
+	}
+	expectAPIError(t, approve("carol"), http.StatusConflict, "already approved by bob")
+	if a := env.getRun(t, "web").Status.Approval; a == nil || a.ApprovedBy != "bob" || a.Comment != "bob" {
+		t.Errorf("approval %+v, want bob's", a)
+	}
+}

@@ -64,6 +64,9 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 		if err := checkExecutor(ctx, run, terrarun.StagePlan, *opts.Attempt, "plan"); err != nil {
 			return nil, err
 		}
+		if err := planNotRecorded(run); err != nil {
+			return nil, err
+		}
 		return uploadHandler(responder, func(body io.Reader) error {
 			if opts.Part == terrarun.PlanPartResult {
 				return r.record(ctx, run, *opts.Attempt, body)
@@ -241,6 +244,9 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		if err := checkExecutor(ctx, run, terrarun.StagePlan, attempt, "plan"); err != nil {
 			return err
 		}
+		if err := planNotRecorded(run); err != nil {
+			return err
+		}
 		now := metav1.Now()
 		run.Status.Plan = &terrarun.PlanSummary{
 			Digest:      file.SHA256,
@@ -257,4 +263,13 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		return nil
 	})
 	return err
+}
+
+// planNotRecorded refuses, with 409, every part of a plan whose result is
+// recorded: what approvers read and approve does not change afterwards.
+func planNotRecorded(run *terrarun.TerraformRun) error {
+	if p := run.Status.Plan; p != nil && p.Digest != "" {
+		return conflict(run.Name, "the plan is recorded (%s) and its parts cannot change; create a new run to plan again", shortDigest(p.Digest))
+	}
+	return nil
 }

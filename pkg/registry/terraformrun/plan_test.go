@@ -224,3 +224,35 @@ func TestPlanWait(t *testing.T) {
 		expectStatus(t, w, http.StatusNotFound, `run "canceled" ended Canceled without a plan: Canceled by alice.`)
 	})
 }
+
+// TestPlanIsImmutableOnceRecorded has the plan stage, still running with its
+// token live, try to replace what approvers read after its result was
+// recorded.
+func TestPlanIsImmutableOnceRecorded(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	for _, part := range []string{"source", "file", "text", "json", "result"} {
+		w := connect(t, env.storage.Plan, planStage, http.MethodPost, "web", "attempt=1&part="+part, strings.NewReader(testPlan[part]))
+		expectStatus(t, w, http.StatusNoContent)
+	}
+	recorded := env.getRun(t, "web").Status.Plan
+	if recorded == nil || recorded.Digest == "" {
+		t.Fatal("the plan was not recorded")
+	}
+	for _, part := range []string{"source", "file", "text", "json", "result"} {
+		w := connect(t, env.storage.Plan, planStage, http.MethodPost, "web", "attempt=1&part="+part, strings.NewReader("forged"))
+		expectStatus(t, w, http.StatusConflict)
+		if !strings.Contains(w.Body.String(), "the plan is recorded") {
+			t.Errorf("part %s: %s", part, w.Body.String())
+		}
+	}
+	if got := env.getRun(t, "web").Status.Plan; got.Digest != recorded.Digest {
+		t.Errorf("the recorded digest changed: %s, want %s", got.Digest, recorded.Digest)
+	}
+	w := connect(t, env.storage.Plan, alice, http.MethodGet, "web", "", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != testPlan["text"] {
+		t.Errorf("the plan text is %q, want the recorded %q", w.Body.String(), testPlan["text"])
+	}
+}

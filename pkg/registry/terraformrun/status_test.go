@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -68,4 +69,81 @@ func TestStatusWriter(t *testing.T) {
 
 	_, err = w.get(requestContext(alice, "get", ""), "missing")
 	expectAPIError(t, err, http.StatusNotFound)
+}
+
+// TestStatusKeepsRecords attacks the records of the server's handlers
+// through the status subresource: approval, plan, source revision and
+// outputs are kept, an Approved condition without an approval is dropped,
+// and only Auto mode's own approval of the recorded plan passes.
+func TestStatusKeepsRecords(t *testing.T) {
+	env := newTestEnv(t)
+	update := func(name string, change func(*terrarun.TerraformRun)) *terrarun.TerraformRun {
+		t.Helper()
+		run := env.getRun(t, name)
+		change(run)
+		obj, _, err := env.storage.Status.Update(requestContext(alice, "update", "status"), name,
+			rest.DefaultUpdatedObjectInfo(run), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("status update: %v", err)
+		}
+		return obj.(*terrarun.TerraformRun)
+	}
+
+	env.createRun(t, "manual", awaitingApproval)
+	got := update("manual", func(run *terrarun.TerraformRun) {
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: "mallory", PlanDigest: testDigest}
+		run.Status.Plan = &terrarun.PlanSummary{Digest: "sha256:forged", Add: 9}
+		run.Status.Source = &terrarun.SourceStatus{Revision: "forged"}
+		run.Status.Outputs = []terrarun.OutputStatus{{Name: "forged", Value: `"x"`}}
+		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: terrarun.ConditionApproved, Status: metav1.ConditionTrue, Reason: terrarun.ReasonApproved, Message: "forged"})
+		run.Status.Message = "the controller's message"
+	})
+	if got.Status.Approval != nil || got.Status.Plan.Digest != testDigest || got.Status.Plan.Add != 1 || got.Status.Source != nil || len(got.Status.Outputs) != 0 {
+		t.Errorf("a status write changed the handlers' records: approval %+v plan %+v source %+v outputs %+v",
+			got.Status.Approval, got.Status.Plan, got.Status.Source, got.Status.Outputs)
+	}
+	if meta.IsStatusConditionTrue(got.Status.Conditions, terrarun.ConditionApproved) {
+		t.Errorf("a status write set Approved without an approval")
+	}
+	if got.Status.Message != "the controller's message" {
+		t.Errorf("the rest of status was not written: %q", got.Status.Message)
+	}
+
+	// Auto mode: the controller's approval of the recorded plan, and nothing else.
+	auto := &terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "auto", Namespace: testNamespace},
+		Spec: terrarun.TerraformRunSpec{
+			Source:   terrarun.Source{Inline: map[string]string{"main.tf": `output "x" { value = 1 }`}},
+			Approval: terrarun.Approval{Mode: terrarun.ApprovalModeAuto},
+		},
+	}
+	if _, err := env.storage.Run.Create(requestContext(alice, "create", ""), auto, rest.ValidateAllObjectFunc, &metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.setStatus(t, "auto", awaitingApproval)
+	got = update("auto", func(run *terrarun.TerraformRun) {
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: "mallory", PlanDigest: testDigest}
+	})
+	if got.Status.Approval != nil {
+		t.Errorf("Auto mode let another approver through: %+v", got.Status.Approval)
+	}
+	got = update("auto", func(run *terrarun.TerraformRun) {
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: terrarun.AutoApprover, PlanDigest: "sha256:other"}
+	})
+	if got.Status.Approval != nil {
+		t.Errorf("Auto mode approved another digest: %+v", got.Status.Approval)
+	}
+	got = update("auto", func(run *terrarun.TerraformRun) {
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: terrarun.AutoApprover, PlanDigest: testDigest}
+	})
+	if got.Status.Approval == nil || got.Status.Approval.ApprovedBy != terrarun.AutoApprover {
+		t.Errorf("Auto mode's approval of the recorded plan was dropped")
+	}
+	// The controller's Auto approval of a Manual run is no approval either.
+	got = update("manual", func(run *terrarun.TerraformRun) {
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: terrarun.AutoApprover, PlanDigest: testDigest}
+	})
+	if got.Status.Approval != nil {
+		t.Errorf("a Manual run took an Auto approval: %+v", got.Status.Approval)
+	}
 }

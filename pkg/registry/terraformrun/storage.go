@@ -115,7 +115,12 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 
-	status := statusWriter{store: &statusStore}
+	// The handlers record approvals, plans and outputs, which /status keeps.
+	recordStore := *store
+	records := recordStrategy(strategy)
+	recordStore.UpdateStrategy = records
+	recordStore.ResetFieldsStrategy = records
+	status := statusWriter{store: &recordStore}
 	base := connectBase{status: status, artifacts: deps.Artifacts}
 	return &Storage{
 		Run:     &REST{store},

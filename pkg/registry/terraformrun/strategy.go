@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -114,13 +115,25 @@ func (runStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object
 	return nil
 }
 
-// statusStrategy implements updates through the status subresource.
+// statusStrategy implements updates of status: through the status
+// subresource (the controller's writes), and, with records set, the writes of
+// the server's own handlers.
 type statusStrategy struct {
 	runStrategy
+	// records lets a write change what only the server's handlers record: the
+	// approval (approve), the plan and the source revision (the plan stage's
+	// upload), and the outputs (the apply stage's upload).
+	records bool
 }
 
-// NewStatusStrategy returns the strategy of the terraformruns/status subresource.
-func NewStatusStrategy(s runStrategy) statusStrategy { return statusStrategy{s} }
+// NewStatusStrategy returns the strategy of the terraformruns/status
+// subresource, which keeps the handlers' records.
+func NewStatusStrategy(s runStrategy) statusStrategy { return statusStrategy{runStrategy: s} }
+
+// recordStrategy is the strategy of the handlers' own status writes.
+func recordStrategy(s runStrategy) statusStrategy {
+	return statusStrategy{runStrategy: s, records: true}
+}
 
 // GetResetFields says that /status never changes spec.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
@@ -129,11 +142,40 @@ func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
-// PrepareForUpdate keeps spec: /status writes only status.
-func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
+// PrepareForUpdate keeps spec: /status writes only status. Without records it
+// also keeps what only the server's handlers record, so that no status write
+// approves a plan, or replaces the plan approvers read or the outputs; the one
+// exception is the approval of a run in approval mode Auto, of its recorded
+// plan, by terrarun.AutoApprover, which the controller records.
+func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	newRun := obj.(*terrarun.TerraformRun)
 	oldRun := old.(*terrarun.TerraformRun)
 	newRun.Spec = oldRun.Spec
+	if s.records {
+		return
+	}
+	if !autoApproval(newRun, oldRun) {
+		newRun.Status.Approval = oldRun.Status.Approval
+	}
+	newRun.Status.Plan = oldRun.Status.Plan
+	newRun.Status.Source = oldRun.Status.Source
+	newRun.Status.Outputs = oldRun.Status.Outputs
+	// The Approved condition is True only with an approval record.
+	if newRun.Status.Approval == nil && meta.IsStatusConditionTrue(newRun.Status.Conditions, terrarun.ConditionApproved) {
+		meta.RemoveStatusCondition(&newRun.Status.Conditions, terrarun.ConditionApproved)
+		if c := meta.FindStatusCondition(oldRun.Status.Conditions, terrarun.ConditionApproved); c != nil {
+			newRun.Status.Conditions = append(newRun.Status.Conditions, *c)
+		}
+	}
+}
+
+// autoApproval says whether newRun records Auto mode's approval of oldRun's
+// plan, where oldRun has none.
+func autoApproval(newRun, oldRun *terrarun.TerraformRun) bool {
+	a, p := newRun.Status.Approval, oldRun.Status.Plan
+	return oldRun.Status.Approval == nil && a != nil && p != nil &&
+		oldRun.Spec.Approval.Mode == terrarun.ApprovalModeAuto &&
+		a.ApprovedBy == terrarun.AutoApprover && a.PlanDigest == p.Digest
 }
 
 // ValidateUpdate validates a status write.

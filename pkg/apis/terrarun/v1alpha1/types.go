@@ -347,6 +347,10 @@ const (
 	ConditionDiscardRequested = "DiscardRequested"
 )
 
+// AutoApprover is status.approval.approvedBy of a run approved by its
+// approval mode Auto. Only the controller records it, and only for such a run.
+const AutoApprover = "auto"
+
 // Condition reasons of a TerraformRun.
 const (
 	ReasonPending          = "Pending"
