@@ -466,12 +466,24 @@ func validateBackend(b *terrarun.Backend, fldPath *field.Path) field.ErrorList {
 				"must be a backend setting name: letters, digits and '_', not starting with a digit, such as bucket or region"))
 		case looksLikeCredential(key):
 			allErrs = append(allErrs, field.Forbidden(keyPath, "looks like a credential; put it in the Secret named by configSecret"))
+		case b.Type == "local" && localBackendLocationKeys[key]:
+			allErrs = append(allErrs, field.Forbidden(keyPath,
+				"the local backend keeps one state per namespace and workspace where the server decides; omit it, or choose the workspace with spec.workspace"))
 		}
+	}
+	if b.Type == "local" && b.ConfigSecret != "" {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("configSecret"),
+			"the local backend takes no settings from a Secret (they could move its state); omit it"))
 	}
 
 	allErrs = append(allErrs, validateObjectName(b.ConfigSecret, false, fldPath.Child("configSecret"))...)
 	return allErrs
 }
+
+// localBackendLocationKeys are the settings of the local backend that say
+// where its state is: the server chooses that, so that a run reaches only its
+// own namespace's state.
+var localBackendLocationKeys = map[string]bool{"path": true, "workspace_dir": true}
 
 // looksLikeCredential reports whether a backend config key names a credential.
 func looksLikeCredential(key string) bool {

@@ -345,6 +345,14 @@ func TestValidateBackend(t *testing.T) {
 		{name: "key with dash", mutate: backend(terrarun.Backend{Type: "s3", Config: map[string]string{"bucket-name": "x"}}), want: []string{invalid("spec.backend.config[bucket-name]")}},
 		{name: "empty key", mutate: backend(terrarun.Backend{Type: "s3", Config: map[string]string{"": "x"}}), want: []string{invalid("spec.backend.config[]")}},
 		{name: "invalid configSecret", mutate: backend(terrarun.Backend{Type: "s3", ConfigSecret: "-creds"}), want: []string{invalid("spec.backend.configSecret")}},
+		{name: "local backend", mutate: backend(terrarun.Backend{Type: "local"})},
+		{name: "local backend path elsewhere", mutate: backend(terrarun.Backend{Type: "local", Config: map[string]string{"path": "/var/lib/terrarun/state/default/default/terraform.tfstate"}}),
+			want: []string{forbidden("spec.backend.config[path]")}},
+		{name: "local backend workspace_dir elsewhere", mutate: backend(terrarun.Backend{Type: "local", Config: map[string]string{"workspace_dir": "../other"}}),
+			want: []string{forbidden("spec.backend.config[workspace_dir]")}},
+		{name: "local backend settings from a Secret", mutate: backend(terrarun.Backend{Type: "local", ConfigSecret: "state-location"}),
+			want: []string{forbidden("spec.backend.configSecret")}},
+		{name: "path of another backend", mutate: backend(terrarun.Backend{Type: "consul", Config: map[string]string{"path": "terrarun/state"}})},
 	}
 	for _, key := range []string{
 		"password", "client_secret", "token", "access_key", "secret_key", "AWS_Secret_Access_Key", "private_key",
