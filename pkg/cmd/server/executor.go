@@ -62,6 +62,9 @@ type ExecutorOptions struct {
 	// RunController runs the run controller (leader-elected). Without it the
 	// server serves the API only and runs stay Pending.
 	RunController bool
+	// UnsandboxedLocal allows the local executor outside standalone mode,
+	// where its stages run unsandboxed on the server's host.
+	UnsandboxedLocal bool
 }
 
 func newExecutorOptions() *ExecutorOptions {
@@ -82,6 +85,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
+	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run as child processes of this server, "+
+		"with its user and its view of the host (its certificates, etcd's credentials, other runs' work directories): only for a trusted, single-tenant host.")
 	fs.BoolVar(&o.RunController, "run-controller", o.RunController, "Run the run controller (leader-elected through etcd, so several replicas are safe). "+
 		"false serves the API only and leaves runs Pending: for API-only replicas and API benchmarks.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
@@ -94,6 +99,10 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 // Validate reports invalid executor flags.
 func (o *ExecutorOptions) Validate(standalone bool) []error {
 	var errs []error
+	if o.Kind == "local" && !standalone && !o.UnsandboxedLocal {
+		errs = append(errs, fmt.Errorf("--executor=local outside standalone mode runs every stage unsandboxed on this server's host, with its credentials in reach; "+
+			"use --executor=kubernetes, or accept the risk with --allow-unsandboxed-local-executor"))
+	}
 	if o.Kind == "local" && !standalone && (o.ServerURL == "" || o.CAFile == "") {
 		errs = append(errs, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode"))
 	}
