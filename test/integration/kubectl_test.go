@@ -184,13 +184,13 @@ spec:
 func TestKubectlSecondUser(t *testing.T) {
 	s := startBinary(t, t.TempDir())
 	bob := filepath.Join(t.TempDir(), "bob.kubeconfig")
-	out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob", "--group", "approvers", "--output", bob).CombinedOutput()
+	out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob", "--group", "terrarun:editors", "--output", bob).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubeconfig subcommand: %v\n%s", err, out)
 	}
 	mustKubectl(t, bob, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 	out = []byte(mustKubectl(t, s.Kubeconfig, "get", "tfr", "hello", "-o", "jsonpath={.spec.creator.username} {.spec.creator.groups}"))
-	if string(out) != `bob ["approvers","system:authenticated"]` {
+	if string(out) != `bob ["terrarun:editors","system:authenticated"]` {
 		t.Fatalf("creator = %s, want bob with his groups", out)
 	}
 }

@@ -25,7 +25,8 @@ import (
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
-// runEnv is a standalone server with its admin client and a second user, bob.
+// runEnv is a standalone server with its admin client and a second user, bob,
+// who may approve and edit.
 type runEnv struct {
 	*binaryServer
 	client versioned.Interface
@@ -37,7 +38,8 @@ func newRunEnv(t *testing.T, extraArgs ...string) *runEnv {
 	t.Helper()
 	s := startBinary(t, t.TempDir(), extraArgs...)
 	bob := filepath.Join(t.TempDir(), "bob.kubeconfig")
-	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob", "--output", bob).CombinedOutput(); err != nil {
+	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob",
+		"--group", "terrarun:approvers", "--group", "terrarun:editors", "--output", bob).CombinedOutput(); err != nil {
 		t.Fatalf("minting bob's kubeconfig: %v\n%s", err, out)
 	}
 	return &runEnv{binaryServer: s, client: versioned.NewForConfigOrDie(s.Config), bob: bob, bobCfg: versioned.NewForConfigOrDie(kubeconfigRest(t, bob))}

@@ -15,8 +15,6 @@ import (
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
 	apiserverinstall "k8s.io/apiserver/pkg/apis/apiserver/install"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -98,7 +96,8 @@ func (o *Options) standaloneOptions(etcdURL string) *genericoptions.RecommendedO
 }
 
 // applyStandalone authenticates client certificates signed by the data
-// directory's CA, authorizes every authenticated user, builds the admission
+// directory's CA, authorizes them by their groups with terrarun's roles
+// (standalone.NewAuthorizer), builds the admission
 // chain, and writes the admin kubeconfig. It returns the kubeconfig's path.
 func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig) (string, error) {
 	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", sa.pki.CAFile())
@@ -116,7 +115,9 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 	if err := config.Authentication.ApplyClientCert(ca, config.SecureServing); err != nil {
 		return "", fmt.Errorf("requesting client certificates: %w", err)
 	}
-	config.Authorization.Authorizer = authenticatedAuthorizer
+	if config.Authorization.Authorizer, err = standalone.NewAuthorizer(); err != nil {
+		return "", err
+	}
 
 	runs, err := versioned.NewForConfig(config.LoopbackClientConfig)
 	if err != nil {
@@ -138,15 +139,6 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 	}
 	return path, nil
 }
-
-// authenticatedAuthorizer allows every request of an authenticated user. It is
-// standalone mode's authorizer.
-var authenticatedAuthorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if u := a.GetUser(); u != nil && slices.Contains(u.GetGroups(), user.AllAuthenticated) {
-		return authorizer.DecisionAllow, "standalone mode authorizes every authenticated user", nil
-	}
-	return authorizer.DecisionNoOpinion, "standalone mode authorizes only authenticated users", nil
-})
 
 // admissionConfigScheme decodes AdmissionConfiguration files.
 var admissionConfigScheme = func() *runtime.Scheme {

@@ -1,0 +1,114 @@
+package standalone
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/terrarun/terrarun/artifacts/deploy"
+)
+
+// The groups, in a user's client certificate, that grant terrarun's roles in
+// standalone mode. The admin kubeconfig's system:masters may do everything.
+const (
+	// ViewersGroup grants terrarun-view: read runs, plans and logs.
+	ViewersGroup = "terrarun:viewers"
+	// EditorsGroup grants terrarun-edit: create, delete, cancel and discard
+	// runs, and read their outputs.
+	EditorsGroup = "terrarun:editors"
+	// ApproversGroup grants terrarun-view and terrarun-approve: read and
+	// approve plans.
+	ApproversGroup = "terrarun:approvers"
+)
+
+// groupRoles are the ClusterRoles (of artifacts/deploy/rbac.yaml) that each
+// group is bound to, cluster-wide.
+var groupRoles = map[string][]string{
+	ViewersGroup:   {"terrarun-view"},
+	EditorsGroup:   {"terrarun-edit"},
+	ApproversGroup: {"terrarun-view", "terrarun-approve"},
+}
+
+// discovery is what every authenticated user may read, as Kubernetes'
+// system:discovery and system:public-info-viewer roles allow.
+var discovery = rbacv1.PolicyRule{Verbs: []string{"get"}, NonResourceURLs: []string{
+	"/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/", "/healthz", "/livez", "/readyz",
+}}
+
+// NewAuthorizer returns standalone mode's authorizer: the roles of
+// artifacts/deploy/rbac.yaml, bound to the groups above, and everything for
+// system:masters. Everybody else, and everything else, is denied: status
+// writes, impersonation and the executors' writes among them (executors are
+// authorized apart, by pkg/executor/auth).
+func NewAuthorizer() (authorizer.Authorizer, error) {
+	roles, err := clusterRoles(deploy.RBAC)
+	if err != nil {
+		return nil, err
+	}
+	rules := map[string][]rbacv1.PolicyRule{user.AllAuthenticated: {discovery}}
+	for group, names := range groupRoles {
+		for _, name := range names {
+			role, ok := roles[name]
+			if !ok {
+				return nil, fmt.Errorf("artifacts/deploy/rbac.yaml has no ClusterRole %s", name)
+			}
+			rules[group] = append(rules[group], role.Rules...)
+		}
+	}
+	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		u := a.GetUser()
+		if u == nil {
+			return authorizer.DecisionNoOpinion, "no user", nil
+		}
+		groups := u.GetGroups()
+		if slices.Contains(groups, user.SystemPrivilegedGroup) {
+			return authorizer.DecisionAllow, "system:masters", nil
+		}
+		request := requestRule(a)
+		for _, g := range groups {
+			if covered, _ := rbacvalidation.Covers(rules[g], []rbacv1.PolicyRule{request}); covered && len(rules[g]) > 0 {
+				return authorizer.DecisionAllow, fmt.Sprintf("group %s may", g), nil
+			}
+		}
+		return authorizer.DecisionNoOpinion, fmt.Sprintf("no group of %q grants this; the groups %s, %s and %s grant terrarun's roles in standalone mode",
+			u.GetName(), ViewersGroup, EditorsGroup, ApproversGroup), nil
+	}), nil
+}
+
+// requestRule is the policy rule that allows exactly the request a.
+func requestRule(a authorizer.Attributes) rbacv1.PolicyRule {
+	if !a.IsResourceRequest() {
+		return rbacv1.PolicyRule{Verbs: []string{a.GetVerb()}, NonResourceURLs: []string{a.GetPath()}}
+	}
+	resource := a.GetResource()
+	if a.GetSubresource() != "" {
+		resource += "/" + a.GetSubresource()
+	}
+	rule := rbacv1.PolicyRule{Verbs: []string{a.GetVerb()}, APIGroups: []string{a.GetAPIGroup()}, Resources: []string{resource}}
+	if a.GetName() != "" {
+		rule.ResourceNames = []string{a.GetName()}
+	}
+	return rule
+}
+
+// clusterRoles returns the ClusterRoles of a multi-document YAML, by name.
+func clusterRoles(manifests []byte) (map[string]rbacv1.ClusterRole, error) {
+	roles := map[string]rbacv1.ClusterRole{}
+	for _, doc := range bytes.Split(manifests, []byte("\n---")) {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &role); err != nil {
+			return nil, fmt.Errorf("artifacts/deploy/rbac.yaml: %w", err)
+		}
+		if role.Kind == "ClusterRole" {
+			roles[role.Name] = role
+		}
+	}
+	return roles, nil
+}

@@ -1,0 +1,57 @@
+package standalone
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+)
+
+func TestAuthorizer(t *testing.T) {
+	a, err := NewAuthorizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(verb, subresource string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{Verb: verb, Namespace: "default", APIGroup: "terrarun.dev", APIVersion: "v1alpha1",
+			Resource: "terraformruns", Subresource: subresource, Name: "hello", ResourceRequest: true}
+	}
+	as := func(groups ...string) user.Info {
+		return &user.DefaultInfo{Name: "someone", Groups: append(groups, user.AllAuthenticated)}
+	}
+	allow, deny := authorizer.DecisionAllow, authorizer.DecisionNoOpinion
+	for _, tc := range []struct {
+		name string
+		u    user.Info
+		attr authorizer.AttributesRecord
+		want authorizer.Decision
+	}{
+		{"nobody reads runs", as(), run("get", ""), deny},
+		{"nobody reads discovery", as(), authorizer.AttributesRecord{Verb: "get", Path: "/apis/terrarun.dev/v1alpha1"}, allow},
+		{"a viewer reads runs", as(ViewersGroup), run("list", ""), allow},
+		{"a viewer reads plans", as(ViewersGroup), run("get", "plan"), allow},
+		{"a viewer reads no outputs", as(ViewersGroup), run("get", "outputs"), deny},
+		{"a viewer creates no runs", as(ViewersGroup), run("create", ""), deny},
+		{"an editor creates runs", as(EditorsGroup), run("create", ""), allow},
+		{"an editor reads outputs", as(EditorsGroup), run("get", "outputs"), allow},
+		{"an editor cancels", as(EditorsGroup), run("create", "cancel"), allow},
+		{"an editor does not approve", as(EditorsGroup), run("create", "approve"), deny},
+		{"an editor writes no status", as(EditorsGroup), run("patch", "status"), deny},
+		{"an editor writes no plan", as(EditorsGroup), run("create", "plan"), deny},
+		{"an editor impersonates nobody", as(EditorsGroup), authorizer.AttributesRecord{Verb: "impersonate", Resource: "users", Name: "system:terrarun:executor:default:hello", ResourceRequest: true}, deny},
+		{"an approver approves", as(ApproversGroup), run("create", "approve"), allow},
+		{"an approver reads the plan", as(ApproversGroup), run("get", "plan"), allow},
+		{"an approver creates no runs", as(ApproversGroup), run("create", ""), deny},
+		{"the admin writes status", as(user.SystemPrivilegedGroup), run("update", "status"), allow},
+		{"the admin impersonates", as(user.SystemPrivilegedGroup), authorizer.AttributesRecord{Verb: "impersonate", Resource: "users", Name: "bob", ResourceRequest: true}, allow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.attr.User = tc.u
+			got, reason, err := a.Authorize(context.Background(), tc.attr)
+			if err != nil || got != tc.want {
+				t.Errorf("Authorize = %v (%s, %v), want %v", got, reason, err, tc.want)
+			}
+		})
+	}
+}
