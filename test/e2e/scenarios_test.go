@@ -253,7 +253,7 @@ func podToken(t *testing.T, ns, job string) string {
 func postAsToken(t *testing.T, token, path string) (int, string) {
 	t.Helper()
 	cfg := &rest.Config{Host: fmt.Sprintf("https://%s:%d", nodeIP, terrarunPort), TLSClientConfig: rest.TLSClientConfig{CAFile: cl.trCA}, Timeout: 30 * time.Second}
-	code, body, err := harness.PostAs(t.Context(), cfg, token, path, strings.NewReader("forged\n"))
+	code, body, err := harness.RequestAs(t.Context(), cfg, token, http.MethodPost, path, strings.NewReader("forged\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

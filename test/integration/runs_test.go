@@ -107,6 +107,12 @@ func (e *runEnv) waitPhase(t *testing.T, name string, timeout time.Duration, pha
 	return run
 }
 
+// runJSON is a minimal run named name, as JSON.
+func runJSON(name string) string {
+	return `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRun","metadata":{"name":"` + name +
+		`"},"spec":{"source":{"inline":{"main.tf":"resource \"terraform_data\" \"x\" {}"}}}}`
+}
+
 func raw(name, sub string) string {
 	return "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/" + name + "/" + sub
 }
@@ -383,6 +389,26 @@ func TestRunFailures(t *testing.T) {
 			t.Errorf("POST %s with another run's executor token: %d %s, want 403", path, code, body)
 		}
 	}
+	// Nor may it act as a user: approve, create, list, or read outputs.
+	approval := `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"` + victim.Status.Plan.Digest + `"}`
+	for _, req := range []struct{ method, path, body string }{
+		{http.MethodPost, raw("victim", "approve"), approval},
+		{http.MethodPost, "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", runJSON("spawned")},
+		{http.MethodGet, "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", ""},
+		{http.MethodGet, "/apis/terrarun.dev/v1alpha1/terraformruns", ""},
+		{http.MethodGet, raw("victim", "outputs"), ""},
+		{http.MethodGet, raw("slow", "outputs"), ""},
+		{http.MethodGet, raw("victim", "plan?format=file"), ""},
+		{http.MethodPatch, raw("slow", "status"), `{"status":{"message":"x"}}`},
+	} {
+		code, body, err := harness.RequestAs(ctxT(t), e.Config, token, req.method, req.path, strings.NewReader(req.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusForbidden {
+			t.Errorf("%s %s with an executor token: %d %s, want 403", req.method, req.path, code, body)
+		}
+	}
 	// A user is not an executor either.
 	code, body := postWithToken(t, e.Config, "", raw("victim", "logs?stage=plan&attempt=1"), "forged")
 	if code != http.StatusForbidden || !strings.Contains(body, "only the executor") {
@@ -421,7 +447,7 @@ func readToken(t *testing.T, dataDir string, run *v1alpha1.TerraformRun, stageDi
 // user when token is empty.
 func postWithToken(t *testing.T, cfg *rest.Config, token, path, body string) (int, string) {
 	t.Helper()
-	code, out, err := harness.PostAs(ctxT(t), cfg, token, path, strings.NewReader(body))
+	code, out, err := harness.RequestAs(ctxT(t), cfg, token, http.MethodPost, path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,10 +110,10 @@ func StageToken(ctx context.Context, dataDir string, run *v1alpha1.TerraformRun,
 	return token, err
 }
 
-// PostAs POSTs body to cfg.Host+path as the bearer of token, as an executor
-// does, or with cfg's own credentials when token is empty. It returns the
-// status code and the body of the answer.
-func PostAs(ctx context.Context, cfg *rest.Config, token, path string, body io.Reader) (int, string, error) {
+// RequestAs sends a request to cfg.Host+path as the bearer of token, as an
+// executor does, or with cfg's own credentials when token is empty. It
+// returns the status code and the body of the answer.
+func RequestAs(ctx context.Context, cfg *rest.Config, token, method, path string, body io.Reader) (int, string, error) {
 	c := rest.CopyConfig(cfg)
 	if token != "" {
 		c = rest.AnonymousClientConfig(c)
@@ -123,7 +123,7 @@ func PostAs(ctx context.Context, cfg *rest.Config, token, path string, body io.R
 	if err != nil {
 		return 0, "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Host+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.Host+path, body)
 	if err != nil {
 		return 0, "", err
 	}
