@@ -1,10 +1,11 @@
 // Package standalone provides what terrarun's standalone mode needs instead of a
 // Kubernetes cluster: a private certificate authority, embedded etcd, and
-// kubeconfig files with client certificates.
+// kubeconfig files with client certificates, and an authorizer of terrarun's
+// roles by the groups in those certificates.
 //
 // Standalone mode is a development mode: every user who holds a certificate
-// signed by the data directory's CA is authenticated, and every authenticated
-// user is authorized.
+// signed by the data directory's CA is authenticated, with the user name and
+// groups the certificate says, so whoever can read the CA's key can be anyone.
 package standalone
 
 import (

@@ -51,7 +51,9 @@ func newKubeconfigCommand(out io.Writer) *cobra.Command {
 		Short: "Write a kubeconfig for another user of a standalone server",
 		Long: `Writes a kubeconfig whose client certificate, signed by the standalone
 server's CA in --data-dir, authenticates as --user with the given groups.
-Use it to try a second person, for example an approver who is not the creator.`,
+Use it to try a second person, for example an approver who is not the creator.
+The groups terrarun:viewers, terrarun:editors and terrarun:approvers grant
+terrarun's roles; a user without them may read only discovery.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(*cobra.Command, []string) error {
@@ -70,7 +72,7 @@ Use it to try a second person, for example an approver who is not the creator.`,
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "The standalone server's --data-dir.")
 	cmd.Flags().StringVar(&user, "user", "", "User name to authenticate as.")
-	cmd.Flags().StringSliceVar(&groups, "group", nil, "Group of the user; repeat for several.")
+	cmd.Flags().StringSliceVar(&groups, "group", nil, "Group of the user; repeat for several. terrarun:viewers, terrarun:editors and terrarun:approvers grant terrarun's roles.")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Path of the kubeconfig to write.")
 	return cmd
 }

@@ -46,8 +46,8 @@ type Options struct {
 	// delegated authentication and authorization, admission, audit.
 	Recommended *genericoptions.RecommendedOptions
 	// Standalone runs without a cluster: embedded etcd, a private CA, client
-	// certificate authentication, and an authorizer that admits every
-	// authenticated user. It is a development mode.
+	// certificate authentication, and terrarun's roles granted by certificate
+	// groups (standalone.NewAuthorizer). It is a development mode.
 	Standalone bool
 	// DataDir holds standalone mode's etcd data, PKI and kubeconfig files.
 	DataDir string
@@ -96,7 +96,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
 	o.Executor.AddFlags(fs)
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
-		"client-certificate authentication with a generated admin kubeconfig, and every authenticated user authorized. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
+		"client-certificate authentication with a generated admin kubeconfig, and terrarun's roles granted by the groups terrarun:viewers, terrarun:editors and terrarun:approvers. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
 }
 
