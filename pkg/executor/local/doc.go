@@ -54,8 +54,9 @@
 // Each execution gets a random 256-bit bearer token from the executor's
 // Tokens, valid until the process ends. Tokens authenticates it as
 // system:terrarun:executor:<namespace>:<run> in the group
-// system:terrarun:executors, with the run's UID, stage and attempt in the
-// user's extra fields, and resolves that user back to an executor.Identity.
+// system:terrarun:executors, with the run's UID, stage, attempt and the sha256
+// of the token in the user's extra fields, and resolves that user back to an
+// executor.Identity only while that hash is the identity's current token's.
 //
 // # Values: Secrets and ConfigMaps in standalone mode
 //

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ const (
 	ExtraRunUID  = "terrarun.dev/run-uid"
 	ExtraStage   = "terrarun.dev/stage"
 	ExtraAttempt = "terrarun.dev/attempt"
+	// ExtraTokenHash binds the user to the credential it was authenticated
+	// with: the hex sha256 of the stage token. A user whose extras name a live
+	// identity without the hash of its current token is not an executor.
+	ExtraTokenHash = "terrarun.dev/token-sha256"
 )
 
 // Tokens is the authority for per-stage bearer tokens in local mode. It issues
@@ -102,50 +107,54 @@ func (t *Tokens) AuthenticateToken(ctx context.Context, token string) (*authenti
 	if !ok {
 		return nil, false, nil
 	}
-	return &authenticator.Response{User: executorUser(found)}, true, nil
+	return &authenticator.Response{User: executorUser(found, sum)}, true, nil
 }
 
 // ExecutorIdentity implements auth.Resolver: it reads the identity
 // back from a user produced by AuthenticateToken. Any other user, and the user
 // of an identity whose token has been revoked, yields false.
 func (t *Tokens) ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error) {
-	id, ok := identityFromUser(u)
+	id, sum, ok := identityFromUser(u)
 	if !ok {
 		return executor.Identity{}, false, nil
 	}
 	t.mu.RLock()
-	_, live := t.hashes[id]
+	current, live := t.hashes[id]
 	t.mu.RUnlock()
-	if !live {
+	if !live || subtle.ConstantTimeCompare(current[:], sum[:]) != 1 {
 		return executor.Identity{}, false, nil
 	}
 	return id, true, nil
 }
 
-// executorUser is the user that the token of id authenticates as.
-func executorUser(id executor.Identity) *user.DefaultInfo {
+// executorUser is the user that a token of id, whose sha256 is sum,
+// authenticates as.
+func executorUser(id executor.Identity, sum [sha256.Size]byte) *user.DefaultInfo {
 	return &user.DefaultInfo{
 		Name:   UserPrefix + id.Namespace + ":" + id.Name,
 		Groups: []string{ExecutorsGroup, user.AllAuthenticated},
 		Extra: map[string][]string{
-			ExtraRunUID:  {id.UID},
-			ExtraStage:   {string(id.Stage)},
-			ExtraAttempt: {strconv.FormatInt(int64(id.Attempt), 10)},
+			ExtraRunUID:    {id.UID},
+			ExtraStage:     {string(id.Stage)},
+			ExtraAttempt:   {strconv.FormatInt(int64(id.Attempt), 10)},
+			ExtraTokenHash: {hex.EncodeToString(sum[:])},
 		},
 	}
 }
 
-func identityFromUser(u user.Info) (executor.Identity, bool) {
+// identityFromUser reads the identity and the token hash from the name,
+// groups and extras of u.
+func identityFromUser(u user.Info) (id executor.Identity, sum [sha256.Size]byte, ok bool) {
 	if u == nil {
-		return executor.Identity{}, false
+		return id, sum, false
 	}
 	rest, ok := strings.CutPrefix(u.GetName(), UserPrefix)
 	if !ok {
-		return executor.Identity{}, false
+		return id, sum, false
 	}
 	ns, name, ok := strings.Cut(rest, ":")
 	if !ok {
-		return executor.Identity{}, false
+		return id, sum, false
 	}
 	inGroup := false
 	for _, g := range u.GetGroups() {
@@ -154,7 +163,7 @@ func identityFromUser(u user.Info) (executor.Identity, bool) {
 		}
 	}
 	if !inGroup {
-		return executor.Identity{}, false
+		return id, sum, false
 	}
 	extra := u.GetExtra()
 	one := func(k string) (string, bool) {
@@ -167,18 +176,24 @@ func identityFromUser(u user.Info) (executor.Identity, bool) {
 	uid, ok1 := one(ExtraRunUID)
 	stg, ok2 := one(ExtraStage)
 	att, ok3 := one(ExtraAttempt)
-	if !ok1 || !ok2 || !ok3 {
-		return executor.Identity{}, false
+	hash, ok4 := one(ExtraTokenHash)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return id, sum, false
 	}
 	n, err := strconv.ParseInt(att, 10, 32)
 	if err != nil {
-		return executor.Identity{}, false
+		return id, sum, false
 	}
-	id := executor.Identity{Namespace: ns, Name: name, UID: uid, Stage: v1alpha1.StageName(stg), Attempt: int32(n)}
+	b, err := hex.DecodeString(hash)
+	if err != nil || len(b) != sha256.Size {
+		return id, sum, false
+	}
+	copy(sum[:], b)
+	id = executor.Identity{Namespace: ns, Name: name, UID: uid, Stage: v1alpha1.StageName(stg), Attempt: int32(n)}
 	if validIdentity(id) != nil {
-		return executor.Identity{}, false
+		return executor.Identity{}, sum, false
 	}
-	return id, true
+	return id, sum, true
 }
 
 func validIdentity(id executor.Identity) error {

@@ -2,7 +2,9 @@ package local
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -75,14 +77,20 @@ func TestTokens(t *testing.T) {
 		"two uids":      &user.DefaultInfo{Name: u.GetName(), Groups: u.GetGroups(), Extra: map[string][]string{ExtraRunUID: {"uid-1", "uid-2"}, ExtraStage: {"plan"}, ExtraAttempt: {"2"}}},
 		"no namespace":  &user.DefaultInfo{Name: "system:terrarun:executor:web", Groups: u.GetGroups(), Extra: u.GetExtra()},
 		"other attempt": withExtra(u, ExtraAttempt, "3"),
-		"nil":           nil,
+		// Name, groups and extras alone never make an executor: the user must
+		// carry the hash of the identity's current token.
+		"no token hash":    withoutExtra(u, ExtraTokenHash),
+		"other token hash": withExtra(u, ExtraTokenHash, hex.EncodeToString(make([]byte, sha256.Size))),
+		"bad token hash":   withExtra(u, ExtraTokenHash, "zz"),
+		"nil":              nil,
 	} {
 		if got, ok, err := tokens.ExecutorIdentity(ctx, u); ok || err != nil {
 			t.Errorf("%s: identity = %+v %v %v", name, got, ok, err)
 		}
 	}
-	// A user built for a live identity resolves: executorUser is the round trip.
-	if got, ok, _ := tokens.ExecutorIdentity(ctx, executorUser(other)); !ok || got != other {
+	// A user built for a live identity and its token resolves: executorUser is
+	// the round trip.
+	if got, ok, _ := tokens.ExecutorIdentity(ctx, executorUser(other, sha256.Sum256([]byte(tok2)))); !ok || got != other {
 		t.Errorf("round trip = %+v %v", got, ok)
 	}
 
@@ -96,6 +104,11 @@ func TestTokens(t *testing.T) {
 	}
 	if _, ok, _ := tokens.AuthenticateToken(ctx, tok3); !ok {
 		t.Error("the new token does not authenticate")
+	}
+	// The user of the replaced token names the same identity, but no longer
+	// resolves to it.
+	if _, ok, _ := tokens.ExecutorIdentity(ctx, u); ok {
+		t.Error("the user of a replaced token still resolves")
 	}
 
 	// Revoke.
@@ -121,6 +134,16 @@ func TestTokens(t *testing.T) {
 			t.Errorf("Issue(%+v) succeeded", bad)
 		}
 	}
+}
+
+func withoutExtra(u user.Info, key string) user.Info {
+	extra := map[string][]string{}
+	for k, v := range u.GetExtra() {
+		if k != key {
+			extra[k] = v
+		}
+	}
+	return &user.DefaultInfo{Name: u.GetName(), Groups: u.GetGroups(), Extra: extra}
 }
 
 func withExtra(u user.Info, key, value string) user.Info {
