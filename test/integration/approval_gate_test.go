@@ -2,6 +2,7 @@ package integration
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 )
 
 // TestApprovalGateUnderAttack attacks the approval gate as the run's creator
@@ -64,6 +66,87 @@ func TestApprovalGateUnderAttack(t *testing.T) {
 		done := e.waitPhase(t, "twice", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		if done.Status.Approval == nil || done.Status.Approval.ApprovedBy != "bob" || done.Status.Approval.Comment != "first" {
 			t.Errorf("approval record %+v, want bob's first", done.Status.Approval)
+		}
+	})
+
+	_, carol := e.user(t, "carol")
+	t.Run("of two concurrent approvals exactly one is recorded", func(t *testing.T) {
+		e.create(t, runManifest("race", inline(tf, "")))
+		run := e.waitPhase(t, "race", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		ctx := ctxT(t)
+		errs := make(chan error, 2)
+		var start sync.WaitGroup
+		start.Add(1)
+		for _, c := range []versioned.Interface{e.bobCfg, carol} {
+			go func() {
+				start.Wait()
+				_, err := c.TerrarunV1alpha1().TerraformRuns("default").Approve(ctx, "race", &v1alpha1.TerraformRunApproval{PlanDigest: run.Status.Plan.Digest}, metav1.CreateOptions{})
+				errs <- err
+			}()
+		}
+		start.Done()
+		var ok, conflicts int
+		var conflictMsg string
+		for range 2 {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case apierrors.IsConflict(err):
+				conflicts++
+				conflictMsg = err.Error()
+			default:
+				t.Fatalf("approval: %v", err)
+			}
+		}
+		if ok != 1 || conflicts != 1 {
+			t.Fatalf("%d approvals accepted and %d refused, want 1 and 1", ok, conflicts)
+		}
+		done := e.waitPhase(t, "race", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		a := done.Status.Approval
+		if a == nil || len(done.Status.Approvals) != 1 || !strings.Contains(conflictMsg, "already approved by "+a.ApprovedBy) {
+			t.Errorf("approval %+v, approvals %+v; the refused one said %q", a, done.Status.Approvals, conflictMsg)
+		}
+	})
+
+	t.Run("N-1 approvals do not apply and the creator never counts", func(t *testing.T) {
+		e.create(t, runManifest("two-of-many", inline(tf, "  approval:\n    requiredApprovals: 2\n")))
+		run := e.waitPhase(t, "two-of-many", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		ctx := ctxT(t)
+		digest := run.Status.Plan.Digest
+		approval := &v1alpha1.TerraformRunApproval{PlanDigest: digest}
+		// The admin created the run; with two approvals required, the
+		// creator's is refused (even for an admin).
+		_, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Approve(ctx, "two-of-many", approval, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "created this run") {
+			t.Fatalf("the creator's approval: %v, want 403", err)
+		}
+		bobRuns := e.bobCfg.TerrarunV1alpha1().TerraformRuns("default")
+		if _, err := bobRuns.Approve(ctx, "two-of-many", approval, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("bob's approval: %v", err)
+		}
+		_, err = bobRuns.Approve(ctx, "two-of-many", approval, metav1.CreateOptions{})
+		if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "bob already approved") {
+			t.Fatalf("bob's second approval: %v, want 409", err)
+		}
+		// Give the controller time to act on one approval of two.
+		time.Sleep(3 * time.Second)
+		got := e.waitPhase(t, "two-of-many", time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		if got.Status.Approval != nil || applyStages(got) != 0 || len(got.Status.Approvals) != 1 {
+			t.Fatalf("one approval of two: approval %+v, approvals %+v, %d apply stages", got.Status.Approval, got.Status.Approvals, applyStages(got))
+		}
+		if _, err := carol.TerrarunV1alpha1().TerraformRuns("default").Approve(ctx, "two-of-many", approval, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("carol's approval: %v", err)
+		}
+		done := e.waitPhase(t, "two-of-many", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if done.Status.Phase != v1alpha1.RunPhaseSucceeded || applyStages(done) != 1 {
+			t.Fatalf("after two approvals: phase %s (%s), %d apply stages", done.Status.Phase, done.Status.Message, applyStages(done))
+		}
+		var who []string
+		for _, a := range done.Status.Approvals {
+			who = append(who, a.ApprovedBy)
+		}
+		if strings.Join(who, ",") != "bob,carol" {
+			t.Errorf("status.approvals by %v, want bob, carol", who)
 		}
 	})
 }

@@ -37,12 +37,21 @@ type runEnv struct {
 func newRunEnv(t *testing.T, extraArgs ...string) *runEnv {
 	t.Helper()
 	s := startBinary(t, t.TempDir(), extraArgs...)
-	bob := filepath.Join(t.TempDir(), "bob.kubeconfig")
-	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", s.DataDir, "--user", "bob",
-		"--group", "terrarun:approvers", "--group", "terrarun:editors", "--output", bob).CombinedOutput(); err != nil {
-		t.Fatalf("minting bob's kubeconfig: %v\n%s", err, out)
+	e := &runEnv{binaryServer: s, client: versioned.NewForConfigOrDie(s.Config)}
+	e.bob, e.bobCfg = e.user(t, "bob")
+	return e
+}
+
+// user mints a kubeconfig for a user who may approve and edit, and returns
+// its path and a clientset that uses it.
+func (e *runEnv) user(t *testing.T, name string) (string, versioned.Interface) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", e.DataDir, "--user", name,
+		"--group", "terrarun:approvers", "--group", "terrarun:editors", "--output", path).CombinedOutput(); err != nil {
+		t.Fatalf("minting %s's kubeconfig: %v\n%s", name, err, out)
 	}
-	return &runEnv{binaryServer: s, client: versioned.NewForConfigOrDie(s.Config), bob: bob, bobCfg: versioned.NewForConfigOrDie(kubeconfigRest(t, bob))}
+	return path, versioned.NewForConfigOrDie(kubeconfigRest(t, path))
 }
 
 func kubeconfigRest(t *testing.T, path string) *rest.Config {

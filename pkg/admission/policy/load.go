@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	runvalidation "github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 )
 
 // Load reads a policy file (YAML or JSON) from r, decodes it strictly and
@@ -103,6 +104,22 @@ func Validate(cfg *Config) error {
 	case "", terrarun.ApprovalModeManual, terrarun.ApprovalModeAuto:
 	default:
 		add("defaults.approval.mode", "unsupported value %q: must be %q or %q", d.Approval.Mode, terrarun.ApprovalModeManual, terrarun.ApprovalModeAuto)
+	}
+
+	for _, n := range []struct {
+		path  string
+		value int32
+	}{
+		{"defaults.approval.requiredApprovals", d.Approval.RequiredApprovals},
+		{"minRequiredApprovals", cfg.MinRequiredApprovals},
+	} {
+		if n.value != 0 && (n.value < 1 || n.value > runvalidation.MaxRequiredApprovals) {
+			add(n.path, "must be between 1 and %d, got %d", runvalidation.MaxRequiredApprovals, n.value)
+		}
+	}
+	if m := cfg.MinRequiredApprovals; m > 1 && d.Approval.RequiredApprovals < m {
+		add("defaults.approval.requiredApprovals", "%d is below minRequiredApprovals (%d), so runs that set no requiredApprovals would be refused; set it to at least %d",
+			max(d.Approval.RequiredApprovals, 1), m, m)
 	}
 
 	durations := []struct {

@@ -70,6 +70,13 @@ type Config struct {
 	// +optional
 	MaxTimeouts MaxTimeouts `json:"maxTimeouts,omitempty"`
 
+	// MinRequiredApprovals is the least spec.approval.requiredApprovals a
+	// Manual run may ask for, from 1 to 10; runs asking for fewer are refused.
+	// Set defaults.approval.requiredApprovals to at least this value, so that
+	// runs that ask for nothing are accepted.
+	// +optional
+	MinRequiredApprovals int32 `json:"minRequiredApprovals,omitempty"`
+
 	// SeparationOfDuties, when true (the default), forbids the creator of a run
 	// to approve it through the approve subresource. Set it to false only where
 	// a single identity must both create and approve (for example a standalone
@@ -109,6 +116,10 @@ type ApprovalDefaults struct {
 	// Timeout is the default spec.approval.timeout. It must be positive.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// RequiredApprovals is the default spec.approval.requiredApprovals of
+	// Manual runs, from 1 to 10.
+	// +optional
+	RequiredApprovals int32 `json:"requiredApprovals,omitempty"`
 }
 
 // TimeoutDefaults are defaults for spec.timeouts.

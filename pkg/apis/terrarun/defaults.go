@@ -37,6 +37,9 @@ func SetBuiltinDefaults(spec *TerraformRunSpec, engine EngineBinary) {
 	if spec.Approval.Timeout == nil {
 		spec.Approval.Timeout = &metav1.Duration{Duration: DefaultApprovalTimeout}
 	}
+	if spec.Approval.RequiredApprovals == 0 && spec.Approval.Mode == ApprovalModeManual {
+		spec.Approval.RequiredApprovals = 1
+	}
 	if spec.Engine.Binary == "" {
 		spec.Engine.Binary = engine
 	}

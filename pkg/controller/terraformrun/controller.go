@@ -498,10 +498,10 @@ func currentStage(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) *v1a
 	return nil
 }
 
-// approvedPlan says whether the run's approval record approves the plan with
-// digest: a user's approval, recorded by the approve subresource, or Auto
-// mode's, recorded by this controller for a run in that mode. The status
-// subresource keeps both from anyone else.
+// approvedPlan says whether the run's approval records approve the plan with
+// digest: spec.approval.requiredApprovals distinct users' approvals, recorded
+// by the approve subresource, or Auto mode's, recorded by this controller for
+// a run in that mode. The status subresource keeps both from anyone else.
 func approvedPlan(run *v1alpha1.TerraformRun, digest string) bool {
 	a := run.Status.Approval
 	switch {
@@ -510,7 +510,7 @@ func approvedPlan(run *v1alpha1.TerraformRun, digest string) bool {
 	case a.ApprovedBy == v1alpha1.AutoApprover:
 		return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto
 	}
-	return true
+	return len(v1alpha1.Approvers(run, digest)) >= v1alpha1.RequiredApprovals(run)
 }
 
 func approvalTimeout(run *v1alpha1.TerraformRun) time.Duration {

@@ -711,6 +711,27 @@ func TestSyncApproval(t *testing.T) {
 			approved(r)
 			r.Status.Approval.ApprovedBy = ""
 		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "one approval of two is no approval", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Spec.Approval.RequiredApprovals = 2
+		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "the creator's approval never counts toward two", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Spec.Approval.RequiredApprovals = 2
+			r.Spec.Creator = &v1alpha1.Creator{Username: "bob"}
+			r.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "bob", PlanDigest: testDigest}, *r.Status.Approval}
+		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "two of an older digest are no approval", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Spec.Approval.RequiredApprovals = 2
+			r.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "bob", PlanDigest: "sha256:stale"}, *r.Status.Approval}
+		}, now: t0.Add(31 * time.Minute), wantPhase: v1alpha1.RunPhaseAwaitingApproval, wantRequeue: 30 * time.Minute},
+		{name: "two distinct approvals of two start the apply", mutate: func(r *v1alpha1.TerraformRun) {
+			approved(r)
+			r.Spec.Approval.RequiredApprovals = 2
+			r.Spec.Creator = &v1alpha1.Creator{Username: "erin"}
+			r.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "bob", PlanDigest: testDigest}, *r.Status.Approval}
+		}, now: t0.Add(5 * time.Minute), wantPhase: v1alpha1.RunPhaseApplying, wantApply: true},
 		{name: "the deadline counts from creation without plan.completedAt", mutate: func(r *v1alpha1.TerraformRun) {
 			awaiting(r)
 			r.Status.Plan.CompletedAt = nil

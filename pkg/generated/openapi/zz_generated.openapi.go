@@ -386,6 +386,13 @@ func schema_pkg_apis_terrarun_v1alpha1_Approval(ref common.ReferenceCallback) co
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"requiredApprovals": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requiredApprovals is how many distinct users must approve the plan before it is applied (Manual mode only). Defaults to 1 (or the cluster policy's default); at most 10. With more than one, the run's creator may not approve it, and her approval would never count.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 			},
 		},
@@ -1554,8 +1561,26 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 					},
 					"approval": {
 						SchemaProps: spec.SchemaProps{
-							Description: "approval records who approved which plan.",
+							Description: "approval records the approval that completed the plan's approval: with spec.approval.requiredApprovals of N, the Nth distinct approval of the plan's digest (or Auto mode's). Only the approve subresource (and the controller, for Auto mode) records it.",
 							Ref:         ref(v1alpha1.ApprovalStatus{}.OpenAPIModelName()),
+						},
+					},
+					"approvals": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "approvals lists every approval accepted by the approve subresource, oldest first: who approved which digest, when, and why.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ApprovalStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
 						},
 					},
 					"source": {

@@ -2,7 +2,9 @@ package terraformrun
 
 import (
 	"fmt"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,10 +26,12 @@ func newApproveREST(status statusWriter) *actionREST[*terrarun.TerraformRunAppro
 	}
 }
 
-// approve records approval of the run's plan by approver.
+// approve records approver's approval of the run's plan. The plan is approved
+// once spec.approval.requiredApprovals distinct users have approved its
+// digest; until then each approval is only listed in status.approvals.
 func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval, approver string) error {
 	if a := run.Status.Approval; a != nil {
-		return conflict(run.Name, "the plan is already approved by %s (%s); the run is %s", a.ApprovedBy, shortDigest(a.PlanDigest), phaseOrPending(run))
+		return conflict(run.Name, "the plan is already approved by %s (%s); the run is %s", approvers(run, a.PlanDigest), shortDigest(a.PlanDigest), phaseOrPending(run))
 	}
 	if run.Status.Phase != terrarun.RunPhaseAwaitingApproval {
 		return conflict(run.Name, "the run is %s; a plan can be approved only while the run is AwaitingApproval", phaseOrPending(run))
@@ -42,22 +46,54 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 		}
 		return conflict(run.Name, "stale plan digest: you approved %s but the run's plan is %s; review the current plan and approve its digest (status.plan.digest)", approval.PlanDigest, current)
 	}
+	required := terrarun.RequiredApprovals(run)
+	if required > 1 && run.Spec.Creator != nil && run.Spec.Creator.Username == approver {
+		return apierrors.NewForbidden(terrarun.Resource("terraformruns/approve"), run.Name, fmt.Errorf(
+			"%s created this run, and it needs %d approvals from other users: a creator's approval never counts", approver, required))
+	}
+	for _, a := range run.Status.Approvals {
+		if a.ApprovedBy == approver && a.PlanDigest == approval.PlanDigest {
+			return conflict(run.Name, "%s already approved plan %s; it needs %d distinct approvals, %d so far (%s)",
+				approver, shortDigest(a.PlanDigest), required, len(terrarun.Approvers(run, a.PlanDigest)), approvers(run, a.PlanDigest))
+		}
+	}
 	now := metav1.Now()
-	run.Status.Approval = &terrarun.ApprovalStatus{
+	record := terrarun.ApprovalStatus{
 		ApprovedBy: approver,
 		ApprovedAt: &now,
 		PlanDigest: approval.PlanDigest,
 		Comment:    approval.Comment,
 	}
+	run.Status.Approvals = append(run.Status.Approvals, record)
+	got := len(terrarun.Approvers(run, approval.PlanDigest))
+	if got < required {
+		msg := fmt.Sprintf("Plan %s has %d of %d approvals (%s); waiting for %d more from other users.",
+			shortDigest(approval.PlanDigest), got, required, approvers(run, approval.PlanDigest), required-got)
+		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+			Type:               terrarun.ConditionApproved,
+			Status:             metav1.ConditionFalse,
+			Reason:             terrarun.ReasonAwaitingApproval,
+			Message:            msg,
+			ObservedGeneration: run.Generation,
+		})
+		run.Status.Message = msg
+		return nil
+	}
+	run.Status.Approval = &record
 	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
 		Type:               terrarun.ConditionApproved,
 		Status:             metav1.ConditionTrue,
 		Reason:             terrarun.ReasonApproved,
-		Message:            fmt.Sprintf("Plan %s approved by %s.", shortDigest(approval.PlanDigest), approver),
+		Message:            fmt.Sprintf("Plan %s approved by %s.", shortDigest(approval.PlanDigest), approvers(run, approval.PlanDigest)),
 		ObservedGeneration: run.Generation,
 	})
-	run.Status.Message = fmt.Sprintf("Approved by %s; the apply starts shortly.", approver)
+	run.Status.Message = fmt.Sprintf("Approved by %s; the apply starts shortly.", approvers(run, approval.PlanDigest))
 	return nil
+}
+
+// approvers lists the users whose approvals of digest count, for messages.
+func approvers(run *terrarun.TerraformRun, digest string) string {
+	return strings.Join(terrarun.Approvers(run, digest), ", ")
 }
 
 func shortDigest(d string) string {

@@ -121,3 +121,74 @@ func TestApproveOnce(t *testing.T) {
 		t.Errorf("approval %+v, want bob's", a)
 	}
 }
+
+// TestApproveNOfM: with requiredApprovals N, N-1 approvals do not approve the
+// plan, the creator may not approve, nobody counts twice, and the Nth
+// distinct approval completes the record. Every approval is kept.
+func TestApproveNOfM(t *testing.T) {
+	env := newTestEnv(t)
+	env.createRunWith(t, "web", func(s *terrarun.TerraformRunSpec) { s.Approval.RequiredApprovals = 3 }, awaitingApproval)
+	approve := func(who string) (*terrarun.TerraformRun, error) {
+		obj, err := env.storage.Approve.Create(requestContext(&user.DefaultInfo{Name: who}, "create", "approve"), "web",
+			&terrarun.TerraformRunApproval{PlanDigest: testDigest, Comment: "by " + who}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*terrarun.TerraformRun), nil
+	}
+	// alice created the run: her approval is refused, and recorded nowhere.
+	_, err := approve("alice")
+	expectAPIError(t, err, http.StatusForbidden, "alice created this run, and it needs 3 approvals from other users")
+
+	run, err := approve("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status.Approval != nil {
+		t.Fatalf("1 of 3 approvals approved the plan: %+v", run.Status.Approval)
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionApproved)
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "1 of 3 approvals (bob); waiting for 2 more") {
+		t.Errorf("Approved condition after one approval = %+v", c)
+	}
+	_, err = approve("bob")
+	expectAPIError(t, err, http.StatusConflict, "bob already approved plan sha256:0123456789ab; it needs 3 distinct approvals, 1 so far (bob)")
+
+	if run, err = approve("carol"); err != nil {
+		t.Fatal(err)
+	}
+	if run.Status.Approval != nil {
+		t.Fatalf("2 of 3 approvals approved the plan: %+v", run.Status.Approval)
+	}
+	if run, err = approve("dave"); err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Status.Approval; a == nil || a.ApprovedBy != "dave" || a.PlanDigest != testDigest {
+		t.Fatalf("approval after 3 of 3 = %+v, want dave's completing record", a)
+	}
+	c = meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionApproved)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "Plan sha256:0123456789ab approved by bob, carol, dave." {
+		t.Errorf("Approved condition = %+v", c)
+	}
+	stored := env.getRun(t, "web")
+	var got []string
+	for _, a := range stored.Status.Approvals {
+		got = append(got, a.ApprovedBy+":"+a.Comment)
+	}
+	if strings.Join(got, ",") != "bob:by bob,carol:by carol,dave:by dave" {
+		t.Errorf("status.approvals = %v", got)
+	}
+	_, err = approve("erin")
+	expectAPIError(t, err, http.StatusConflict, "already approved by bob, carol, dave")
+
+	// A write to the status subresource cannot add approvals, or remove them.
+	forged := stored.DeepCopy()
+	forged.Status.Approvals = append(forged.Status.Approvals[:1], terrarun.ApprovalStatus{ApprovedBy: "mallory", PlanDigest: testDigest})
+	if _, _, err := env.storage.Status.Update(requestContext(alice, "update", "status"), "web", rest.DefaultUpdatedObjectInfo(forged),
+		rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(env.getRun(t, "web").Status.Approvals); n != 3 {
+		t.Errorf("a status write changed status.approvals: %d records", n)
+	}
+}

@@ -167,11 +167,21 @@ func requestContext(u user.Info, verb, subresource string) context.Context {
 // returns it as stored.
 func (e *testEnv) createRun(t *testing.T, name string, status func(*terrarun.TerraformRunStatus)) *terrarun.TerraformRun {
 	t.Helper()
+	return e.createRunWith(t, name, nil, status)
+}
+
+// createRunWith creates run name as alice, with spec changed by spec, and then
+// sets its status with status.
+func (e *testEnv) createRunWith(t *testing.T, name string, spec func(*terrarun.TerraformRunSpec), status func(*terrarun.TerraformRunStatus)) *terrarun.TerraformRun {
+	t.Helper()
 	run := &terrarun.TerraformRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
 		Spec: terrarun.TerraformRunSpec{
 			Source: terrarun.Source{Inline: map[string]string{"main.tf": `output "x" { value = 1 }`}},
 		},
+	}
+	if spec != nil {
+		spec(&run.Spec)
 	}
 	ctx := requestContext(alice, "create", "")
 	if _, err := e.storage.Run.Create(ctx, run, rest.ValidateAllObjectFunc, &metav1.CreateOptions{}); err != nil {

@@ -157,6 +157,7 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	if !autoApproval(newRun, oldRun) {
 		newRun.Status.Approval = oldRun.Status.Approval
 	}
+	newRun.Status.Approvals = oldRun.Status.Approvals
 	newRun.Status.Plan = oldRun.Status.Plan
 	newRun.Status.Source = oldRun.Status.Source
 	newRun.Status.Outputs = oldRun.Status.Outputs

@@ -43,7 +43,7 @@ func TestPrepareForCreateDefaultsAndRecordsCreator(t *testing.T) {
 	want := terrarun.TerraformRunSpec{
 		Operation: terrarun.OperationApply,
 		Workspace: "default",
-		Approval:  terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: &metav1.Duration{Duration: 24 * time.Hour}},
+		Approval:  terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: &metav1.Duration{Duration: 24 * time.Hour}, RequiredApprovals: 1},
 		Engine:    terrarun.Engine{Binary: terrarun.EngineTerraform, Image: terrarun.DefaultExecutorImage},
 		Timeouts:  terrarun.Timeouts{Plan: &metav1.Duration{Duration: time.Hour}, Apply: &metav1.Duration{Duration: time.Hour}},
 	}

@@ -87,6 +87,9 @@ func ApplyDefaults(cfg *policy.Config, run *terrarun.TerraformRun) {
 	if s.Approval.Timeout == nil {
 		s.Approval.Timeout = copyDuration(d.Approval.Timeout)
 	}
+	if s.Approval.RequiredApprovals == 0 && s.Approval.Mode != terrarun.ApprovalModeAuto {
+		s.Approval.RequiredApprovals = d.Approval.RequiredApprovals
+	}
 	if s.Timeouts.Plan == nil {
 		s.Timeouts.Plan = copyDuration(d.Timeouts.Plan)
 	}

@@ -22,7 +22,7 @@ apiVersion: admission.terrarun.dev/v1alpha1
 kind: TerraformRunPolicy
 defaults:
   engine: {binary: tofu, image: registry.example.com/terrarun-executor:v1}
-  approval: {mode: Manual, timeout: 24h}
+  approval: {mode: Manual, timeout: 24h, requiredApprovals: 2}
   timeouts: {plan: 30m, apply: 1h}
 `
 
@@ -78,7 +78,7 @@ func TestAdmitDefaults(t *testing.T) {
 			name: "every field empty gets the default",
 			want: terrarun.TerraformRunSpec{
 				Engine:   terrarun.Engine{Binary: terrarun.EngineTofu, Image: "registry.example.com/terrarun-executor:v1"},
-				Approval: terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: dur(24 * time.Hour)},
+				Approval: terrarun.Approval{Mode: terrarun.ApprovalModeManual, Timeout: dur(24 * time.Hour), RequiredApprovals: 2},
 				Timeouts: terrarun.Timeouts{Plan: dur(30 * time.Minute), Apply: dur(time.Hour)},
 			},
 		},
@@ -116,7 +116,7 @@ func TestAdmitDefaults(t *testing.T) {
 				t.Fatalf("Admit: %v", err)
 			}
 			got := run.Spec
-			if got.Engine != tc.want.Engine || got.Approval.Mode != tc.want.Approval.Mode ||
+			if got.Engine != tc.want.Engine || got.Approval.Mode != tc.want.Approval.Mode || got.Approval.RequiredApprovals != tc.want.Approval.RequiredApprovals ||
 				*got.Approval.Timeout != *tc.want.Approval.Timeout ||
 				*got.Timeouts.Plan != *tc.want.Timeouts.Plan || *got.Timeouts.Apply != *tc.want.Timeouts.Apply {
 				t.Errorf("spec = %+v / %+v / %+v, want %+v / %+v / %+v",

@@ -52,6 +52,8 @@ func Register(plugins *admission.Plugins) {
 //     manualApprovalNamespaceSelector;
 //   - spec.timeouts.plan, spec.timeouts.apply and spec.approval.timeout do not
 //     exceed maxTimeouts;
+//   - spec.approval.requiredApprovals of a Manual run is at least
+//     minRequiredApprovals;
 //   - spec.creator names the requesting user on create, and never changes on
 //     update.
 //
@@ -209,7 +211,20 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	vs = append(vs, p.checkGitHost(run)...)
 	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
 	vs = append(vs, p.checkTimeouts(run)...)
+	vs = append(vs, p.checkRequiredApprovals(run)...)
 	return deny(a, vs)
+}
+
+// checkRequiredApprovals holds Manual runs to the policy's
+// minRequiredApprovals. Auto runs are governed by
+// manualApprovalNamespaceSelector.
+func (p *Plugin) checkRequiredApprovals(run *terrarun.TerraformRun) []violation {
+	m, n := p.cfg.MinRequiredApprovals, run.Spec.Approval.RequiredApprovals
+	if run.Spec.Approval.Mode == terrarun.ApprovalModeAuto || m <= 1 || max(n, 1) >= m {
+		return nil
+	}
+	return []violation{{field.NewPath("spec", "approval", "requiredApprovals"), fmt.Sprintf(
+		"%d is below the cluster policy's minRequiredApprovals (%d); ask for at least %d approvals, or omit the field", max(n, 1), m, m)}}
 }
 
 func (p *Plugin) checkGitHost(run *terrarun.TerraformRun) []violation {

@@ -289,6 +289,34 @@ func TestTimeouts(t *testing.T) {
 	}
 }
 
+func TestMinRequiredApprovals(t *testing.T) {
+	p := newPlugin(t, `
+apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+defaults: {approval: {requiredApprovals: 2}}
+minRequiredApprovals: 2
+`, clusterLabeler(t))
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*terrarun.TerraformRun)
+		wantErr []string
+	}{
+		{name: "at the minimum", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = 2 }},
+		{name: "above it", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = 3 }},
+		{name: "below it", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = 1 },
+			wantErr: []string{"spec.approval.requiredApprovals: 1 is below the cluster policy's minRequiredApprovals (2); ask for at least 2 approvals, or omit the field"}},
+		{name: "Auto is governed by manualApprovalNamespaceSelector", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Approval.Mode = terrarun.ApprovalModeAuto
+			r.Spec.Approval.RequiredApprovals = 0
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newRun("dev", tc.mutate)
+			checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil), tc.wantErr...)
+		})
+	}
+}
+
 func TestErrorDetails(t *testing.T) {
 	p := newPlugin(t, testPolicy, clusterLabeler(t))
 	run := newRun("prod", func(r *terrarun.TerraformRun) {

@@ -253,6 +253,12 @@ type Approval struct {
 	// Defaults to 24h; at most 720h.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// requiredApprovals is how many distinct users must approve the plan before
+	// it is applied (Manual mode only). Defaults to 1 (or the cluster policy's
+	// default); at most 10. With more than one, the run's creator may not
+	// approve it, and her approval would never count.
+	// +optional
+	RequiredApprovals int32 `json:"requiredApprovals,omitempty"`
 }
 
 // Engine selects the binary and the executor image.
@@ -391,9 +397,17 @@ type TerraformRunStatus struct {
 	// plan summarizes the plan once it exists.
 	// +optional
 	Plan *PlanSummary `json:"plan,omitempty"`
-	// approval records who approved which plan.
+	// approval records the approval that completed the plan's approval: with
+	// spec.approval.requiredApprovals of N, the Nth distinct approval of the
+	// plan's digest (or Auto mode's). Only the approve subresource (and the
+	// controller, for Auto mode) records it.
 	// +optional
 	Approval *ApprovalStatus `json:"approval,omitempty"`
+	// approvals lists every approval accepted by the approve subresource,
+	// oldest first: who approved which digest, when, and why.
+	// +optional
+	// +listType=atomic
+	Approvals []ApprovalStatus `json:"approvals,omitempty"`
 	// source records the resolved source.
 	// +optional
 	Source *SourceStatus `json:"source,omitempty"`

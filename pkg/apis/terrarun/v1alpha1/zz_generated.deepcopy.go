@@ -642,6 +642,13 @@ func (in *TerraformRunStatus) DeepCopyInto(out *TerraformRunStatus) {
 		*out = new(ApprovalStatus)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Approvals != nil {
+		in, out := &in.Approvals, &out.Approvals
+		*out = make([]ApprovalStatus, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.Source != nil {
 		in, out := &in.Source, &out.Source
 		*out = new(SourceStatus)

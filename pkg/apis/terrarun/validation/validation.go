@@ -41,6 +41,8 @@ const (
 	MaxStageTimeout = 24 * time.Hour
 	// MaxApprovalTimeout is the largest accepted spec.approval.timeout.
 	MaxApprovalTimeout = 720 * time.Hour
+	// MaxRequiredApprovals is the largest accepted spec.approval.requiredApprovals.
+	MaxRequiredApprovals = 10
 	// MaxParallelism is the largest accepted spec.parallelism.
 	MaxParallelism = 256
 )
@@ -499,6 +501,20 @@ func looksLikeCredential(key string) bool {
 	return false
 }
 
+// validateApprovalRecord validates one record of status.approval or
+// status.approvals.
+func validateApprovalRecord(a *terrarun.ApprovalStatus, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if a.ApprovedBy == "" {
+		allErrs = append(allErrs, field.Required(fldPath.Child("approvedBy"), "record the approving user, or auto in Auto mode"))
+	}
+	allErrs = append(allErrs, validatePlanDigest(a.PlanDigest, true, fldPath.Child("planDigest"))...)
+	if len(a.Comment) > maxCommentLength {
+		allErrs = append(allErrs, field.TooLong(fldPath.Child("comment"), "", maxCommentLength))
+	}
+	return allErrs
+}
+
 // validateApproval validates the approval gate.
 func validateApproval(a *terrarun.Approval, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
@@ -509,6 +525,13 @@ func validateApproval(a *terrarun.Approval, fldPath *field.Path) field.ErrorList
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("mode"), a.Mode, supportedApproval))
 	}
 	allErrs = append(allErrs, ValidateDuration(a.Timeout, MaxApprovalTimeout, fldPath.Child("timeout"))...)
+	n, nPath := a.RequiredApprovals, fldPath.Child("requiredApprovals")
+	switch {
+	case n < 0 || n > MaxRequiredApprovals:
+		allErrs = append(allErrs, field.Invalid(nPath, n, fmt.Sprintf("must be between 1 and %d", MaxRequiredApprovals)))
+	case a.Mode == terrarun.ApprovalModeAuto && n > 1:
+		allErrs = append(allErrs, field.Forbidden(nPath, "Auto mode applies without approvals; use mode Manual to require approvals"))
+	}
 	return allErrs
 }
 
@@ -659,14 +682,10 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 	}
 
 	if a := st.Approval; a != nil {
-		approvalPath := fldPath.Child("approval")
-		if a.ApprovedBy == "" {
-			allErrs = append(allErrs, field.Required(approvalPath.Child("approvedBy"), "record the approving user, or auto in Auto mode"))
-		}
-		allErrs = append(allErrs, validatePlanDigest(a.PlanDigest, true, approvalPath.Child("planDigest"))...)
-		if len(a.Comment) > maxCommentLength {
-			allErrs = append(allErrs, field.TooLong(approvalPath.Child("comment"), "", maxCommentLength))
-		}
+		allErrs = append(allErrs, validateApprovalRecord(a, fldPath.Child("approval"))...)
+	}
+	for i := range st.Approvals {
+		allErrs = append(allErrs, validateApprovalRecord(&st.Approvals[i], fldPath.Child("approvals").Index(i))...)
 	}
 
 	for i, s := range st.Stages {

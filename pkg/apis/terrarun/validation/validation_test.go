@@ -395,6 +395,16 @@ func TestValidateApprovalAndEngine(t *testing.T) {
 			want: []string{invalid("spec.approval.timeout")}, detail: "must be at most 720h"},
 		{name: "zero approval timeout", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.Timeout = dur(0) }, want: []string{invalid("spec.approval.timeout")}, detail: "greater than zero"},
 
+		{name: "ten approvals", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = MaxRequiredApprovals }},
+		{name: "too many approvals", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = MaxRequiredApprovals + 1 },
+			want: []string{invalid("spec.approval.requiredApprovals")}, detail: "must be between 1 and 10"},
+		{name: "negative approvals", mutate: func(r *terrarun.TerraformRun) { r.Spec.Approval.RequiredApprovals = -1 },
+			want: []string{invalid("spec.approval.requiredApprovals")}},
+		{name: "approvals in Auto mode", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Approval.Mode = terrarun.ApprovalModeAuto
+			r.Spec.Approval.RequiredApprovals = 2
+		}, want: []string{forbidden("spec.approval.requiredApprovals")}, detail: "Auto mode applies without approvals"},
+
 		{name: "tofu", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = terrarun.EngineTofu }},
 		{name: "missing binary", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = "" }, want: []string{required("spec.engine.binary")}},
 		{name: "unknown binary", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = "opentofu" }, want: []string{notSupported("spec.engine.binary")}, detail: `"terraform", "tofu"`},

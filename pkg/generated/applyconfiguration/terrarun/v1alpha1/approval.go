@@ -34,6 +34,11 @@ type ApprovalApplyConfiguration struct {
 	// timeout is how long a plan waits for approval before the run is discarded.
 	// Defaults to 24h; at most 720h.
 	Timeout *v1.Duration `json:"timeout,omitempty"`
+	// requiredApprovals is how many distinct users must approve the plan before
+	// it is applied (Manual mode only). Defaults to 1 (or the cluster policy's
+	// default); at most 10. With more than one, the run's creator may not
+	// approve it, and her approval would never count.
+	RequiredApprovals *int32 `json:"requiredApprovals,omitempty"`
 }
 
 // ApprovalApplyConfiguration constructs a declarative configuration of the Approval type for use with
@@ -55,5 +60,13 @@ func (b *ApprovalApplyConfiguration) WithMode(value terrarunv1alpha1.ApprovalMod
 // If called multiple times, the Timeout field is set to the value of the last call.
 func (b *ApprovalApplyConfiguration) WithTimeout(value v1.Duration) *ApprovalApplyConfiguration {
 	b.Timeout = &value
+	return b
+}
+
+// WithRequiredApprovals sets the RequiredApprovals field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RequiredApprovals field is set to the value of the last call.
+func (b *ApprovalApplyConfiguration) WithRequiredApprovals(value int32) *ApprovalApplyConfiguration {
+	b.RequiredApprovals = &value
 	return b
 }

@@ -38,8 +38,14 @@ type TerraformRunStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// plan summarizes the plan once it exists.
 	Plan *PlanSummaryApplyConfiguration `json:"plan,omitempty"`
-	// approval records who approved which plan.
+	// approval records the approval that completed the plan's approval: with
+	// spec.approval.requiredApprovals of N, the Nth distinct approval of the
+	// plan's digest (or Auto mode's). Only the approve subresource (and the
+	// controller, for Auto mode) records it.
 	Approval *ApprovalStatusApplyConfiguration `json:"approval,omitempty"`
+	// approvals lists every approval accepted by the approve subresource,
+	// oldest first: who approved which digest, when, and why.
+	Approvals []ApprovalStatusApplyConfiguration `json:"approvals,omitempty"`
 	// source records the resolved source.
 	Source *SourceStatusApplyConfiguration `json:"source,omitempty"`
 	// stages lists every stage execution, oldest first.
@@ -103,6 +109,19 @@ func (b *TerraformRunStatusApplyConfiguration) WithPlan(value *PlanSummaryApplyC
 // If called multiple times, the Approval field is set to the value of the last call.
 func (b *TerraformRunStatusApplyConfiguration) WithApproval(value *ApprovalStatusApplyConfiguration) *TerraformRunStatusApplyConfiguration {
 	b.Approval = value
+	return b
+}
+
+// WithApprovals adds the given value to the Approvals field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Approvals field.
+func (b *TerraformRunStatusApplyConfiguration) WithApprovals(values ...*ApprovalStatusApplyConfiguration) *TerraformRunStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithApprovals")
+		}
+		b.Approvals = append(b.Approvals, *values[i])
+	}
 	return b
 }
 
