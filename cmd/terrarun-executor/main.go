@@ -11,6 +11,9 @@
 // SIGTERM and SIGINT cancel the stage: terraform receives SIGINT, so it can
 // release state locks, and is killed only after the grace period.
 //
+// Started as `terrarun-executor sandbox-init CONFIG -- COMMAND...`, it is the
+// init of a stage's sandbox instead (package sandbox).
+//
 // The last line on stdout is
 //
 //	terrarun: stage <stage> attempt <n> succeeded|failed: <message>
@@ -33,6 +36,7 @@ import (
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/runner"
+	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -43,6 +47,14 @@ const (
 )
 
 func main() {
+	if sandbox.IsShimCall(os.Args[1:]) {
+		// The local executor starts stages through this binary's sandbox init.
+		sandbox.Init(os.Args[1:])
+	}
+	if err := undumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "terrarun-executor: %v\n", err)
+		os.Exit(exitFailed)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -193,10 +193,15 @@ func TestSignal(t *testing.T) {
 	}
 
 	srv.mu.Lock()
-	sum := sha256.Sum256(srv.parts[v1alpha1.PlanPartFile])
+	d := func(part string) string {
+		sum := sha256.Sum256(srv.parts[part])
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	parts := &v1alpha1.PlanPartDigests{File: d(v1alpha1.PlanPartFile), Source: d(v1alpha1.PlanPartSource),
+		Text: d(v1alpha1.PlanPartText), JSON: d(v1alpha1.PlanPartJSON)}
 	srv.mu.Unlock()
 	spec.Stage, spec.WorkDir, spec.Source = v1alpha1.StageApply, filepath.Join(dir, "apply"), stage.Source{}
-	spec.PlanDigest = "sha256:" + hex.EncodeToString(sum[:])
+	spec.PlanDigest, spec.PlanParts = stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON), parts
 	start := time.Now()
 	code, out = runProgram(spec, "(local-exec): sleeping")
 	if code != 130 {

@@ -158,6 +158,10 @@ func StageSpec(ex Execution) stage.Spec {
 		Refresh:     run.Spec.Refresh,
 		PlanDigest:  ex.PlanDigest,
 	}
+	if p := run.Status.Plan; ex.Stage == v1alpha1.StageApply && p != nil && p.Parts != nil {
+		parts := *p.Parts
+		spec.PlanParts = &parts
+	}
 	return spec
 }
 

@@ -15,20 +15,32 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 func (r *runner) apply(ctx context.Context) error {
+	parts := r.spec.PlanParts
+	if parts == nil {
+		return fmt.Errorf("refusing to apply: %w: the stage names no part digests of plan %s; plan again with a new run", ErrDigestMismatch, r.spec.PlanDigest)
+	}
+	if d := stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON); !strings.EqualFold(d, r.spec.PlanDigest) {
+		return fmt.Errorf("refusing to apply: %w: the part digests make plan %s, the approved plan is %s", ErrDigestMismatch, d, r.spec.PlanDigest)
+	}
 	r.logf("terrarun: downloading the plan file")
-	if err := r.downloadPlanFile(ctx); err != nil {
+	if err := r.downloadPlanFile(ctx, parts.File); err != nil {
 		return err
 	}
 	r.logf("terrarun: downloading the planned configuration")
-	body, err := r.client.GetPlan(ctx, v1alpha1.PlanFormatSource)
+	archive := filepath.Join(filepath.Dir(r.planPath), "source.tar.gz")
+	if err := r.download(ctx, v1alpha1.PlanFormatSource, archive, "configuration", parts.Source); err != nil {
+		return err
+	}
+	f, err := os.Open(archive)
 	if err != nil {
 		return err
 	}
-	subdir, err := untarConfig(body, r.configRoot)
-	body.Close()
+	subdir, err := untarConfig(f, r.configRoot)
+	f.Close()
 	if err != nil {
 		return err
 	}
@@ -83,30 +95,38 @@ func (r *runner) apply(ctx context.Context) error {
 }
 
 // downloadPlanFile downloads the plan file and refuses it unless its digest
-// is the approved one.
-func (r *runner) downloadPlanFile(ctx context.Context) error {
-	body, err := r.client.GetPlan(ctx, v1alpha1.PlanFormatFile)
+// is want, the approved plan's.
+func (r *runner) downloadPlanFile(ctx context.Context, want string) error {
+	if err := r.download(ctx, v1alpha1.PlanFormatFile, r.planPath, "plan file", want); err != nil {
+		return err
+	}
+	r.logf("terrarun: plan file %s matches the approved plan %s", want, r.spec.PlanDigest)
+	return nil
+}
+
+// download writes the plan part in format to path (0600), and removes it and
+// fails unless its digest is want.
+func (r *runner) download(ctx context.Context, format, path, what, want string) error {
+	body, err := r.client.GetPlan(ctx, format)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	f, err := os.OpenFile(r.planPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("writing the plan file: %w", err)
+		return fmt.Errorf("writing the %s: %w", what, err)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(f, h), body); err != nil {
 		f.Close()
-		return fmt.Errorf("downloading the plan file: %w", err)
+		return fmt.Errorf("downloading the %s: %w", what, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing the plan file: %w", err)
+		return fmt.Errorf("writing the %s: %w", what, err)
 	}
-	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if !strings.EqualFold(got, r.spec.PlanDigest) {
-		_ = os.Remove(r.planPath)
-		return fmt.Errorf("refusing to apply: %w: the downloaded plan file is %s, the approved plan is %s", ErrDigestMismatch, got, r.spec.PlanDigest)
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, want) {
+		_ = os.Remove(path)
+		return fmt.Errorf("refusing to apply: %w: the downloaded %s is %s, the approved plan's is %s", ErrDigestMismatch, what, got, want)
 	}
-	r.logf("terrarun: plan file %s matches the approved plan", got)
 	return nil
 }

@@ -65,7 +65,10 @@ func (e *StatusError) Is(target error) bool {
 
 // HTTPClient implements Client against terrarun-apiserver.
 type HTTPClient struct {
-	base      *url.URL
+	base *url.URL
+	// token is the token read from Spec.TokenFD; without it, the token is
+	// read from tokenFile for every request.
+	token     string
 	tokenFile string
 	hc        *http.Client
 	// Retries is how many times an upload or download is retried after a
@@ -99,11 +102,24 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 	if spec.Namespace == "" || spec.Name == "" {
 		return nil, errors.New("spec names no run")
 	}
-	if spec.TokenFile == "" {
-		return nil, errors.New("spec names no token file")
-	}
-	if _, err := readToken(spec.TokenFile); err != nil {
-		return nil, err
+	var token string
+	switch {
+	case spec.TokenFD > 0:
+		f := os.NewFile(uintptr(spec.TokenFD), "token")
+		b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading the token from descriptor %d: %w", spec.TokenFD, err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return nil, fmt.Errorf("descriptor %d holds no token", spec.TokenFD)
+		}
+	case spec.TokenFile == "":
+		return nil, errors.New("spec names no token file or descriptor")
+	default:
+		if _, err := readToken(spec.TokenFile); err != nil {
+			return nil, err
+		}
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if spec.CAFile != "" {
@@ -132,6 +148,7 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 	u.RawQuery, u.Fragment = "", ""
 	return &HTTPClient{
 		base:      u,
+		token:     token,
 		tokenFile: spec.TokenFile,
 		hc:        &http.Client{Transport: transport},
 		// About a minute of retries (0.5s doubling): enough to ride out a
@@ -166,9 +183,11 @@ func (c *HTTPClient) newRequest(ctx context.Context, method, sub string, q url.V
 	if err != nil {
 		return nil, err
 	}
-	token, err := readToken(c.tokenFile)
-	if err != nil {
-		return nil, err
+	token := c.token
+	if token == "" {
+		if token, err = readToken(c.tokenFile); err != nil {
+			return nil, err
+		}
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json, */*")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,6 +128,47 @@ func TestHTTPClientRereadsToken(t *testing.T) {
 	}
 }
 
+// TestHTTPClientReadsTokenDescriptorOnce: the local executor's token comes on
+// a descriptor, read once at start and closed.
+func TestHTTPClientReadsTokenDescriptorOnce(t *testing.T) {
+	srv := newFakeServer(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	token := srv.token
+	srv.mu.Unlock()
+	if _, err := w.WriteString(token + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	fd, err := syscall.Dup(int(r.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	spec := srv.spec(v1alpha1.StagePlan, 1)
+	spec.TokenFile, spec.TokenFD = "", fd
+	c, err := NewHTTPClient(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The descriptor is closed, and the token file, were it there, unused.
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err == nil {
+		t.Error("the token descriptor is still open")
+	}
+	if err := os.WriteFile(srv.tokenFile, []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.PutOutputs(context.Background(), 1, strings.NewReader("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestHTTPClientRetries(t *testing.T) {
 	srv := newFakeServer(t)
 	var calls atomic.Int32
@@ -182,6 +224,7 @@ func TestNewHTTPClientValidates(t *testing.T) {
 		"credentials in URL": func(s *stage.Spec) { s.Server = "https://user:pw@127.0.0.1:1" },
 		"scheme":             func(s *stage.Spec) { s.Server = "ftp://127.0.0.1" },
 		"no token":           func(s *stage.Spec) { s.TokenFile = "" },
+		"empty descriptor":   func(s *stage.Spec) { s.TokenFile, s.TokenFD = "", emptyFD(t) },
 		"missing token":      func(s *stage.Spec) { s.TokenFile = "/nonexistent" },
 		"bad CA":             func(s *stage.Spec) { s.CAFile = s.TokenFile },
 		"no run":             func(s *stage.Spec) { s.Name = "" },
@@ -194,6 +237,21 @@ func TestNewHTTPClientValidates(t *testing.T) {
 			t.Errorf("%s: error shows credentials: %v", name, err)
 		}
 	}
+}
+
+// emptyFD is a descriptor that holds nothing.
+func emptyFD(t *testing.T) int {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	fd, err := syscall.Dup(int(r.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	return fd // NewHTTPClient closes it
 }
 
 // TestLogSinkReopens: a stream that fails is opened again, and the log goes

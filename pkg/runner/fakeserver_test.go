@@ -2,6 +2,8 @@ package runner
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -213,6 +215,20 @@ func (f *fakeServer) part(name string) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.parts[name]
+}
+
+// plan is the digest and part digests of the plan the server holds, as the
+// server records them.
+func (f *fakeServer) plan() (string, *v1alpha1.PlanPartDigests) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := func(part string) string {
+		sum := sha256.Sum256(f.parts[part])
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	parts := &v1alpha1.PlanPartDigests{File: d(v1alpha1.PlanPartFile), Source: d(v1alpha1.PlanPartSource),
+		Text: d(v1alpha1.PlanPartText), JSON: d(v1alpha1.PlanPartJSON)}
+	return stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON), parts
 }
 
 func (f *fakeServer) waitForLog(t *testing.T, stageName v1alpha1.StageName, attempt int32, substr string, timeout time.Duration) {

@@ -108,7 +108,7 @@ func (h *harness) run(ctx context.Context, spec stage.Spec, opts ...RunOption) e
 // applySpec returns an apply spec for the plan the server holds.
 func (h *harness) applySpec(attempt int32) stage.Spec {
 	s := h.spec(v1alpha1.StageApply, attempt)
-	s.PlanDigest = digestOf(h.srv.part(v1alpha1.PlanPartFile))
+	s.PlanDigest, s.PlanParts = h.srv.plan()
 	return s
 }
 
@@ -526,7 +526,8 @@ func TestApplyRefusesDigestMismatch(t *testing.T) {
 	if err := h.run(context.Background(), h.spec(v1alpha1.StagePlan, 1)); err != nil {
 		t.Fatalf("plan: %v", err)
 	}
-	apply := h.spec(v1alpha1.StageApply, 1)
+	// An approved digest that its part digests do not make.
+	apply := h.applySpec(1)
 	apply.PlanDigest = "sha256:" + strings.Repeat("0", 64)
 	err := h.run(context.Background(), apply)
 	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "refusing to apply") {
@@ -539,13 +540,19 @@ func TestApplyRefusesDigestMismatch(t *testing.T) {
 		t.Errorf("state was written")
 	}
 
-	// A tampered plan file with the approved digest is refused too.
-	h.srv.mu.Lock()
-	h.srv.serve[v1alpha1.PlanPartFile] = append([]byte("x"), h.srv.parts[v1alpha1.PlanPartFile]...)
-	h.srv.mu.Unlock()
-	err = h.run(context.Background(), h.applySpec(2))
-	if !errors.Is(err, ErrDigestMismatch) {
-		t.Fatalf("err = %v", err)
+	// A tampered plan file, or a tampered configuration, under the approved
+	// digest is refused too.
+	for attempt, part := range map[int32]string{2: v1alpha1.PlanPartFile, 3: v1alpha1.PlanPartSource} {
+		h.srv.mu.Lock()
+		h.srv.serve = map[string][]byte{part: append(append([]byte(nil), h.srv.parts[part]...), 0)}
+		h.srv.mu.Unlock()
+		err = h.run(context.Background(), h.applySpec(attempt))
+		if !errors.Is(err, ErrDigestMismatch) {
+			t.Fatalf("tampered %s: err = %v", part, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.stateDir, "terraform.tfstate")); err == nil {
+		t.Errorf("state was written")
 	}
 }
 

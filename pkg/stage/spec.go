@@ -12,9 +12,10 @@
 //
 // # Writing results back
 //
-// The executor authenticates with `Authorization: Bearer <token>`, the token
-// read from Spec.TokenFile (a per-stage secret token in local mode, a
-// projected, pod-bound service-account token in Kubernetes mode). The server
+// The executor authenticates with `Authorization: Bearer <token>`: a
+// per-stage secret token read once from the descriptor Spec.TokenFD in local
+// mode, a projected, pod-bound service-account token read from
+// Spec.TokenFile in Kubernetes mode. The server
 // accepts a write only from the identity of the run's current stage attempt.
 // All paths are relative to
 // /apis/terrarun.dev/v1alpha1/namespaces/{namespace}/terraformruns/{name}:
@@ -44,8 +45,13 @@ type Spec struct {
 	Server string `json:"server"`
 	// CAFile verifies the server's certificate.
 	CAFile string `json:"caFile"`
-	// TokenFile holds the bearer token of this stage's identity.
-	TokenFile string `json:"tokenFile"`
+	// TokenFile holds the bearer token of this stage's identity; it is read
+	// for every request, as the kubelet rotates it.
+	TokenFile string `json:"tokenFile,omitempty"`
+	// TokenFD, when set, is an inherited descriptor from which the token is
+	// read once, at start, instead of TokenFile: the local executor's way,
+	// whose sandbox hides the token file from every process of the stage.
+	TokenFD int `json:"tokenFD,omitempty"`
 
 	// Namespace, Name and UID identify the run.
 	Namespace string `json:"namespace"`
@@ -80,9 +86,12 @@ type Spec struct {
 	Parallelism *int32   `json:"parallelism,omitempty"`
 	Refresh     *bool    `json:"refresh,omitempty"`
 
-	// PlanDigest is the approved plan's digest (apply stage): the executor
-	// refuses to apply a downloaded plan file with any other digest.
-	PlanDigest string `json:"planDigest,omitempty"`
+	// PlanDigest is the approved plan's digest (apply stage), and PlanParts
+	// the digests of its parts it was computed from (PlanDigest): the executor
+	// applies a downloaded plan file and configuration only when they are
+	// these.
+	PlanDigest string                    `json:"planDigest,omitempty"`
+	PlanParts  *v1alpha1.PlanPartDigests `json:"planParts,omitempty"`
 }
 
 // Source is where the plan stage gets the configuration. Exactly one is set.

@@ -189,7 +189,9 @@ func isEngine(p localProc, subcommand string) bool {
 // recorded as ExecutorLost, the plan runs again, and the run applies once.
 func TestRestartMidPlan(t *testing.T) {
 	dataDir := t.TempDir()
-	applied := filepath.Join(t.TempDir(), "applied.txt")
+	// In the namespace's state directory: the one host directory, besides its
+	// own work directory, that a sandboxed stage may write.
+	applied := filepath.Join(dataDir, "state", "default", "applied.txt")
 	// Evaluating the locals takes seconds in the plan (and in the apply, but
 	// there is nothing else to do), unlike thousands of resources, whose apply
 	// rewrites the local state file after each one.
@@ -266,7 +268,9 @@ resource "terraform_data" "once" {
 // applies again.
 func TestRestartMidApply(t *testing.T) {
 	dataDir := t.TempDir()
-	applied := filepath.Join(t.TempDir(), "applied.txt")
+	// In the namespace's state directory: the one host directory, besides its
+	// own work directory, that a sandboxed stage may write.
+	applied := filepath.Join(dataDir, "state", "default", "applied.txt")
 	tf := fmt.Sprintf(`resource "terraform_data" "slow" {
   provisioner "local-exec" {
     command = "sleep 20; echo applied >> %s"

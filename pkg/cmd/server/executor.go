@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,6 +32,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor/auth"
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
+	"github.com/terrarun/terrarun/pkg/sandbox"
 
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
@@ -63,8 +66,16 @@ type ExecutorOptions struct {
 	// server serves the API only and runs stay Pending.
 	RunController bool
 	// UnsandboxedLocal allows the local executor outside standalone mode,
-	// where its stages run unsandboxed on the server's host.
+	// where its stages run on the server's host.
 	UnsandboxedLocal bool
+	// LocalSandbox sandboxes local stages (package sandbox).
+	LocalSandbox bool
+	// LocalUser is "UID:GID", the user of sandboxed local stages when the
+	// server runs as root.
+	LocalUser string
+	// LocalMounts are host paths every sandboxed local stage sees: PATH, or
+	// PATH:rw for read-write.
+	LocalMounts []string
 }
 
 func newExecutorOptions() *ExecutorOptions {
@@ -74,6 +85,8 @@ func newExecutorOptions() *ExecutorOptions {
 		Workers:           4,
 		CancelGrace:       20 * time.Second,
 		ArtifactRetention: 30 * 24 * time.Hour,
+		LocalSandbox:      true,
+		LocalUser:         "65532:65532",
 	}
 }
 
@@ -85,8 +98,15 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
-	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run as child processes of this server, "+
-		"with its user and its view of the host (its certificates, etcd's credentials, other runs' work directories): only for a trusted, single-tenant host.")
+	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run on this server's host and share its kernel and network, "+
+		"outside any cluster policy, pod security or resource limit (and with its user and whole view of the host with --local-executor-sandbox=false): only for a trusted, single-tenant host.")
+	fs.BoolVar(&o.LocalSandbox, "local-executor-sandbox", o.LocalSandbox, "Run each local stage in a sandbox: its own mount and PID namespaces in which it sees only the system, its PATH, "+
+		"its work directory and its namespace's state, as an unprivileged user; every process of the stage ends with it. "+
+		"false runs stages as plain child processes of this server, with its user and its view of the host.")
+	fs.StringVar(&o.LocalUser, "local-executor-user", o.LocalUser, "UID:GID that sandboxed local stages run as when this server runs as root (not 0). "+
+		"Without root they run as this server's user, in a user namespace.")
+	fs.StringSliceVar(&o.LocalMounts, "local-executor-mount", o.LocalMounts, "Host paths every sandboxed local stage sees, read-only (PATH) or read-write (PATH:rw): "+
+		"a provider mirror, a plugin cache, a CLI configuration file. Repeatable.")
 	fs.BoolVar(&o.RunController, "run-controller", o.RunController, "Run the run controller (leader-elected through etcd, so several replicas are safe). "+
 		"false serves the API only and leaves runs Pending: for API-only replicas and API benchmarks.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
@@ -109,6 +129,11 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	if o.Kind == "kubernetes" && o.ServerURL == "" {
 		errs = append(errs, fmt.Errorf("--executor=kubernetes needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc"))
 	}
+	if o.Kind == "local" && o.LocalSandbox {
+		if _, err := o.localSandbox(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.Kind != "local" && o.Kind != "kubernetes" {
 		errs = append(errs, fmt.Errorf("--executor must be local or kubernetes, not %q", o.Kind))
 	}
@@ -122,6 +147,26 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 		errs = append(errs, fmt.Errorf("--max-log-bytes and --max-plan-bytes must not be negative"))
 	}
 	return errs
+}
+
+// localSandbox is the sandbox of local stages that the flags describe.
+func (o *ExecutorOptions) localSandbox() (local.SandboxOptions, error) {
+	so := local.SandboxOptions{Disabled: !o.LocalSandbox}
+	u, g, ok := strings.Cut(o.LocalUser, ":")
+	uid, uerr := strconv.ParseUint(u, 10, 32)
+	gid, gerr := strconv.ParseUint(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil || uid == 0 {
+		return so, fmt.Errorf("--local-executor-user must be UID:GID with numbers, the UID not 0 (root), not %q", o.LocalUser)
+	}
+	so.UID, so.GID = uint32(uid), uint32(gid)
+	for _, m := range o.LocalMounts {
+		path, mode, _ := strings.Cut(m, ":")
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" || (mode != "" && mode != "rw") {
+			return so, fmt.Errorf("--local-executor-mount %q must be a clean absolute path other than /, optionally followed by :rw", m)
+		}
+		so.Mounts = append(so.Mounts, sandbox.Mount{Source: path, Writable: mode == "rw"})
+	}
+	return so, nil
 }
 
 // executorBinary finds terrarun-executor.
@@ -219,6 +264,13 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 	)
 	switch o.Kind {
 	case "local":
+		so, err := o.localSandbox()
+		if err != nil {
+			return nil, err
+		}
+		// Nothing of the data directory is for stages: not the PKI, not
+		// etcd's data, not values, other runs' work or other namespaces' state.
+		so.Hidden = []string{root}
 		l, err := local.New(local.Options{
 			ExecutorBinary: o.executorBinary(),
 			WorkRoot:       filepath.Join(root, "work"),
@@ -227,8 +279,12 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			ServerURL:      serverURL,
 			CAFile:         caFile,
 			Etcd:           etcd,
+			Sandbox:        so,
 		})
 		if err != nil {
+			if o.LocalSandbox {
+				err = fmt.Errorf("%w (check --local-executor-user and --local-executor-mount, or run stages unsandboxed with --local-executor-sandbox=false)", err)
+			}
 			return nil, err
 		}
 		exec, tokens, identities = l, bearertoken.New(l.Tokens()), l.Tokens()

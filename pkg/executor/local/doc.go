@@ -1,6 +1,7 @@
 // Package local is the local executor: it runs each stage of a TerraformRun as
-// a child process of terrarun-apiserver (`terrarun-executor --stage-file FILE`).
-// It is the default executor in standalone mode and in tests.
+// a child process of terrarun-apiserver (`terrarun-executor --stage-file FILE`),
+// in a sandbox of its own. It is the default executor in standalone mode and
+// in tests.
 //
 // # One execution per run, stage and attempt
 //
@@ -13,8 +14,8 @@
 // reason, completion time and the tail of its output) is written to the same
 // record.
 //
-// A process belongs to the server instance that started it. Its children are
-// started with Pdeathsig, so they receive SIGTERM when that server dies, and
+// A process belongs to the server instance that started it. It is started
+// with Pdeathsig, so it receives SIGTERM when that server dies, and
 // terrarun-executor forwards it to terraform, which releases its state lock.
 // A record still marked Running that no live process of this instance owns is
 // reported as StateUnknown with reason ExecutorLost: its outcome is unknown,
@@ -34,7 +35,7 @@
 // working directory and HOME:
 //
 //	stage.json        the stage.Spec (0600)
-//	token             the per-stage bearer token (0600)
+//	token             the per-stage bearer token (0600; hidden from the stage)
 //	executor.log      the child's stdout and stderr (0600)
 //	source/           inline or ConfigMap configuration files (plan stage)
 //	variables/NAME    values of variables from Secrets and ConfigMaps (0600)
@@ -49,6 +50,28 @@
 // work directory is removed; the last 2 KiB of executor.log (with known secret
 // values masked) are kept in the status message of a failed execution.
 //
+// # Sandbox
+//
+// Unless SandboxOptions.Disabled, each stage runs through package sandbox,
+// with terrarun-executor as its init: in mount and PID namespaces of its own,
+// as SandboxOptions.UID:GID when the server runs as root (never root itself),
+// else as the server's user in a user namespace. It sees the system (/usr,
+// /etc, ...), the directories on its PATH (so the engine), terrarun-executor,
+// the CA certificate and SandboxOptions.Mounts read-only; its own work
+// directory and its namespace's state directory, <StateRoot>/<namespace>,
+// read-write (both are handed to the stage's user); and nothing else of the
+// work, state and values roots, of the CA's directory (the server's keys) or
+// of SandboxOptions.Hidden (the data directory: etcd's data, the admin
+// kubeconfig). It has a private /tmp and /dev and no capabilities. When the
+// stage's terrarun-executor ends, init ends and the kernel kills every other
+// process of the PID namespace: a daemon started with setsid by a local-exec
+// provisioner does not outlive its stage. New checks at start-up that the
+// sandbox can be built and that its user can run terrarun-executor.
+//
+// The sandbox shares the host's network and kernel: a stage reaches what the
+// host reaches, and its resource use is not limited. That is the difference
+// from Kubernetes mode, and why the local executor is for standalone mode.
+//
 // # Identity
 //
 // Each execution gets a random 256-bit bearer token from the executor's
@@ -57,6 +80,12 @@
 // system:terrarun:executors, with the run's UID, stage, attempt and the sha256
 // of the token in the user's extra fields, and resolves that user back to an
 // executor.Identity only while that hash is the identity's current token's.
+//
+// The token reaches terrarun-executor as descriptor 3 (stage.Spec.TokenFD),
+// read once and closed; in a sandbox, the token file is covered by an empty
+// file, and terrarun-executor makes itself undumpable, so that terraform and
+// the processes it starts, which run as the same user, can read the token
+// neither from the file nor through /proc.
 //
 // # Values: Secrets and ConfigMaps in standalone mode
 //

@@ -13,13 +13,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/sandbox"
 )
 
 const (
@@ -62,6 +63,30 @@ type Options struct {
 	Env []string
 	// ValueSource resolves Secret and ConfigMap keys; FileValues{ValuesRoot} when nil.
 	ValueSource ValueSource
+	// Sandbox says how stages are isolated from the host and from each other.
+	Sandbox SandboxOptions
+}
+
+// SandboxOptions say how stages are isolated (package sandbox). A sandboxed
+// stage sees the system's programs and libraries, the directories on its PATH
+// and the engine read-only, and only its own work directory and its
+// namespace's state directory read-write: not the server's PKI, etcd's data,
+// values, or other runs' work directories and state. All of its processes,
+// daemons included, end with it.
+type SandboxOptions struct {
+	// Disabled runs stages as plain child processes of the server, as its
+	// user, with the whole host in reach.
+	Disabled bool
+	// UID and GID are the user stages run as when the server runs as root.
+	// Without root, stages run as the server's own user, in a user namespace.
+	UID, GID uint32
+	// Hidden are directories no stage may see, even where a directory it may
+	// see contains them: the server's data directory. WorkRoot, StateRoot,
+	// ValuesRoot and the directory of CAFile are always hidden.
+	Hidden []string
+	// Mounts are further host paths every stage sees, such as a provider
+	// mirror or a plugin cache.
+	Mounts []sandbox.Mount
 }
 
 // Executor is the local executor. It implements executor.Executor.
@@ -116,6 +141,9 @@ func New(opts Options) (*Executor, error) {
 		if err := os.MkdirAll(*d.path, 0o700); err != nil {
 			return nil, fmt.Errorf("local executor: creating the %s: %w", d.name, err)
 		}
+		if err := checkPrivate(*d.path); err != nil {
+			return nil, fmt.Errorf("local executor: the %s: %w", d.name, err)
+		}
 	}
 	if opts.CAFile != "" {
 		if opts.CAFile, err = filepath.Abs(opts.CAFile); err != nil {
@@ -162,8 +190,36 @@ func New(opts Options) (*Executor, error) {
 		quit:   make(chan struct{}),
 		procs:  map[string]*proc{},
 	}
+	if !opts.Sandbox.Disabled {
+		if os.Getuid() == 0 && opts.Sandbox.UID == 0 {
+			return nil, errors.New("local executor: sandboxed stages may not run as root: choose another uid")
+		}
+		if err := e.checkSandbox(); err != nil {
+			return nil, err
+		}
+	}
 	go e.spawnLoop()
 	return e, nil
+}
+
+// checkPrivate fails unless dir is a directory of this process's user that
+// no other user may write to: not one another user created in a shared
+// directory such as /tmp, to read or swap what stages leave in it.
+func checkPrivate(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to uid %d, not to this server's uid %d: remove it, or choose another directory", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s is writable by other users (mode %v): chmod go-w it", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // Tokens is the per-stage token authority: the server's token authenticator
@@ -298,14 +354,18 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 			err = fmt.Errorf("starting %s: %w", e.opts.ExecutorBinary, err)
 		}
 	}
+	// The child has its own descriptors.
 	if logFile != nil {
-		logFile.Close() // the child has its own descriptor
+		logFile.Close()
+	}
+	if cmd != nil {
+		for _, f := range cmd.ExtraFiles {
+			f.Close()
+		}
 	}
 	if err != nil {
 		e.tokens.Revoke(id)
-		if rmErr := os.RemoveAll(p.dir); rmErr != nil {
-			klog.ErrorS(rmErr, "Removing work directory", "execution", name)
-		}
+		e.removeWorkDir(p)
 		e.release(ctx, p)
 		return "", fmt.Errorf("execution %s: %w", name, err)
 	}

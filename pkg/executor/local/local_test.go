@@ -21,6 +21,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
@@ -89,6 +90,13 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err := os.Mkdir(v.reports, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(root, "ca.crt"), []byte("test CA\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Sandboxed stages run as stageUID, and write their reports here.
+	if err := os.Chown(v.reports, stageUID, stageUID); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		_, _ = etcdClient.Delete(context.Background(), v.prefix, clientv3.WithPrefix())
 	})
@@ -106,8 +114,20 @@ func (v *testEnv) opts() Options {
 		Etcd:           etcdClient,
 		EtcdPrefix:     v.prefix,
 		Env:            []string{"FAKE_REPORT_DIR=" + v.reports},
+		Sandbox: SandboxOptions{
+			UID: uint32(stageUID), GID: uint32(stageUID),
+			Mounts: []sandbox.Mount{{Source: v.reports, Writable: true}},
+		},
 	}
 }
+
+// stageUID is the user of sandboxed stages: the test's own without root.
+var stageUID = func() int {
+	if os.Getuid() == 0 {
+		return 65532
+	}
+	return os.Getuid()
+}()
 
 // executor returns a new instance: another replica, or the server after a restart.
 func (v *testEnv) executor() *Executor {
@@ -165,10 +185,12 @@ type fakeReport struct {
 	Cwd       string              `json:"cwd"`
 	StageJSON string              `json:"stageJSON"`
 	Spec      stage.Spec          `json:"spec"`
-	TokenOK   bool                `json:"tokenOK"`
+	Token     string              `json:"token"`
+	TokenFile string              `json:"tokenFile"`
 	Files     map[string]fileInfo `json:"files"`
 	PID       int                 `json:"pid"`
 	PGID      int                 `json:"pgid"`
+	UID       int                 `json:"uid"`
 }
 
 type fileInfo struct {
@@ -318,8 +340,12 @@ func TestStartSucceeds(t *testing.T) {
 	if dir != wantDir || r.Cwd != dir {
 		t.Errorf("work dir %q, cwd %q, want %q", dir, r.Cwd, wantDir)
 	}
-	if !r.TokenOK || r.Files[r.Spec.TokenFile].Mode != "600" {
-		t.Errorf("token file: ok=%v %+v", r.TokenOK, r.Files[r.Spec.TokenFile])
+	// The token comes on a descriptor; the token file is hidden from the stage.
+	if r.Token == "" || r.Spec.TokenFile != "" || r.Spec.TokenFD != 3 {
+		t.Errorf("token %q, token file %q, descriptor %d", r.Token, r.Spec.TokenFile, r.Spec.TokenFD)
+	}
+	if r.TokenFile != "" {
+		t.Errorf("the stage read the token file: %q", r.TokenFile)
 	}
 	if r.Files[filepath.Join(dir, "stage.json")].Mode != "600" {
 		t.Errorf("stage.json mode %q", r.Files[filepath.Join(dir, "stage.json")].Mode)
@@ -354,8 +380,13 @@ func TestStartSucceeds(t *testing.T) {
 	if len(r.Env) != 4 {
 		t.Errorf("env = %q, want PATH, FAKE_REPORT_DIR, HOME and TMPDIR only", r.Env)
 	}
-	if r.PGID != r.PID {
-		t.Errorf("the child is not a process group leader: pid %d, pgid %d", r.PID, r.PGID)
+	// The stage runs under the sandbox's init (PID 1 of its PID namespace),
+	// in init's process group, which is a group of its own on the host.
+	if r.PGID != 1 || r.PID == 1 {
+		t.Errorf("the stage is not in its sandbox's PID namespace under init: pid %d, pgid %d", r.PID, r.PGID)
+	}
+	if r.UID != stageUID {
+		t.Errorf("the stage runs as uid %d, want %d", r.UID, stageUID)
 	}
 	if want := []string{fakeBin, "--stage-file", filepath.Join(dir, "stage.json")}; strings.Join(r.Args, " ") != strings.Join(want, " ") {
 		t.Errorf("args = %q", r.Args)
@@ -384,7 +415,7 @@ func TestStartSucceeds(t *testing.T) {
 		t.Errorf("%d starts", n)
 	}
 	// The token died with the process.
-	if _, ok, _ := e.Tokens().AuthenticateToken(ctx, r.Files[r.Spec.TokenFile].Content); ok {
+	if _, ok, _ := e.Tokens().AuthenticateToken(ctx, r.Token); ok {
 		t.Error("the stage token is still valid after the process ended")
 	}
 }
@@ -538,7 +569,7 @@ func TestStopSendsSIGTERM(t *testing.T) {
 		t.Fatalf("status = %+v", st)
 	}
 	// The live token authenticates as the stage's identity.
-	tok := r.Files[r.Spec.TokenFile].Content
+	tok := r.Token
 	resp, ok, err := e.Tokens().AuthenticateToken(ctx, tok)
 	if err != nil || !ok {
 		t.Fatalf("token: %v %v", ok, err)
@@ -904,12 +935,55 @@ func TestNewValidates(t *testing.T) {
 		"no state":   func(o *Options) { o.StateRoot = "" },
 		"empty bin":  func(o *Options) { o.ExecutorBinary = "" },
 		"bad etcdpf": func(o *Options) { o.Etcd = nil; o.EtcdPrefix = "x" },
+		"shared work root": func(o *Options) {
+			o.WorkRoot = filepath.Join(v.root, "shared")
+			if err := os.Mkdir(o.WorkRoot, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(o.WorkRoot, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"foreign state root": func(o *Options) {
+			o.StateRoot = filepath.Join(v.root, "foreign")
+			if err := os.Mkdir(o.StateRoot, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(o.StateRoot, 12345, 12345); err != nil {
+				t.Skip("cannot chown without root")
+			}
+		},
+		"root stages": func(o *Options) {
+			if os.Getuid() != 0 {
+				t.Skip("only root can run stages as root")
+			}
+			o.Sandbox.UID, o.Sandbox.GID = 0, 0
+		},
+		"no shim in sandbox": func(o *Options) {
+			// A binary its stages' user may not read.
+			bin := filepath.Join(v.root, "private", "terrarun-executor")
+			if err := os.MkdirAll(filepath.Dir(bin), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(fakeBin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(bin, b, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			o.ExecutorBinary = bin
+		},
 	} {
-		o := v.opts()
-		mutate(&o)
-		if _, err := New(o); err == nil {
-			t.Errorf("%s: New succeeded", name)
-		}
+		t.Run(name, func(t *testing.T) {
+			o := v.opts()
+			mutate(&o)
+			if _, err := New(o); err == nil {
+				t.Errorf("New succeeded")
+			} else {
+				t.Log(err)
+			}
+		})
 	}
 	e := v.executor()
 	if fi, err := os.Stat(filepath.Join(v.root, "work")); err != nil || fi.Mode().Perm() != 0o700 {

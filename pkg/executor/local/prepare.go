@@ -16,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -23,8 +24,9 @@ import (
 var gitCredentialKeys = []string{"username", "password", "identity", "known_hosts"}
 
 // prepare creates p's work directory with everything the stage needs, and
-// returns the command to start, with its log file open. On error, the caller
-// removes the directory and revokes the token.
+// returns the command to start, with its log file open. The caller closes
+// the log file and the command's ExtraFiles once it started. On error, the
+// caller removes the directory and revokes the token.
 func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) (*exec.Cmd, *os.File, error) {
 	run := ex.Run
 	ns := run.Namespace
@@ -49,7 +51,6 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	spec := executor.StageSpec(ex)
 	spec.Server = e.opts.ServerURL
 	spec.CAFile = e.opts.CAFile
-	spec.TokenFile = filepath.Join(dir, "token")
 	spec.WorkDir = filepath.Join(dir, "work")
 	if !safeSegment(spec.Workspace) {
 		return nil, nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
@@ -103,14 +104,18 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	}
 	spec.Backend = backend
 
-	// Token.
+	// Token: a file only the server reads, handed to the stage as descriptor
+	// tokenFD. In a sandbox the file is hidden, so that terraform and its
+	// children, which run as the stage's user, cannot read it.
 	tok, err := e.tokens.Issue(p.id)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writePrivate(spec.TokenFile, []byte(tok)); err != nil {
+	tokenFile := filepath.Join(dir, "token")
+	if err := writePrivate(tokenFile, []byte(tok)); err != nil {
 		return nil, nil, err
 	}
+	spec.TokenFD = tokenFD
 
 	stageFile := filepath.Join(dir, "stage.json")
 	js, err := json.MarshalIndent(spec, "", "  ")
@@ -125,20 +130,46 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(e.opts.ExecutorBinary, "--stage-file", stageFile)
-	cmd.Dir = dir
+	args := []string{e.opts.ExecutorBinary, "--stage-file", stageFile}
+	var cmd *exec.Cmd
+	if e.opts.Sandbox.Disabled {
+		cmd = exec.Command(args[0], args[1:]...)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	} else {
+		cfg, err := e.stageSandbox(p, run.Namespace)
+		if err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
+		cfg.Hide = []string{tokenFile}
+		cfg.ExtraFiles = 1
+		if cmd, err = sandbox.Command(e.opts.ExecutorBinary, cfg, args); err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
+	}
 	cmd.Env = append(append([]string(nil), e.env...), "HOME="+dir, "TMPDIR="+filepath.Join(dir, "tmp"))
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Its own process group, so that a kill reaches terraform and its providers.
-		Setpgid: true,
-		// A dying server takes its executors along, gracefully: SIGTERM is
-		// forwarded to terraform, which releases its state lock.
-		Pdeathsig: syscall.SIGTERM,
+	// Its own process group, so that a kill reaches terraform and its
+	// providers (in a sandbox, the end of its init ends them all).
+	cmd.SysProcAttr.Setpgid = true
+	// A dying server takes its executors along, gracefully: SIGTERM is
+	// forwarded to terraform, which releases its state lock.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	tf, err := os.Open(tokenFile)
+	if err != nil {
+		logFile.Close()
+		return nil, nil, err
 	}
+	cmd.ExtraFiles = []*os.File{tf}
 	return cmd, logFile, nil
 }
+
+// tokenFD is the descriptor on which a stage gets its token: the first of
+// exec.Cmd.ExtraFiles.
+const tokenFD = 3
 
 func (p *proc) addSecret(val []byte) {
 	s := strings.TrimSpace(string(val))

@@ -149,9 +149,7 @@ func (e *Executor) wait(p *proc) {
 	}
 
 	e.tokens.Revoke(p.id)
-	if err := os.RemoveAll(p.dir); err != nil {
-		klog.ErrorS(err, "Removing work directory", "execution", p.name)
-	}
+	e.removeWorkDir(p)
 
 	e.mu.Lock()
 	p.status = st
@@ -268,4 +266,14 @@ func childEnv(extra []string) ([]string, error) {
 		}
 	}
 	return append([]string{"PATH=" + path}, rest...), nil
+}
+
+// removeWorkDir removes the work directory of p and the mount point of its
+// sandbox's root.
+func (e *Executor) removeWorkDir(p *proc) {
+	for _, d := range []string{p.dir, p.dir + ".root"} {
+		if err := os.RemoveAll(d); err != nil {
+			klog.ErrorS(err, "Removing work directory", "execution", p.name, "path", d)
+		}
+	}
 }

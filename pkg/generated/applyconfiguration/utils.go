@@ -52,6 +52,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.KeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputStatus"):
 		return &terrarunv1alpha1.OutputStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PlanPartDigests"):
+		return &terrarunv1alpha1.PlanPartDigestsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PlanSummary"):
 		return &terrarunv1alpha1.PlanSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Source"):

@@ -44,6 +44,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.GitSource{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_GitSource(ref),
 		v1alpha1.KeySelector{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref),
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
+		v1alpha1.PlanPartDigests{}.OpenAPIModelName():              schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
 		v1alpha1.PlanSummary{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref),
 		v1alpha1.Source{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_Source(ref),
 		v1alpha1.SourceStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref),
@@ -767,6 +768,52 @@ func schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PlanPartDigests are the digests of a plan's parts, each \"sha256:\" followed by the hex sha256 of the stored bytes.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"file": {
+						SchemaProps: spec.SchemaProps{
+							Description: "file is the digest of the binary plan file.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"source": {
+						SchemaProps: spec.SchemaProps{
+							Description: "source is the digest of the planned configuration (a tar.gz).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"text": {
+						SchemaProps: spec.SchemaProps{
+							Description: "text is the digest of the plan text (terraform show).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"json": {
+						SchemaProps: spec.SchemaProps{
+							Description: "json is the digest of the redacted plan JSON (terraform show -json).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"file", "source", "text", "json"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -776,9 +823,15 @@ func schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref common.ReferenceCallback)
 				Properties: map[string]spec.Schema{
 					"digest": {
 						SchemaProps: spec.SchemaProps{
-							Description: "digest is \"sha256:\" followed by the hex sha256 of the plan file. An approval must name this digest.",
+							Description: "digest is \"sha256:\" followed by the hex sha256 of the plan's part digests (see parts): it covers the plan file, the planned configuration and the text and JSON that approvers read. An approval must name this digest, and approves exactly those bytes.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"parts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "parts are the digests of the plan's stored parts, from which digest is computed. The plan subresource serves a part only while its stored bytes are these, with the plan's digest in the X-Terrarun-Plan-Digest header; the apply stage applies a plan file and configuration only when they are these.",
+							Ref:         ref(v1alpha1.PlanPartDigests{}.OpenAPIModelName()),
 						},
 					},
 					"add": {
@@ -831,7 +884,7 @@ func schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref common.ReferenceCallback)
 			},
 		},
 		Dependencies: []string{
-			metav1.Time{}.OpenAPIModelName()},
+			v1alpha1.PlanPartDigests{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

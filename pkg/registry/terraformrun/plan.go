@@ -109,6 +109,26 @@ var planFormats = map[string]planFormat{
 	terrarun.PlanFormatSource: {artifacts.PlanSource, "application/gzip"},
 }
 
+// partDigest is the digest recorded in plan for the part stored as kind.
+func partDigest(plan *terrarun.PlanSummary, kind artifacts.Kind) string {
+	if plan.Parts == nil {
+		return ""
+	}
+	return map[artifacts.Kind]string{
+		artifacts.PlanFile:   plan.Parts.File,
+		artifacts.PlanSource: plan.Parts.Source,
+		artifacts.PlanText:   plan.Parts.Text,
+		artifacts.PlanJSON:   plan.Parts.JSON,
+	}[kind]
+}
+
+func orNone(digest string) string {
+	if digest == "" {
+		return "(none)"
+	}
+	return digest
+}
+
 // planParts are the artifacts that the parts of a plan upload are stored as.
 var planParts = map[string]artifacts.Kind{
 	terrarun.PlanPartFile:   artifacts.PlanFile,
@@ -137,6 +157,12 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 			run.Name, shortDigest(run.Status.Plan.Digest), format.kind))
 	}
 	defer rc.Close()
+	if want := partDigest(run.Status.Plan, format.kind); meta.SHA256 != want {
+		// Only a part replaced since the plan was recorded gets here: what
+		// approvers read must be what they approve.
+		return conflict(run.Name, "the stored %s is %s, not the %s recorded with plan %s: refusing to serve it; create a new run to plan again",
+			format.kind, meta.SHA256, orNone(want), run.Status.Plan.Digest)
+	}
 	if format.kind == artifacts.PlanJSON && meta.Truncated {
 		// Truncated JSON is not JSON: say so instead of serving it.
 		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
@@ -225,7 +251,7 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 	if err := dec.Decode(&result); err != nil {
 		return apierrors.NewBadRequest("decoding the plan result: " + err.Error())
 	}
-	var file artifacts.Meta
+	digests := map[string]string{}
 	for _, part := range []string{terrarun.PlanPartFile, terrarun.PlanPartText, terrarun.PlanPartJSON, terrarun.PlanPartSource} {
 		m, err := r.artifacts.Stat(ctx, runRef(run), planParts[part])
 		switch {
@@ -236,9 +262,13 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		case err != nil:
 			return artifactError(err, run.Name, "plan", "")
 		}
-		if part == terrarun.PlanPartFile {
-			file = m
-		}
+		digests[part] = m.SHA256
+	}
+	parts := &terrarun.PlanPartDigests{
+		File:   digests[terrarun.PlanPartFile],
+		Source: digests[terrarun.PlanPartSource],
+		Text:   digests[terrarun.PlanPartText],
+		JSON:   digests[terrarun.PlanPartJSON],
 	}
 	_, err = r.status.update(ctx, run.Name, func(run *terrarun.TerraformRun) error {
 		if err := checkExecutor(ctx, run, terrarun.StagePlan, attempt, "plan"); err != nil {
@@ -249,7 +279,8 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		}
 		now := metav1.Now()
 		run.Status.Plan = &terrarun.PlanSummary{
-			Digest:      file.SHA256,
+			Digest:      stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON),
+			Parts:       parts,
 			Add:         result.Add,
 			Change:      result.Change,
 			Destroy:     result.Destroy,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // testPlan is what a plan stage uploads.
@@ -54,10 +55,15 @@ func TestPlanUploadAndRead(t *testing.T) {
 	env := newTestEnv(t)
 	run := newPlannedRun(t, env, "web")
 
-	want := &terrarun.PlanSummary{Digest: digestOf(testPlan["file"]), Add: 1, Change: 2, Destroy: 3, Import: 4, HasChanges: true}
+	parts := terrarun.PlanPartDigests{File: digestOf(testPlan["file"]), Source: digestOf(testPlan["source"]),
+		Text: digestOf(testPlan["text"]), JSON: digestOf(testPlan["json"])}
+	// The digest covers every part: the file and source applied, the text
+	// and JSON read.
+	manifest := "terrarun.dev/plan-digest/v1\nfile " + parts.File + "\nsource " + parts.Source + "\ntext " + parts.Text + "\njson " + parts.JSON + "\n"
+	want := &terrarun.PlanSummary{Digest: digestOf(manifest), Add: 1, Change: 2, Destroy: 3, Import: 4, HasChanges: true}
 	got := run.Status.Plan
-	if got == nil || got.CompletedAt == nil {
-		t.Fatalf("status.plan = %+v, want it recorded", got)
+	if got == nil || got.CompletedAt == nil || got.Parts == nil || *got.Parts != parts {
+		t.Fatalf("status.plan = %+v, want it recorded with parts %+v", got, parts)
 	}
 	if got.Digest != want.Digest || got.Add != want.Add || got.Change != want.Change || got.Destroy != want.Destroy || got.Import != want.Import || !got.HasChanges {
 		t.Errorf("status.plan = %+v, want %+v", got, want)
@@ -83,6 +89,21 @@ func TestPlanUploadAndRead(t *testing.T) {
 			t.Errorf("GET ?%s headers = %v", tc.query, h)
 		}
 	}
+}
+
+// TestPlanPartReplacedIsNotServed: a part stored after the plan was recorded
+// (which the upload handler refuses; here written straight to the store) is
+// not what was approved, and is not served.
+func TestPlanPartReplacedIsNotServed(t *testing.T) {
+	env := newTestEnv(t)
+	run := newPlannedRun(t, env, "web")
+	if _, err := env.artifacts.Put(t.Context(), runRef(run), artifacts.PlanText, strings.NewReader("Plan: 0 to add, 0 to change, 0 to destroy.\n")); err != nil {
+		t.Fatal(err)
+	}
+	w := connect(t, env.storage.Plan, alice, http.MethodGet, "web", "", nil)
+	expectStatus(t, w, http.StatusConflict, "the stored plan-text is sha256:", "not the "+digestOf(testPlan["text"])+" recorded with plan "+run.Status.Plan.Digest)
+	w = connect(t, env.storage.Plan, alice, http.MethodGet, "web", "format=json", nil)
+	expectStatus(t, w, http.StatusOK)
 }
 
 func TestPlanNotFound(t *testing.T) {
@@ -198,7 +219,8 @@ func TestPlanWait(t *testing.T) {
 		uploadPlan(t, env, "slow")
 		w := <-done
 		expectStatus(t, w, http.StatusOK)
-		if w.Body.String() != testPlan["text"] || w.Header().Get("X-Terrarun-Plan-Digest") != digestOf(testPlan["file"]) {
+		want := stage.PlanDigest(digestOf(testPlan["file"]), digestOf(testPlan["source"]), digestOf(testPlan["text"]), digestOf(testPlan["json"]))
+		if w.Body.String() != testPlan["text"] || w.Header().Get("X-Terrarun-Plan-Digest") != want {
 			t.Errorf("waited for %q %v", w.Body.String(), w.Header())
 		}
 	})

@@ -434,10 +434,19 @@ type TerraformRunStatus struct {
 
 // PlanSummary summarizes a plan.
 type PlanSummary struct {
-	// digest is "sha256:" followed by the hex sha256 of the plan file. An approval
-	// must name this digest.
+	// digest is "sha256:" followed by the hex sha256 of the plan's part
+	// digests (see parts): it covers the plan file, the planned configuration
+	// and the text and JSON that approvers read. An approval must name this
+	// digest, and approves exactly those bytes.
 	// +optional
 	Digest string `json:"digest,omitempty"`
+	// parts are the digests of the plan's stored parts, from which digest is
+	// computed. The plan subresource serves a part only while its stored
+	// bytes are these, with the plan's digest in the X-Terrarun-Plan-Digest
+	// header; the apply stage applies a plan file and configuration only
+	// when they are these.
+	// +optional
+	Parts *PlanPartDigests `json:"parts,omitempty"`
 	// add is the number of resources to create.
 	Add int32 `json:"add"`
 	// change is the number of resources to update in place.
@@ -452,6 +461,19 @@ type PlanSummary struct {
 	// completedAt is when the plan was written.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// PlanPartDigests are the digests of a plan's parts, each "sha256:" followed
+// by the hex sha256 of the stored bytes.
+type PlanPartDigests struct {
+	// file is the digest of the binary plan file.
+	File string `json:"file"`
+	// source is the digest of the planned configuration (a tar.gz).
+	Source string `json:"source"`
+	// text is the digest of the plan text (terraform show).
+	Text string `json:"text"`
+	// json is the digest of the redacted plan JSON (terraform show -json).
+	JSON string `json:"json"`
 }
 
 // ApprovalStatus records an approval.

@@ -72,6 +72,11 @@ func (in OutputStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PlanPartDigests) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PlanPartDigests"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PlanSummary) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.PlanSummary"
 }

@@ -1,5 +1,5 @@
 // Command fakeexecutor stands in for terrarun-executor in the local
-// executor's tests. It reads --stage-file, reports what it saw (arguments,
+// executor's tests, sandbox init included. It reads --stage-file, reports what it saw (arguments,
 // environment, working directory, the spec, and the mode and content of every
 // file the spec names) to $FAKE_REPORT_DIR/<process name>.json, appends to
 // $FAKE_REPORT_DIR/starts, and behaves as the stage's variables say:
@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -33,18 +35,26 @@ type fileInfo struct {
 }
 
 type report struct {
-	Args      []string            `json:"args"`
-	Env       []string            `json:"env"`
-	Cwd       string              `json:"cwd"`
-	StageJSON string              `json:"stageJSON"`
-	Spec      stage.Spec          `json:"spec"`
-	TokenOK   bool                `json:"tokenOK"`
+	Args      []string   `json:"args"`
+	Env       []string   `json:"env"`
+	Cwd       string     `json:"cwd"`
+	StageJSON string     `json:"stageJSON"`
+	Spec      stage.Spec `json:"spec"`
+	// Token is what descriptor Spec.TokenFD held.
+	Token string `json:"token"`
+	// TokenFile is what the stage could read of the token file in its
+	// work directory: nothing, when it is hidden.
+	TokenFile string              `json:"tokenFile"`
 	Files     map[string]fileInfo `json:"files"`
 	PID       int                 `json:"pid"`
 	PGID      int                 `json:"pgid"`
+	UID       int                 `json:"uid"`
 }
 
 func main() {
+	if sandbox.IsShimCall(os.Args[1:]) {
+		sandbox.Init(os.Args[1:])
+	}
 	stageFile := flag.String("stage-file", "", "the stage spec")
 	flag.Parse()
 
@@ -73,6 +83,7 @@ func main() {
 		Files: map[string]fileInfo{}, PID: os.Getpid()}
 	r.Cwd, _ = os.Getwd()
 	r.PGID, _ = syscall.Getpgid(0)
+	r.UID = os.Getuid()
 	record := func(path string) {
 		if path == "" {
 			return
@@ -86,7 +97,6 @@ func main() {
 		r.Files[path] = fileInfo{Mode: fmt.Sprintf("%o", fi.Mode().Perm()), Content: string(c)}
 	}
 	record(*stageFile)
-	record(spec.TokenFile)
 	record(spec.Backend.ConfigFile)
 	for _, v := range spec.Variables {
 		record(v.File)
@@ -103,8 +113,12 @@ func main() {
 			record(filepath.Join(g.CredentialsDir, e.Name()))
 		}
 	}
-	tok, err := os.ReadFile(spec.TokenFile)
-	r.TokenOK = err == nil && len(tok) > 0
+	if spec.TokenFD > 0 {
+		tok, _ := io.ReadAll(os.NewFile(uintptr(spec.TokenFD), "token"))
+		r.Token = string(tok)
+	}
+	tf, _ := os.ReadFile(filepath.Join(r.Cwd, "token"))
+	r.TokenFile = string(tf)
 
 	appendLine(filepath.Join(dir, "starts"), name)
 	js, _ := json.MarshalIndent(r, "", "  ")
@@ -112,7 +126,7 @@ func main() {
 	if err := os.WriteFile(tmp, js, 0o600); err == nil {
 		_ = os.Rename(tmp, filepath.Join(dir, name+".json"))
 	}
-	if !r.TokenOK {
+	if r.Token == "" {
 		fmt.Fprintln(os.Stderr, "no token")
 		os.Exit(3)
 	}

@@ -27,9 +27,17 @@ import (
 //
 // PlanSummary summarizes a plan.
 type PlanSummaryApplyConfiguration struct {
-	// digest is "sha256:" followed by the hex sha256 of the plan file. An approval
-	// must name this digest.
+	// digest is "sha256:" followed by the hex sha256 of the plan's part
+	// digests (see parts): it covers the plan file, the planned configuration
+	// and the text and JSON that approvers read. An approval must name this
+	// digest, and approves exactly those bytes.
 	Digest *string `json:"digest,omitempty"`
+	// parts are the digests of the plan's stored parts, from which digest is
+	// computed. The plan subresource serves a part only while its stored
+	// bytes are these, with the plan's digest in the X-Terrarun-Plan-Digest
+	// header; the apply stage applies a plan file and configuration only
+	// when they are these.
+	Parts *PlanPartDigestsApplyConfiguration `json:"parts,omitempty"`
 	// add is the number of resources to create.
 	Add *int32 `json:"add,omitempty"`
 	// change is the number of resources to update in place.
@@ -55,6 +63,14 @@ func PlanSummary() *PlanSummaryApplyConfiguration {
 // If called multiple times, the Digest field is set to the value of the last call.
 func (b *PlanSummaryApplyConfiguration) WithDigest(value string) *PlanSummaryApplyConfiguration {
 	b.Digest = &value
+	return b
+}
+
+// WithParts sets the Parts field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Parts field is set to the value of the last call.
+func (b *PlanSummaryApplyConfiguration) WithParts(value *PlanPartDigestsApplyConfiguration) *PlanSummaryApplyConfiguration {
+	b.Parts = value
 	return b
 }
 

@@ -1,0 +1,123 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/terrarun/terrarun/pkg/sandbox"
+)
+
+// baseSandbox is what every stage's sandbox holds: the system, the
+// directories on the stages' PATH (where the engine is found) and
+// terrarun-executor, and the server's CA certificate, read-only, and
+// SandboxOptions.Mounts; with the
+// work, state and values roots, the CA's directory and SandboxOptions.Hidden
+// masked.
+func (e *Executor) baseSandbox() sandbox.Config {
+	o := e.opts.Sandbox
+	c := sandbox.Config{
+		UID:           o.UID,
+		GID:           o.GID,
+		UserNamespace: os.Getuid() != 0,
+		Masks:         append([]string{e.opts.WorkRoot, e.opts.StateRoot}, o.Hidden...),
+	}
+	if c.UserNamespace {
+		// Only the server's own user exists in its user namespace.
+		c.UID, c.GID = uint32(os.Getuid()), uint32(os.Getgid())
+	}
+	if fv, ok := e.values.(FileValues); ok {
+		c.Masks = append(c.Masks, fv.Root)
+	}
+	if e.opts.CAFile != "" {
+		c.Masks = append(c.Masks, filepath.Dir(e.opts.CAFile))
+	}
+	hidden := func(path string) bool {
+		for _, m := range c.Masks {
+			if path == m || strings.HasPrefix(path, m+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	c.Mounts = sandbox.SystemMounts()
+	for _, kv := range e.env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for _, d := range filepath.SplitList(path) {
+				if filepath.IsAbs(d) && filepath.Clean(d) == d && d != "/" && !hidden(d) {
+					c.Mounts = append(c.Mounts, sandbox.Mount{Source: d, Optional: true})
+				}
+			}
+		}
+	}
+	c.Mounts = append(c.Mounts, sandbox.Mount{Source: e.opts.ExecutorBinary})
+	if e.opts.CAFile != "" {
+		c.Mounts = append(c.Mounts, sandbox.Mount{Source: e.opts.CAFile})
+	}
+	c.Mounts = append(c.Mounts, o.Mounts...)
+	return c
+}
+
+// checkSandbox proves, at start-up, that this host can build the stages'
+// sandbox and that their user can run terrarun-executor in it.
+func (e *Executor) checkSandbox() error {
+	c := e.baseSandbox()
+	c.Root = filepath.Join(e.opts.WorkRoot, ".sandbox-check.root")
+	c.Dir = filepath.Dir(e.opts.ExecutorBinary)
+	if err := os.Mkdir(c.Root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(c.Root)
+	if err := sandbox.Check(e.opts.ExecutorBinary, c); err != nil {
+		who := fmt.Sprintf("uid %d", c.UID)
+		if c.UserNamespace {
+			who += " in a user namespace (the server does not run as root; the host must allow unprivileged user namespaces)"
+		}
+		return fmt.Errorf("local executor: cannot sandbox stages as %s: %w", who, err)
+	}
+	return nil
+}
+
+// stageSandbox is the sandbox of execution p of a run in namespace ns: the
+// base sandbox with p's work directory and its namespace's state directory
+// read-write. Both are handed to the stages' user.
+func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
+	c := e.baseSandbox()
+	c.Root = p.dir + ".root"
+	c.Dir = p.dir
+	owned := []string{p.dir}
+	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true})
+	if state := filepath.Join(e.opts.StateRoot, ns); dirExists(state) {
+		owned = append(owned, state)
+		c.Mounts = append(c.Mounts, sandbox.Mount{Source: state, Writable: true})
+	}
+	if err := os.Mkdir(c.Root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return c, err
+	}
+	if !c.UserNamespace {
+		for _, d := range owned {
+			if err := chownTree(d, int(c.UID), int(c.GID)); err != nil {
+				return c, fmt.Errorf("handing %s to the stages' user: %w", d, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// chownTree gives the tree at root, symbolic links not followed, to uid and gid.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}

@@ -1,0 +1,237 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary is its own shim.
+func TestMain(m *testing.M) {
+	if IsShimCall(os.Args[1:]) {
+		Init(os.Args[1:])
+	}
+	os.Exit(m.Run())
+}
+
+// world is a host directory tree: base (mounted read-only) holds ro/file
+// and data/ (masked), which holds etcd.db and work/ (mounted writable). The
+// secret directory is elsewhere and not mounted.
+type world struct {
+	base, secret, masked, work string
+}
+
+func newWorld(t *testing.T) world {
+	t.Helper()
+	base := t.TempDir()
+	w := world{
+		base:   base,
+		secret: t.TempDir(),
+		masked: filepath.Join(base, "data"),
+		work:   filepath.Join(base, "data", "work"),
+	}
+	for _, d := range []string{w.work, filepath.Join(base, "ro")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(w.secret, "ca.key"), filepath.Join(w.masked, "etcd.db"), filepath.Join(base, "ro", "file")} {
+		if err := os.WriteFile(f, []byte("host-bytes\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{base, w.secret} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// run runs script with /bin/sh in the sandbox of w as uid (and gid) uid,
+// after the options change the sandbox and the shim's command.
+func (w world) run(t *testing.T, userns bool, uid uint32, script string, options ...func(*Config, *exec.Cmd)) (string, int) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(w.work, int(uid), int(uid)); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{
+		Root:          root,
+		Mounts:        append(SystemMounts(), Mount{Source: w.base}, Mount{Source: w.work, Writable: true}),
+		Masks:         []string{w.masked},
+		UID:           uid,
+		GID:           uid,
+		UserNamespace: userns,
+		Dir:           w.work,
+	}
+	cmd := &exec.Cmd{}
+	for _, o := range options {
+		o(&c, cmd)
+	}
+	extra := cmd.ExtraFiles
+	cmd, err = Command(self, c, []string{"/bin/sh", "-c", script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.ExtraFiles = extra
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running the sandbox: %v", err)
+	}
+	if entries, err := os.ReadDir(root); err != nil || len(entries) != 0 {
+		t.Errorf("the root directory on the host is not empty after the sandbox: %v %v", entries, err)
+	}
+	return out.String(), code
+}
+
+func TestSandbox(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the root mode needs root; TestUserNamespace covers the rest")
+	}
+	testIsolation(t, false, 65532)
+}
+
+func TestUserNamespace(t *testing.T) {
+	if err := exec.Command("unshare", "--user", "--map-current-user", "true").Run(); err != nil {
+		t.Skipf("this kernel does not let this user create user namespaces: %v", err)
+	}
+	testIsolation(t, true, uint32(os.Getuid()))
+}
+
+func testIsolation(t *testing.T, userns bool, uid uint32) {
+	w := newWorld(t)
+	t.Run("sees only what it is given", func(t *testing.T) {
+		script := `
+id -u
+cat ` + w.base + `/ro/file
+test -e ` + w.secret + `/ca.key && echo SECRET-VISIBLE
+test -e ` + w.masked + `/etcd.db && echo MASKED-VISIBLE
+echo bytes > ` + w.base + `/ro/file && echo RO-WRITABLE
+echo written > ` + w.work + `/out && echo work-writable
+touch /new 2>/dev/null && echo ROOT-WRITABLE
+grep CapEff /proc/self/status
+ls /proc | grep -c '^[0-9]'
+exit 3
+`
+		out, code := w.run(t, userns, uid, script)
+		if code != 3 {
+			t.Fatalf("exit code %d, want 3\n%s", code, out)
+		}
+		for _, bad := range []string{"SECRET-VISIBLE", "MASKED-VISIBLE", "RO-WRITABLE", "ROOT-WRITABLE"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s:\n%s", bad, out)
+			}
+		}
+		lines := strings.Split(out, "\n")
+		if lines[0] != strconv.Itoa(int(uid)) {
+			t.Errorf("runs as uid %q, want %d\n%s", lines[0], uid, out)
+		}
+		for _, want := range []string{"host-bytes", "work-writable", "CapEff:\t0000000000000000"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(w.work, "out")); err != nil || string(b) != "written\n" {
+			t.Errorf("the work directory was not written through: %q %v", b, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(w.base, "ro", "file")); string(b) != "host-bytes\n" {
+			t.Errorf("a read-only file changed: %q", b)
+		}
+	})
+	t.Run("a hidden file is only a descriptor", func(t *testing.T) {
+		token := filepath.Join(w.work, "token")
+		if err := os.WriteFile(token, []byte("token-bytes\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The command's own file: only hiding keeps it from the command.
+		if err := os.Chown(token, int(uid), int(uid)); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		script := `
+read -r tok <&3 && echo "fd3: $tok"
+exec 3<&-
+cat ` + token + ` 2>/dev/null && echo "OPENED-BY-PATH"
+for fd in /proc/[0-9]*/fd/*; do [ -f "$fd" ] && cat "$fd" 2>/dev/null; done | grep -q token-bytes && echo "OPENED-THROUGH-PROC"
+true
+`
+		out, code := w.run(t, userns, uid, script, func(c *Config, cmd *exec.Cmd) {
+			c.Hide = []string{token}
+			c.ExtraFiles = 1
+			cmd.ExtraFiles = []*os.File{f}
+		})
+		if code != 0 || !strings.Contains(out, "fd3: token-bytes") {
+			t.Fatalf("exit code %d; the command did not get the file as descriptor 3:\n%s", code, out)
+		}
+		for _, bad := range []string{"OPENED-BY-PATH", "OPENED-THROUGH-PROC", "token-bytes\n"} {
+			if strings.Contains(strings.Replace(out, "fd3: token-bytes\n", "", 1), bad) {
+				t.Errorf("%q:\n%s", bad, out)
+			}
+		}
+	})
+	t.Run("a setsid daemon dies with the command", func(t *testing.T) {
+		marker := filepath.Join(w.work, "daemon-alive")
+		out, code := w.run(t, userns, uid, `setsid sh -c 'sleep 1; echo alive > `+marker+`' </dev/null >/dev/null 2>&1 & echo started`)
+		if code != 0 || !strings.Contains(out, "started") {
+			t.Fatalf("exit code %d:\n%s", code, out)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("a daemon started with setsid outlived its sandbox")
+		}
+	})
+}
+
+func TestCheck(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to run as another user")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{
+		Root:   filepath.Join(t.TempDir(), "root"),
+		Mounts: append(SystemMounts(), Mount{Source: self}),
+		UID:    65532,
+		GID:    65532,
+		Dir:    filepath.Dir(self),
+	}
+	if err := os.Mkdir(c.Root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(self, c); err != nil {
+		t.Fatalf("a sandbox that holds its shim: %v", err)
+	}
+	// Without the shim in it, the sandbox cannot start it: Check says so.
+	c.Mounts = SystemMounts()
+	err = Check(self, c)
+	if err == nil || !strings.Contains(err.Error(), "starting "+self) {
+		t.Fatalf("a sandbox without its shim: got %v, want an error that names the shim", err)
+	}
+}

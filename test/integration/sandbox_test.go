@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
+)
+
+// TestStageSandbox attacks the host from a run's own terraform code, as a
+// tenant who may only create runs would: while another run's apply is in
+// flight, it reads the server's CA key, etcd's data, the admin kubeconfig,
+// another namespace's state, the other run's secret variable and its own
+// stage token, through file() and through local-exec, and leaves a setsid
+// daemon behind. Every read fails, none of those bytes reaches an artifact,
+// and the daemon dies with the stage.
+func TestStageSandbox(t *testing.T) {
+	e := newRunEnv(t)
+	data := e.DataDir
+
+	// Another namespace's state, with a marker in it.
+	marker := fmt.Sprintf("team-a-state-marker-%d", time.Now().UnixNano())
+	teamA := "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: owner\n  namespace: team-a\nspec:\n" +
+		inline(map[string]string{"main.tf": `resource "terraform_data" "x" { input = "` + marker + `" }`},
+			"  workspace: default\n  approval:\n    mode: Auto\n")
+	e.create(t, teamA)
+	if run, err := harness.WaitForPhase(ctxT(t), e.client, "team-a", "owner", 3*time.Minute,
+		v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed); err != nil || run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("team-a's run: %v %+v", err, run)
+	}
+	teamAState := filepath.Join(data, "state", "team-a", "default", "terraform.tfstate")
+	if b, err := os.ReadFile(teamAState); err != nil || !strings.Contains(string(b), marker) {
+		t.Fatalf("team-a's state at %s: %v\n%s", teamAState, err, b)
+	}
+
+	// Another run, in the same namespace, holding a secret while it applies.
+	victimSecret := fmt.Sprintf("victim-secret-%d", time.Now().UnixNano())
+	e.secret(t, "default", "victim", "password", victimSecret)
+	e.create(t, runManifest("victim", inline(map[string]string{"main.tf": `variable "password" {
+  type      = string
+  sensitive = true
+}
+resource "terraform_data" "slow" {
+  input = length(var.password)
+  provisioner "local-exec" {
+    command = "sleep 60"
+  }
+}`}, "  approval:\n    mode: Auto\n  variables:\n  - name: password\n    valueFrom:\n      secretKeyRef:\n        name: victim\n        key: password\n")))
+	victim := e.waitPhase(t, "victim", 3*time.Minute, v1alpha1.RunPhaseApplying)
+	victimVar := filepath.Join(data, "work", "default", "victim", string(victim.UID), "apply-1", "variables", "password")
+	if err := harness.Poll(ctxT(t), 50*time.Millisecond, time.Minute, victimVar, func(context.Context) bool {
+		_, err := os.Stat(victimVar)
+		return err == nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	caKey := filepath.Join(data, "pki", "ca.key")
+	etcdDB := filepath.Join(data, "etcd", "member", "snap", "db")
+	admin := filepath.Join(data, "admin.kubeconfig")
+	ownState := filepath.Join(data, "state", "default")
+	heartbeat := filepath.Join(ownState, "daemon-heartbeat")
+	procDump := filepath.Join(ownState, "proc-dump")
+	targets := map[string]string{"ca-key": caKey, "etcd-db": etcdDB, "admin-kubeconfig": admin, "team-a-state": teamAState,
+		"victim-variable": victimVar, "own-token": "$HOME/token"}
+	// The markers are split in the script, which local-exec echoes.
+	var probes strings.Builder
+	for name, path := range targets {
+		fmt.Fprintf(&probes, "if [ -s \"%s\" ] && cat \"%s\" >/dev/null 2>&1; then echo \"READ\"\"-OK %s\"; else echo \"DEN\"\"IED %s\"; fi\n", path, path, name, name)
+	}
+	script := probes.String() + `
+find ` + data + ` -type f | sed 's/^/VIS''IBLE /'
+for f in /proc/[0-9]*/fd/* /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do [ -f "$f" ] && cat "$f" 2>/dev/null; done > ` + procDump + `
+setsid sh -c 'while :; do date +%s%N > ` + heartbeat + `; sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+sleep 5
+`
+	attack := `output "ca_key" {
+  value = try(file("` + caKey + `"), "denied")
+}
+output "team_a_state" {
+  value = try(file("` + teamAState + `"), "denied")
+}
+resource "terraform_data" "probe" {
+  provisioner "local-exec" {
+    command = <<-EOT
+` + indent(script, "      ") + `    EOT
+  }
+}
+`
+	e.create(t, runManifest("thief", inline(map[string]string{"main.tf": attack}, "  approval:\n    mode: Auto\n")))
+	thief := e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	token := readToken(t, data, thief, "apply-1")
+	thief = e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if thief.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("the attacking run ended %s: %s", thief.Status.Phase, thief.Status.Message)
+	}
+
+	applyLog := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("thief", "logs?stage=apply"))
+	for name := range targets {
+		if strings.Contains(applyLog, "READ-OK "+name) || !strings.Contains(applyLog, "DENIED "+name) {
+			t.Errorf("the stage could read %s:\n%s", name, applyLog)
+		}
+	}
+	caCert := filepath.Join(data, "pki", "ca.crt") // public, and what the executor verifies the server with
+	for _, line := range strings.Split(applyLog, "\n") {
+		if _, path, ok := strings.Cut(line, "VISIBLE "); ok && path != caCert &&
+			!strings.HasPrefix(path, filepath.Join(data, "work", "default", "thief")+"/") && !strings.HasPrefix(path, ownState+"/") {
+			t.Errorf("the stage sees a file of the data directory that is not its own: %s", path)
+		}
+	}
+	outputs := map[string]string{}
+	for _, o := range thief.Status.Outputs {
+		outputs[o.Name] = o.Value
+	}
+	if outputs["ca_key"] != `"denied"` || outputs["team_a_state"] != `"denied"` {
+		t.Errorf("file() read what it may not: %v", outputs)
+	}
+	dump, err := os.ReadFile(procDump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dump), token) {
+		t.Error("the stage's own processes read its token through /proc")
+	}
+
+	key, err := os.ReadFile(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{"CA key": keyBody(string(key)), "team-a's state": marker, "the victim's secret": victimSecret, "the stage token": token}
+	artifacts := map[string]string{
+		"plan logs":  mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("thief", "logs?stage=plan")),
+		"apply logs": applyLog,
+		"plan text":  mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("thief", "plan")),
+		"plan json":  mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("thief", "plan?format=json")),
+		"outputs":    mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("thief", "outputs")),
+		"status":     mustKubectl(t, e.Kubeconfig, "get", "tfr", "thief", "-o", "json"),
+	}
+	for what, secret := range secrets {
+		for where, content := range artifacts {
+			if strings.Contains(content, secret) {
+				t.Errorf("%s appears in the %s", what, where)
+			}
+		}
+	}
+
+	// The daemon ran, and died with its stage.
+	first, err := os.ReadFile(heartbeat)
+	if err != nil {
+		t.Fatalf("the daemon never ran: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	if last, _ := os.ReadFile(heartbeat); string(last) != string(first) {
+		t.Errorf("a daemon started with setsid outlived its stage: heartbeat %q became %q", first, last)
+	}
+}
+
+// indent prefixes every line of s with prefix.
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
+}
+
+// keyBody is the longest line of a PEM key: bytes that appear only where the
+// key does.
+func keyBody(pem string) string {
+	longest := ""
+	for _, line := range strings.Split(pem, "\n") {
+		if !strings.HasPrefix(line, "-----") && len(line) > len(longest) {
+			longest = line
+		}
+	}
+	return longest
+}
