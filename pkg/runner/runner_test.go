@@ -5,13 +5,17 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -744,5 +748,82 @@ func TestRunValidatesSpec(t *testing.T) {
 		if err := Run(context.Background(), s, client, io.Discard); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestGitCredentialsStayWithTheirHost attacks git credentials bound to one
+// host: a URL on another host, and a bound host that redirects git to
+// another, which then asks for credentials. The other host never gets them;
+// the bound host does.
+func TestGitCredentialsStayWithTheirHost(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is required")
+	}
+	type seen struct {
+		mu   sync.Mutex
+		auth []string
+	}
+	asking := func(s *seen) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			s.auth = append(s.auth, r.Header.Get("Authorization"))
+			s.mu.Unlock()
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			w.WriteHeader(http.StatusUnauthorized)
+		}))
+	}
+	var thief, bound seen
+	thiefSrv := asking(&thief)
+	defer thiefSrv.Close()
+	boundSrv := asking(&bound)
+	defer boundSrv.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, thiefSrv.URL+r.URL.RequestURI(), http.StatusFound)
+	}))
+	defer redirector.Close()
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+	creds := func(h string) string {
+		dir := t.TempDir()
+		writeTree(t, dir, map[string]string{"host": h, "username": "deploy-bot", "password": "hunter2-secret"})
+		return dir
+	}
+	run := func(url, credsDir string) (string, error) {
+		h := newHarness(t, nil)
+		plan := h.spec(v1alpha1.StagePlan, 1)
+		plan.Source = stage.Source{Git: &stage.GitSource{URL: url, Ref: "main", CredentialsDir: credsDir}}
+		err := h.run(context.Background(), plan)
+		return h.srv.log(v1alpha1.StagePlan, 1), err
+	}
+
+	// A URL on another host: refused before git runs.
+	log, err := run(thiefSrv.URL+"/repo.git", creds(host(boundSrv)))
+	if err == nil || !strings.Contains(err.Error(), "refusing to offer them") {
+		t.Errorf("credentials for %s with a URL on %s: %v\n%s", host(boundSrv), host(thiefSrv), err, log)
+	}
+	// The bound host redirects to another, which asks: git gets nothing to send.
+	log, err = run(redirector.URL+"/repo.git", creds(host(redirector)))
+	if err == nil || !strings.Contains(log, "git credentials are not offered to "+host(thiefSrv)) {
+		t.Errorf("after a redirect: %v\n%s", err, log)
+	}
+	thief.mu.Lock()
+	for _, a := range thief.auth {
+		if a != "" {
+			t.Errorf("the other host received credentials: %q", a)
+		}
+	}
+	if len(thief.auth) == 0 {
+		t.Error("the redirect was not followed; the test proves nothing")
+	}
+	thief.mu.Unlock()
+	// The bound host itself gets them.
+	if _, err := run(boundSrv.URL+"/repo.git", creds(host(boundSrv))); err == nil {
+		t.Error("a clone from a server that refuses every credential succeeded")
+	}
+	bound.mu.Lock()
+	defer bound.mu.Unlock()
+	if !slices.Contains(bound.auth, "Basic "+base64.StdEncoding.EncodeToString([]byte("deploy-bot:hunter2-secret"))) {
+		t.Errorf("the bound host never received the credentials: %q", bound.auth)
 	}
 }

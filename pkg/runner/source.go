@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -341,7 +342,10 @@ func lockFileFromPlan(planPath string) []byte {
 
 // gitCredentials are the contents of a git source's credential files.
 type gitCredentials struct {
-	dir                    string
+	dir string
+	// host is the host (optionally host:port) the credentials are for: they
+	// are offered to no other.
+	host                   string
 	username, password     string
 	identity, knownHosts   string
 	hasIdentity, hasKnowns bool
@@ -362,7 +366,13 @@ func readGitCredentials(dir string) (*gitCredentials, error) {
 		}
 		return string(b), true, nil
 	}
-	var err error
+	host, hasHost, err := read("host")
+	if err != nil {
+		return nil, err
+	}
+	if c.host = strings.ToLower(strings.TrimSpace(host)); !hasHost || c.host == "" || strings.ContainsAny(c.host, "/@ \t\n") {
+		return nil, fmt.Errorf(`git credentials: the credentials Secret needs a "host" key naming the one host they are for, such as "github.com" (or "git.example.com:8443"); they are offered to no other host`)
+	}
 	if c.username, _, err = read("username"); err != nil {
 		return nil, err
 	}
@@ -376,6 +386,32 @@ func readGitCredentials(dir string) (*gitCredentials, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// boundTo reports whether the credentials may be offered to host (a host
+// name with an optional port): a bound host without a port matches it on
+// any port.
+func (c *gitCredentials) boundTo(host string) bool {
+	host = strings.ToLower(host)
+	if host == c.host {
+		return true
+	}
+	name, _, ok := strings.Cut(host, ":")
+	return ok && !strings.Contains(c.host, ":") && name == c.host
+}
+
+// gitHost is the host, with its port if it has one, of an https://, ssh://
+// or scp-like (user@host:path) git URL.
+func gitHost(raw string) (string, error) {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
+		return u.Host, nil
+	}
+	if at, rest, ok := strings.Cut(raw, "@"); ok && !strings.Contains(at, "/") {
+		if host, _, ok := strings.Cut(rest, ":"); ok && host != "" && !strings.Contains(host, "/") {
+			return host, nil
+		}
+	}
+	return "", fmt.Errorf("git URL %q names no host", raw)
 }
 
 // secrets returns the values to redact.
@@ -411,12 +447,23 @@ func gitEnv(creds *gitCredentials, privateDir string) ([]string, error) {
 		return append(env, "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false"), nil
 	}
 	script := filepath.Join(privateDir, "git-askpass.sh")
+	// git asks "Username for 'https://HOST': " and
+	// "Password for 'https://USER@HOST': ": answer only for the bound host,
+	// whatever a redirect or a submodule points git to.
 	content := "#!/bin/sh\n" +
-		"# Prints a git credential; git passes the prompt as $1.\n" +
+		"# Prints a git credential for one host only; git passes the prompt as $1.\n" +
+		"url=${1#*\\'}; url=${url%%\\'*}\n" +
+		"host=${url#*://}; host=${host%%/*}; host=${host##*@}\n" +
+		"host=$(printf '%s' \"$host\" | tr '[:upper:]' '[:lower:]')\n" +
+		"case \"$host\" in\n" +
+		"  " + shellQuote(creds.host) + "|" + shellQuote(creds.host) + ":*) ;;\n" +
+		"  *) echo \"terrarun: git credentials are not offered to $host\" >&2; exit 1 ;;\n" +
+		"esac\n" +
 		"case \"$1\" in\n" +
 		"  Username*|username*) exec cat " + shellQuote(filepath.Join(creds.dir, "username")) + " ;;\n" +
-		"  *) exec cat " + shellQuote(filepath.Join(creds.dir, "password")) + " ;;\n" +
-		"esac\n"
+		"  Password*|password*) exec cat " + shellQuote(filepath.Join(creds.dir, "password")) + " ;;\n" +
+		"esac\n" +
+		"exit 1\n"
 	if err := os.WriteFile(script, []byte(content), 0o700); err != nil {
 		return nil, fmt.Errorf("writing the askpass script: %w", err)
 	}
@@ -447,6 +494,16 @@ func (r *runner) cloneGit(ctx context.Context, src *stage.GitSource, dst string)
 		return "", err
 	}
 	r.secrets.add(creds.secrets()...)
+	if creds != nil {
+		host, err := gitHost(src.URL)
+		if err != nil {
+			return "", err
+		}
+		if !creds.boundTo(host) {
+			return "", fmt.Errorf("git credentials: the credentials Secret is for host %q, not %q: refusing to offer them; point spec.source.git.url at %s, or use credentials for %s",
+				creds.host, host, creds.host, host)
+		}
+	}
 	env, err := gitEnv(creds, r.privateDir)
 	if err != nil {
 		return "", err

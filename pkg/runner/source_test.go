@@ -191,7 +191,7 @@ func TestInside(t *testing.T) {
 
 func TestGitAskpass(t *testing.T) {
 	creds := t.TempDir()
-	writeTree(t, creds, map[string]string{"username": "the-user", "password": "the-pass'word\n"})
+	writeTree(t, creds, map[string]string{"host": "Git.Example.com\n", "username": "the-user", "password": "the-pass'word\n"})
 	private := t.TempDir()
 	c, err := readGitCredentials(creds)
 	if err != nil {
@@ -211,8 +211,9 @@ func TestGitAskpass(t *testing.T) {
 		}
 	}
 	for prompt, want := range map[string]string{
-		"Username for 'https://git.example.com': ":          "the-user",
-		"Password for 'https://the-user@git.example.com': ": "the-pass'word\n",
+		"Username for 'https://git.example.com': ":               "the-user",
+		"Password for 'https://the-user@git.example.com': ":      "the-pass'word\n",
+		"Password for 'https://the-user@GIT.example.com:8443': ": "the-pass'word\n",
 	} {
 		out, err := exec.Command(askpass, prompt).Output()
 		if err != nil {
@@ -220,6 +221,20 @@ func TestGitAskpass(t *testing.T) {
 		}
 		if string(out) != want {
 			t.Errorf("askpass %q = %q, want %q", prompt, out, want)
+		}
+	}
+	// Any other host gets nothing: a redirect, a submodule, a look-alike.
+	for _, prompt := range []string{
+		"Username for 'https://evil.example': ",
+		"Password for 'https://the-user@evil.example': ",
+		"Password for 'https://git.example.com@evil.example': ",
+		"Password for 'https://git.example.com.evil.example': ",
+		"Username for 'https://evil.example/git.example.com': ",
+		"Something else",
+	} {
+		out, err := exec.Command(askpass, prompt).Output()
+		if err == nil || len(out) != 0 {
+			t.Errorf("askpass %q answered %q (%v)", prompt, out, err)
 		}
 	}
 	script, _ := os.ReadFile(askpass)
@@ -231,7 +246,7 @@ func TestGitAskpass(t *testing.T) {
 	}
 
 	// ssh
-	writeTree(t, creds, map[string]string{"identity": "KEY", "known_hosts": "host key"})
+	writeTree(t, creds, map[string]string{"host": "git.example.com", "identity": "KEY", "known_hosts": "host key"})
 	c, _ = readGitCredentials(creds)
 	env, _ = gitEnv(c, private)
 	found := false
@@ -249,6 +264,43 @@ func TestGitAskpass(t *testing.T) {
 	}
 	if !contains(env, "GIT_TERMINAL_PROMPT=0") {
 		t.Error("prompts are not disabled")
+	}
+}
+
+func TestGitCredentialsNeedAHost(t *testing.T) {
+	creds := t.TempDir()
+	writeTree(t, creds, map[string]string{"username": "u", "password": "p"})
+	if _, err := readGitCredentials(creds); err == nil || !strings.Contains(err.Error(), `needs a "host" key`) {
+		t.Errorf("credentials without a host: %v", err)
+	}
+}
+
+func TestGitHost(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://github.com/org/repo.git":          "github.com",
+		"https://user@git.example.com:8443/r.git":  "git.example.com:8443",
+		"ssh://git@github.com/org/repo.git":        "github.com",
+		"git@github.com:org/repo.git":              "github.com",
+		"ssh://git@[::1]:2222/repo.git":            "[::1]:2222",
+		"http://127.0.0.1:3000/x.git":              "127.0.0.1:3000",
+		"https://github.com@evil.example/repo.git": "evil.example",
+		"file:///srv/repo.git":                     "",
+		"/srv/repo.git":                            "",
+	} {
+		got, err := gitHost(raw)
+		if got != want || (want == "") != (err != nil) {
+			t.Errorf("gitHost(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	c := &gitCredentials{host: "github.com"}
+	for host, want := range map[string]bool{"github.com": true, "GitHub.com": true, "github.com:443": true, "gist.github.com": false, "github.com.evil": false} {
+		if c.boundTo(host) != want {
+			t.Errorf("credentials for github.com offered to %s: %v", host, !want)
+		}
+	}
+	c.host = "git.example.com:8443"
+	if c.boundTo("git.example.com") || c.boundTo("git.example.com:443") || !c.boundTo("git.example.com:8443") {
+		t.Error("credentials bound to a port are offered to another")
 	}
 }
 

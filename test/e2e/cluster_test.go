@@ -424,7 +424,18 @@ ports:
 	if err := c.writeKubeconfig("terrarun-apiserver", strings.TrimSpace(token)); err != nil {
 		return err
 	}
+	// A cluster policy that allows only the default executor image.
+	policyFile, admissionFile := c.path("terrarun-policy.yaml"), c.path("admission-config.yaml")
+	if err := os.WriteFile(policyFile, []byte("apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\n"+
+		"allowedImages: [\"ghcr.io/terrarun/terrarun-executor:*\"]\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(admissionFile, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"+
+		"- name: TerraformRunDefaults\n  path: "+policyFile+"\n- name: TerraformRunPolicy\n  path: "+policyFile+"\n"), 0o600); err != nil {
+		return err
+	}
 	c.trArgs = []string{filepath.Join(c.bin, "terrarun-apiserver"),
+		"--admission-control-config-file", admissionFile,
 		"--etcd-servers", c.trEtcd,
 		"--bind-address", nodeIP, "--secure-port", fmt.Sprint(terrarunPort),
 		"--tls-cert-file", cert, "--tls-private-key-file", key,

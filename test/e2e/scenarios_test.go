@@ -322,6 +322,9 @@ func TestFailure(t *testing.T) {
 // TestOutputsSecret is scenario 6.
 func TestOutputsSecret(t *testing.T) {
 	ns := newNamespace(t)
+	// The run creates the Secret on alice's behalf: she must be allowed to.
+	mustAs(t, "admin", "create", "role", "secret-writer", "-n", ns, "--verb=create", "--resource=secrets")
+	mustAs(t, "admin", "create", "rolebinding", "alice-secret-writer", "-n", ns, "--role=secret-writer", "--user=alice")
 	createRun(t, "alice", ns, "publish", helloTF, "  approval:\n    mode: Auto\n  outputsSecret: publish-outputs\n")
 	if got := waitPhase(t, ns, "publish", 5*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
 		t.Fatalf("phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "publish", "-n", ns, "-o", "jsonpath={.status.message}"))
@@ -406,4 +409,52 @@ resource "terraform_data" "once" {
 	if err != nil || strings.Count(string(data), "applied") != 1 {
 		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
 	}
+}
+
+// TestCreatorsOwnRights attacks the server's authority as a user with only
+// terrarun-edit would: a run that reads a Secret she may not read, runs as a
+// ServiceAccount she may not use, or pulls an image the cluster policy does
+// not allow is refused at create, naming the field; once she may read the
+// Secret, the same run is accepted.
+func TestCreatorsOwnRights(t *testing.T) {
+	ns := newNamespace(t)
+	mustAs(t, "admin", "create", "secret", "generic", "db", "-n", ns, "--from-literal=password=not-alices")
+	mustAs(t, "admin", "create", "serviceaccount", "deployer", "-n", ns)
+	secretVar := "  variables:\n  - name: password\n    valueFrom:\n      secretKeyRef:\n        name: db\n        key: password\n"
+	tf := "variable \"password\" {\n  sensitive = true\n}\nresource \"terraform_data\" \"x\" {}\n"
+	for _, tc := range []struct {
+		name, tf, extra string
+		want            []string
+	}{
+		{"secret", tf, secretVar, []string{"Forbidden", `spec.variables[0].valueFrom.secretKeyRef.name: user "alice" may not get secrets "db" in namespace "` + ns + `"`}},
+		{"serviceaccount", helloTF, "  executor:\n    serviceAccountName: deployer\n",
+			[]string{"Forbidden", `spec.executor.serviceAccountName: user "alice" may not create pods in namespace "` + ns + `"`}},
+		{"image", helloTF, "  engine:\n    image: evil.example/executor:latest\n",
+			[]string{"Forbidden", `spec.engine.image: image "evil.example/executor:latest" is not allowed by the cluster policy`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n"+
+				"  source:\n    inline:\n      main.tf: %q\n%s", tc.name, ns, tc.tf, tc.extra)
+			out, err := cl.kubectlStdin("alice", manifest, "create", "-f", "-")
+			if err == nil {
+				t.Fatalf("alice created a run that uses what she may not:\n%s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error()+out, w) {
+					t.Errorf("the refusal lacks %q:\n%v\n%s", w, err, out)
+				}
+			}
+		})
+	}
+
+	// With the right to read the Secret, the same run is hers to create.
+	mustAs(t, "admin", "create", "role", "db-reader", "-n", ns, "--verb=get", "--resource=secrets", "--resource-name=db")
+	mustAs(t, "admin", "create", "rolebinding", "alice-db-reader", "-n", ns, "--role=db-reader", "--user=alice")
+	manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: granted\n  namespace: %s\nspec:\n"+
+		"  source:\n    inline:\n      main.tf: %q\n%s", ns, tf, secretVar)
+	// The cluster's authorizer may answer from a cache for a few seconds.
+	waitFor(t, time.Minute, "alice's run with the Secret she may now read", func() bool {
+		_, err := cl.kubectlStdin("alice", manifest, "create", "-f", "-")
+		return err == nil
+	})
 }

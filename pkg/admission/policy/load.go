@@ -160,6 +160,29 @@ func Validate(cfg *Config) error {
 		}
 	}
 
+	for _, list := range []struct {
+		path   string
+		values []string
+	}{{"allowedImages", cfg.AllowedImages}, {"allowedServiceAccounts", cfg.AllowedServiceAccounts}, {"allowedBackends", cfg.AllowedBackends}} {
+		for i, v := range list.values {
+			if v == "" || v != strings.TrimSpace(v) || strings.ContainsAny(v, " \t\r\n") {
+				add(fmt.Sprintf("%s[%d]", list.path, i), "must be non-empty, without white space, got %q", v)
+			}
+		}
+	}
+	for i, img := range cfg.AllowedImages {
+		if strings.Contains(strings.TrimSuffix(img, "*"), "*") {
+			add(fmt.Sprintf("allowedImages[%d]", i), "%q: \"*\" may only end a pattern", img)
+		}
+	}
+	switch img := d.Engine.Image; {
+	case img != "" && !cfg.ImageAllowed(img):
+		add("defaults.engine.image", "%q is not in allowedImages, so runs that set no image would be refused; add it, or change the default", img)
+	case img == "" && !cfg.ImageAllowed(terrarun.DefaultExecutorImage):
+		add("defaults.engine.image", "is not set, and the built-in default image %q is not in allowedImages, so runs that set no image would be refused; set it to an allowed image",
+			terrarun.DefaultExecutorImage)
+	}
+
 	if cfg.ManualApprovalNamespaceSelector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(cfg.ManualApprovalNamespaceSelector); err != nil {
 			add("manualApprovalNamespaceSelector", "invalid label selector: %v", err)
@@ -180,6 +203,20 @@ func (c *Config) NamespaceSelector() (labels.Selector, error) {
 		return nil, fmt.Errorf("manualApprovalNamespaceSelector: invalid label selector: %w", err)
 	}
 	return s, nil
+}
+
+// ImageAllowed reports whether image is allowed by allowedImages. An empty
+// list allows every image.
+func (c *Config) ImageAllowed(image string) bool {
+	if c == nil || len(c.AllowedImages) == 0 {
+		return true
+	}
+	for _, p := range c.AllowedImages {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(image, prefix) || p == image {
+			return true
+		}
+	}
+	return false
 }
 
 // GitHostAllowed reports whether host (a host name, optionally with a port)

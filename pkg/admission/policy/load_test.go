@@ -129,6 +129,13 @@ func TestLoadErrors(t *testing.T) {
 		{"host with port", header + "allowedGitHosts: [\"github.com:443\"]\n", []string{`allowedGitHosts[0]: invalid host "github.com:443"`}},
 		{"inner wildcard", header + "allowedGitHosts: [\"git.*.example.com\"]\n", []string{`allowedGitHosts[0]: invalid host "git.*.example.com": a wildcard is allowed only as a leading`}},
 		{"empty host", header + "allowedGitHosts: [\"\"]\n", []string{"allowedGitHosts[0]: must not be empty"}},
+		{"inner image wildcard", header + "allowedImages: [\"registry.example.com/*:v1\"]\n", []string{`allowedImages[0]: "registry.example.com/*:v1": "*" may only end a pattern`}},
+		{"empty entries", header + "allowedServiceAccounts: [\"\"]\nallowedBackends: [\" s3\"]\n",
+			[]string{`allowedServiceAccounts[0]: must be non-empty, without white space, got ""`, `allowedBackends[0]: must be non-empty, without white space, got " s3"`}},
+		{"no default image", header + "allowedImages: [\"registry.example.com/*\"]\n",
+			[]string{`defaults.engine.image: is not set, and the built-in default image "ghcr.io/terrarun/terrarun-executor:v0.1.0" is not in allowedImages`}},
+		{"default image not allowed", header + "defaults: {engine: {image: other.example/x:v1}}\nallowedImages: [\"registry.example.com/*\"]\n",
+			[]string{`defaults.engine.image: "other.example/x:v1" is not in allowedImages, so runs that set no image would be refused`}},
 		{"several errors reported together", header + "defaults: {engine: {binary: pulumi}, timeouts: {plan: -1m}}\n", []string{"defaults.engine.binary", "defaults.timeouts.plan: must be positive"}},
 		{"not yaml", "{", []string{"decoding TerraformRunPolicy"}},
 	}

@@ -11,6 +11,9 @@
 //	  approval: {mode: Manual, timeout: 24h}
 //	  timeouts: {plan: 30m, apply: 1h}
 //	allowedGitHosts: ["github.com", "*.corp.example.com"]
+//	allowedImages: ["registry.example.com/terrarun-executor:*"]
+//	allowedServiceAccounts: ["terraform-deployer"]
+//	allowedBackends: ["kubernetes", "s3"]
 //	manualApprovalNamespaceSelector: {matchLabels: {env: prod}}
 //	maxTimeouts: {plan: 2h, apply: 4h, approval: 72h}
 //	separationOfDuties: true
@@ -53,6 +56,28 @@ type Config struct {
 	// port. An empty list allows any host.
 	// +optional
 	AllowedGitHosts []string `json:"allowedGitHosts,omitempty"`
+
+	// AllowedImages lists the executor images (spec.engine.image, after
+	// defaults) a run may use. An entry matches an image exactly, or, when it
+	// ends in "*", every image that starts with what precedes the "*"
+	// ("registry.example.com/terrarun-executor:*"). A run that names no
+	// image gets defaults.engine.image (else the built-in default image),
+	// which must be allowed too. An empty list allows any image.
+	// +optional
+	AllowedImages []string `json:"allowedImages,omitempty"`
+
+	// AllowedServiceAccounts lists the ServiceAccounts that
+	// spec.executor.serviceAccountName may name. A run that names none runs
+	// as the executor's default ServiceAccount, which is always allowed. An
+	// empty list allows any ServiceAccount (that the creator may use).
+	// +optional
+	AllowedServiceAccounts []string `json:"allowedServiceAccounts,omitempty"`
+
+	// AllowedBackends lists the backend types (spec.backend.type) a run may
+	// use. A run that sets no backend uses the executor's default backend,
+	// which is always allowed. An empty list allows any backend.
+	// +optional
+	AllowedBackends []string `json:"allowedBackends,omitempty"`
 
 	// ManualApprovalNamespaceSelector selects the namespaces in which
 	// spec.approval.mode Auto is forbidden, so that every plan there waits for a

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninitializer "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
@@ -54,6 +55,13 @@ func Register(plugins *admission.Plugins) {
 //     exceed maxTimeouts;
 //   - spec.approval.requiredApprovals of a Manual run is at least
 //     minRequiredApprovals;
+//   - spec.engine.image, spec.executor.serviceAccountName and
+//     spec.backend.type are in allowedImages, allowedServiceAccounts and
+//     allowedBackends;
+//   - in cluster mode, the requesting user may herself use what the run makes
+//     the server use on her behalf: get every Secret and ConfigMap it
+//     references, create pods (to run as its ServiceAccount) and create its
+//     outputs Secret, as a SubjectAccessReview says;
 //   - spec.creator names the requesting user on create, and never changes on
 //     update.
 //
@@ -76,12 +84,16 @@ type Plugin struct {
 	labeler         NamespaceLabeler
 	informerFactory informers.SharedInformerFactory
 	runs            initializer.RunGetter
+	// authorizer answers for the requesting user what the cluster's would
+	// (cluster mode); nil in standalone mode.
+	authorizer authorizer.Authorizer
 }
 
 var (
 	_ admission.ValidationInterface                                = &Plugin{}
 	_ initializer.WantsNamespaceLabeler                            = &Plugin{}
 	_ genericadmissioninitializer.WantsExternalKubeInformerFactory = &Plugin{}
+	_ genericadmissioninitializer.WantsAuthorizer                  = &Plugin{}
 )
 
 // New returns the plugin for a loaded policy. A nil policy is the zero policy.
@@ -118,6 +130,11 @@ func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) er
 	}
 	return checkApprover(p.cfg, run, a.GetUserInfo())
 }
+
+// SetAuthorizer implements genericadmissioninitializer.WantsAuthorizer. Only
+// cluster mode's generic initializer sets it: with it, the plugin checks that
+// the creator of a run may use what the run references.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 
 // SetNamespaceLabeler implements initializer.WantsNamespaceLabeler. A labeler
 // set here takes precedence over the Kubernetes informer factory.
@@ -212,6 +229,8 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
+	vs = append(vs, p.checkAllowedLists(run)...)
+	vs = append(vs, p.checkReferences(ctx, a.GetUserInfo(), namespace, run)...)
 	return deny(a, vs)
 }
 
@@ -233,7 +252,7 @@ func (p *Plugin) checkGitHost(run *terrarun.TerraformRun) []violation {
 		return nil
 	}
 	path := field.NewPath("spec", "source", "git", "url")
-	allowed := strings.Join(p.cfg.AllowedGitHosts, ", ")
+	allowed := listOrAny(p.cfg.AllowedGitHosts)
 	host, err := gitURLHost(git.URL)
 	if err != nil {
 		return []violation{{path, fmt.Sprintf("%v; use an https:// or ssh:// URL on an allowed host; allowed hosts: %s", err, allowed)}}
@@ -362,6 +381,14 @@ func specEqualIgnoringCreator(old, cur *terrarun.TerraformRun) bool {
 	a, b := old.Spec, cur.Spec
 	a.Creator, b.Creator = nil, nil
 	return apiequality.Semantic.DeepEqual(a, b)
+}
+
+// listOrAny is an allowed list for a message.
+func listOrAny(list []string) string {
+	if len(list) == 0 {
+		return "any"
+	}
+	return strings.Join(list, ", ")
 }
 
 func userName(u user.Info) string {

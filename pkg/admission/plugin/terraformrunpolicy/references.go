@@ -1,0 +1,128 @@
+package terraformrunpolicy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// reference is something of the host cluster that a run makes the server use
+// on its creator's behalf, and what the creator must be allowed to do with it
+// for that: get a Secret or ConfigMap the executor reads, create pods (which
+// is what running as a ServiceAccount takes), create the outputs Secret.
+type reference struct {
+	path     *field.Path
+	verb     string
+	resource string // a core resource
+	name     string // empty: any object of the resource in the namespace
+	what     string // for the message: "Secret \"db\""
+}
+
+// references lists what run makes the server use in the host cluster.
+func references(run *terrarun.TerraformRun) []reference {
+	spec := field.NewPath("spec")
+	var refs []reference
+	secret := func(path *field.Path, name, verb string) {
+		refs = append(refs, reference{path, verb, "secrets", name, fmt.Sprintf("Secret %q", name)})
+	}
+	configMap := func(path *field.Path, name string) {
+		refs = append(refs, reference{path, "get", "configmaps", name, fmt.Sprintf("ConfigMap %q", name)})
+	}
+	for i, v := range run.Spec.Variables {
+		if v.ValueFrom == nil {
+			continue
+		}
+		p := spec.Child("variables").Index(i).Child("valueFrom")
+		if r := v.ValueFrom.SecretKeyRef; r != nil {
+			secret(p.Child("secretKeyRef", "name"), r.Name, "get")
+		}
+		if r := v.ValueFrom.ConfigMapKeyRef; r != nil {
+			configMap(p.Child("configMapKeyRef", "name"), r.Name)
+		}
+	}
+	if b := run.Spec.Backend; b != nil && b.ConfigSecret != "" {
+		secret(spec.Child("backend", "configSecret"), b.ConfigSecret, "get")
+	}
+	if g := run.Spec.Source.Git; g != nil && g.CredentialsSecret != "" {
+		secret(spec.Child("source", "git", "credentialsSecret"), g.CredentialsSecret, "get")
+	}
+	if c := run.Spec.Source.ConfigMap; c != nil && c.Name != "" {
+		configMap(spec.Child("source", "configMap", "name"), c.Name)
+	}
+	if run.Spec.OutputsSecret != "" {
+		secret(spec.Child("outputsSecret"), run.Spec.OutputsSecret, "create")
+	}
+	if e := run.Spec.Executor; e != nil && e.ServiceAccountName != "" {
+		refs = append(refs, reference{spec.Child("executor", "serviceAccountName"), "create", "pods", "",
+			fmt.Sprintf("ServiceAccount %q (running as it takes creating pods)", e.ServiceAccountName)})
+	}
+	return refs
+}
+
+// checkReferences asks the authorizer, as a SubjectAccessReview for u would,
+// whether u may do what run makes the server do in namespace on u's behalf.
+// Without an authorizer (standalone mode, where Secrets and ConfigMaps are the
+// server's own files) it checks nothing.
+func (p *Plugin) checkReferences(ctx context.Context, u user.Info, namespace string, run *terrarun.TerraformRun) []violation {
+	if p.authorizer == nil {
+		return nil
+	}
+	var vs []violation
+	for _, ref := range references(run) {
+		attrs := authorizer.AttributesRecord{
+			User:            u,
+			Verb:            ref.verb,
+			Namespace:       namespace,
+			Resource:        ref.resource,
+			Name:            ref.name,
+			ResourceRequest: true,
+		}
+		decision, reason, err := p.authorizer.Authorize(ctx, attrs)
+		if decision == authorizer.DecisionAllow {
+			continue
+		}
+		why := ""
+		switch {
+		case err != nil:
+			why = fmt.Sprintf(" (the check failed: %v; retry)", err)
+		case reason != "":
+			why = " (" + reason + ")"
+		}
+		target := ref.resource
+		if ref.name != "" {
+			target += " " + fmt.Sprintf("%q", ref.name)
+		}
+		vs = append(vs, violation{ref.path, fmt.Sprintf(
+			"user %q may not %s %s in namespace %q%s, and a run may use only what its creator may: the run would use %s with the server's authority; get that permission, or name something you may use",
+			userName(u), ref.verb, target, namespace, why, ref.what)})
+	}
+	return vs
+}
+
+// checkAllowedLists enforces allowedImages, allowedServiceAccounts and
+// allowedBackends.
+func (p *Plugin) checkAllowedLists(run *terrarun.TerraformRun) []violation {
+	var vs []violation
+	if img := run.Spec.Engine.Image; img != "" && !p.cfg.ImageAllowed(img) {
+		vs = append(vs, violation{field.NewPath("spec", "engine", "image"), fmt.Sprintf(
+			"image %q is not allowed by the cluster policy; allowed images: %s, or omit the field to get the cluster policy's default image", img, listOrAny(p.cfg.AllowedImages))})
+	}
+	if e := run.Spec.Executor; e != nil && e.ServiceAccountName != "" && len(p.cfg.AllowedServiceAccounts) > 0 &&
+		!slices.Contains(p.cfg.AllowedServiceAccounts, e.ServiceAccountName) {
+		vs = append(vs, violation{field.NewPath("spec", "executor", "serviceAccountName"), fmt.Sprintf(
+			"ServiceAccount %q is not allowed by the cluster policy; allowed: %s, or omit the field to run as the executor's default ServiceAccount",
+			e.ServiceAccountName, listOrAny(p.cfg.AllowedServiceAccounts))})
+	}
+	if b := run.Spec.Backend; b != nil && len(p.cfg.AllowedBackends) > 0 && !slices.Contains(p.cfg.AllowedBackends, b.Type) {
+		vs = append(vs, violation{field.NewPath("spec", "backend", "type"), fmt.Sprintf(
+			"backend %q is not allowed by the cluster policy; allowed backends: %s, or omit spec.backend to use the default backend",
+			b.Type, listOrAny(p.cfg.AllowedBackends))})
+	}
+	return vs
+}

@@ -1,0 +1,145 @@
+package terraformrunpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+// grants is an authorizer that allows alice exactly the listed
+// "verb resource/name" (name "*": any), records every question, and fails
+// for user "broken".
+type grants struct {
+	allowed map[string]bool
+	asked   []string
+}
+
+func (g *grants) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if a.GetUser().GetName() == "broken" {
+		return authorizer.DecisionNoOpinion, "", errors.New("the SubjectAccessReview timed out")
+	}
+	q := fmt.Sprintf("%s %s %s/%s", a.GetUser().GetName(), a.GetVerb(), a.GetResource(), a.GetName())
+	g.asked = append(g.asked, a.GetNamespace()+": "+q)
+	if g.allowed[q] || g.allowed[fmt.Sprintf("%s %s %s/*", a.GetUser().GetName(), a.GetVerb(), a.GetResource())] {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "no RBAC policy matched", nil
+}
+
+const minimalPolicy = "apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\n"
+
+// referencing is a run that references one of everything.
+func referencing(r *terrarun.TerraformRun) {
+	r.Spec.Variables = []terrarun.Variable{
+		{Name: "plain", Value: "x"},
+		{Name: "password", ValueFrom: &terrarun.VariableSource{SecretKeyRef: &terrarun.KeySelector{Name: "db", Key: "password"}}},
+		{Name: "region", ValueFrom: &terrarun.VariableSource{ConfigMapKeyRef: &terrarun.KeySelector{Name: "settings", Key: "region"}}},
+	}
+	r.Spec.Backend = &terrarun.Backend{Type: "s3", ConfigSecret: "state-creds"}
+	r.Spec.Source.Git.CredentialsSecret = "git-creds"
+	r.Spec.OutputsSecret = "infra-outputs"
+	r.Spec.Executor = &terrarun.ExecutorSpec{ServiceAccountName: "deployer"}
+}
+
+func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
+	everything := map[string]bool{
+		"alice get secrets/db": true, "alice get configmaps/settings": true, "alice get secrets/state-creds": true,
+		"alice get secrets/git-creds": true, "alice create secrets/infra-outputs": true, "alice create pods/*": true,
+	}
+	for _, tc := range []struct {
+		name    string
+		revoke  string
+		user    string
+		wantErr []string
+	}{
+		{name: "she may use everything"},
+		{name: "a Secret she may not get", revoke: "alice get secrets/db", wantErr: []string{
+			`spec.variables[1].valueFrom.secretKeyRef.name: user "alice" may not get secrets "db" in namespace "dev" (no RBAC policy matched), and a run may use only what its creator may: the run would use Secret "db" with the server's authority`}},
+		{name: "a ConfigMap she may not get", revoke: "alice get configmaps/settings", wantErr: []string{
+			`spec.variables[2].valueFrom.configMapKeyRef.name: user "alice" may not get configmaps "settings"`}},
+		{name: "a backend Secret", revoke: "alice get secrets/state-creds", wantErr: []string{`spec.backend.configSecret: user "alice" may not get secrets "state-creds"`}},
+		{name: "git credentials", revoke: "alice get secrets/git-creds", wantErr: []string{`spec.source.git.credentialsSecret: user "alice" may not get secrets "git-creds"`}},
+		{name: "the outputs Secret", revoke: "alice create secrets/infra-outputs", wantErr: []string{`spec.outputsSecret: user "alice" may not create secrets "infra-outputs"`}},
+		{name: "a ServiceAccount she may not use", revoke: "alice create pods/*", wantErr: []string{
+			`spec.executor.serviceAccountName: user "alice" may not create pods in namespace "dev"`, `ServiceAccount "deployer" (running as it takes creating pods)`}},
+		{name: "the check fails", user: "broken", wantErr: []string{`(the check failed: the SubjectAccessReview timed out; retry)`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &grants{allowed: map[string]bool{}}
+			for k := range everything {
+				g.allowed[k] = k != tc.revoke
+			}
+			p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+			p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+			u := alice
+			if tc.user != "" {
+				u = &user.DefaultInfo{Name: tc.user}
+			}
+			run := newRun("dev", referencing)
+			run.Spec.Creator = creatorOf(u)
+			checkResult(t, p.Validate(context.Background(), createAttrs(run, u), nil), tc.wantErr...)
+			if tc.user == "" && len(g.asked) != len(everything) {
+				t.Errorf("asked %q, want one question per reference", g.asked)
+			}
+		})
+	}
+
+	t.Run("a ConfigMap source", func(t *testing.T) {
+		g := &grants{allowed: map[string]bool{}}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		run := newRun("dev", func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{ConfigMap: &terrarun.ConfigMapSource{Name: "module"}}
+		})
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil),
+			`spec.source.configMap.name: user "alice" may not get configmaps "module"`)
+	})
+
+	t.Run("standalone mode has no authorizer and no host cluster", func(t *testing.T) {
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", referencing), alice), nil))
+	})
+}
+
+func TestAllowedLists(t *testing.T) {
+	p := newPlugin(t, `
+apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+defaults: {engine: {image: "registry.example.com/terrarun-executor:v1"}}
+allowedImages: ["registry.example.com/terrarun-executor:*", "mirror.example.com/executor:v1"]
+allowedServiceAccounts: [deployer]
+allowedBackends: [kubernetes, s3]
+`, clusterLabeler(t))
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*terrarun.TerraformRun)
+		wantErr []string
+	}{
+		{name: "defaults are allowed"},
+		{name: "an image by prefix", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "registry.example.com/terrarun-executor:v2" }},
+		{name: "an image exactly", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "mirror.example.com/executor:v1" }},
+		{name: "another image", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "evil.example/executor:latest" }, wantErr: []string{
+			`spec.engine.image: image "evil.example/executor:latest" is not allowed by the cluster policy; allowed images: registry.example.com/terrarun-executor:*, mirror.example.com/executor:v1, or omit the field`}},
+		{name: "an exact entry is not a prefix", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "mirror.example.com/executor:v10" },
+			wantErr: []string{`spec.engine.image`}},
+		{name: "an allowed ServiceAccount", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Executor = &terrarun.ExecutorSpec{ServiceAccountName: "deployer"}
+		}},
+		{name: "another ServiceAccount", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Executor = &terrarun.ExecutorSpec{ServiceAccountName: "cluster-admin-sa"}
+		}, wantErr: []string{`spec.executor.serviceAccountName: ServiceAccount "cluster-admin-sa" is not allowed by the cluster policy; allowed: deployer`}},
+		{name: "an allowed backend", mutate: func(r *terrarun.TerraformRun) { r.Spec.Backend = &terrarun.Backend{Type: "s3"} }},
+		{name: "another backend", mutate: func(r *terrarun.TerraformRun) { r.Spec.Backend = &terrarun.Backend{Type: "http"} }, wantErr: []string{
+			`spec.backend.type: backend "http" is not allowed by the cluster policy; allowed backends: kubernetes, s3, or omit spec.backend`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", tc.mutate), alice), nil), tc.wantErr...)
+		})
+	}
+}
