@@ -2,14 +2,18 @@ package standalone
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -18,15 +22,37 @@ import (
 type Etcd struct {
 	e         *embed.Etcd
 	clientURL string
+	tls       *EtcdClientTLS
+}
+
+// EtcdClientTLS are the files a client presents to an etcd started
+// WithClientCertAuth, and verifies it with.
+type EtcdClientTLS struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// etcdConfig is what the options change.
+type etcdConfig struct {
+	noFsync bool
+	pkiDir  string
 }
 
 // EtcdOption changes how StartEtcd configures etcd.
-type EtcdOption func(*embed.Config)
+type EtcdOption func(*etcdConfig)
 
 // WithoutFsync makes etcd skip fsync: for tests' throw-away members only,
 // which lose what they hold when the machine crashes.
 func WithoutFsync() EtcdOption {
-	return func(c *embed.Config) { c.UnsafeNoFsync = true }
+	return func(c *etcdConfig) { c.noFsync = true }
+}
+
+// WithClientCertAuth makes etcd serve TLS and accept only clients, and
+// peers, with a certificate of its own CA, kept in pkiDir: a CA of etcd's
+// alone, so that no user certificate of the server's CA opens etcd. Anything
+// else on the host that reaches its loopback port, such as a sandboxed stage,
+// gets nothing from it.
+func WithClientCertAuth(pkiDir string) EtcdOption {
+	return func(c *etcdConfig) { c.pkiDir = pkiDir }
 }
 
 // StartEtcd starts etcd with its data in dir, listening on free loopback ports,
@@ -44,12 +70,25 @@ func StartEtcd(ctx context.Context, dir string, opts ...EtcdOption) (*Etcd, erro
 }
 
 func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error) {
+	var o etcdConfig
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, fmt.Errorf("finding free ports for embedded etcd: %w", err)
 	}
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
+	scheme := "http"
+	var clientTLS *EtcdClientTLS
+	var serverTLS transport.TLSInfo
+	if o.pkiDir != "" {
+		scheme = "https"
+		if serverTLS, clientTLS, err = etcdCerts(o.pkiDir); err != nil {
+			return nil, err
+		}
+	}
+	clientURL := url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	peerURL := url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
 
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
@@ -66,8 +105,9 @@ func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error
 	// Keep the on-disk history bounded.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
-	for _, o := range opts {
-		o(cfg)
+	cfg.UnsafeNoFsync = o.noFsync
+	if clientTLS != nil {
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = serverTLS, serverTLS
 	}
 
 	e, err := embed.StartEtcd(cfg)
@@ -86,11 +126,52 @@ func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Etcd{e: e, clientURL: clientURL.String()}, nil
+	return &Etcd{e: e, clientURL: clientURL.String(), tls: clientTLS}, nil
 }
 
 // ClientURL is the address for --etcd-servers.
 func (e *Etcd) ClientURL() string { return e.clientURL }
+
+// ClientTLS is what a client presents to etcd and verifies it with; nil
+// without WithClientCertAuth.
+func (e *Etcd) ClientTLS() *EtcdClientTLS { return e.tls }
+
+// etcdCerts loads or creates etcd's own CA in dir, and issues a certificate
+// for etcd (server and peer, 127.0.0.1) and one for its client, renewed on
+// every start.
+func etcdCerts(dir string) (transport.TLSInfo, *EtcdClientTLS, error) {
+	ca, err := LoadOrCreatePKI(dir)
+	if err != nil {
+		return transport.TLSInfo{}, nil, fmt.Errorf("etcd's CA: %w", err)
+	}
+	issue := func(name string, usages []x509.ExtKeyUsage, ips []net.IP) (string, string, error) {
+		certPEM, keyPEM, err := ca.sign(&x509.Certificate{
+			Subject:     pkix.Name{CommonName: name},
+			IPAddresses: ips,
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: usages,
+		}, 365*24*time.Hour)
+		if err != nil {
+			return "", "", err
+		}
+		certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+		if err := writeFileAtomic(keyFile, keyPEM, 0o600); err != nil {
+			return "", "", err
+		}
+		return certFile, keyFile, writeFileAtomic(certFile, certPEM, 0o644)
+	}
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	serverCert, serverKey, err := issue("etcd", both, []net.IP{net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return transport.TLSInfo{}, nil, fmt.Errorf("etcd's certificate: %w", err)
+	}
+	clientCert, clientKey, err := issue("etcd-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
+	if err != nil {
+		return transport.TLSInfo{}, nil, fmt.Errorf("etcd's client certificate: %w", err)
+	}
+	server := transport.TLSInfo{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: ca.CAFile(), ClientCertAuth: true}
+	return server, &EtcdClientTLS{CertFile: clientCert, KeyFile: clientKey, CAFile: ca.CAFile()}, nil
+}
 
 // Close stops etcd gracefully; everything acknowledged is already on disk.
 func (e *Etcd) Close() { e.e.Close() }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +19,13 @@ import (
 // tenant who may only create runs would: while another run's apply is in
 // flight, it reads the server's CA key, etcd's data, the admin kubeconfig,
 // another namespace's state, the other run's secret variable and its own
-// stage token, through file() and through local-exec, and leaves a setsid
-// daemon behind. Every read fails, none of those bytes reaches an artifact,
+// stage token, through file() and through local-exec, asks every listening
+// loopback port for etcd's keys, and leaves a setsid daemon behind. Every read fails, none of those bytes reaches an artifact,
 // and the daemon dies with the stage.
 func TestStageSandbox(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed: the attack probes etcd's port with it")
+	}
 	e := newRunEnv(t)
 	data := e.DataDir
 
@@ -77,6 +82,17 @@ resource "terraform_data" "slow" {
 	script := probes.String() + `
 find ` + data + ` -type f | sed 's/^/VIS''IBLE /'
 for f in /proc/[0-9]*/fd/* /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do [ -f "$f" ] && cat "$f" 2>/dev/null; done > ` + procDump + `
+ports=$(while read -r sl local rem st rest; do [ "$st" = 0A ] && printf '%d\n' "0x$${local#*:}"; done < /proc/net/tcp | sort -u)
+n=0
+for port in $ports; do
+  n=$((n+1))
+  for scheme in http https; do
+    if curl -sk -m 3 -X POST "$scheme://127.0.0.1:$port/v3/kv/range" -d '{"key":"AA==","range_end":"AA=="}' 2>/dev/null | grep -q '"kvs"'; then
+      echo "ETCD""-OPEN $scheme://127.0.0.1:$port"
+    fi
+  done
+done
+echo "PROBED""-PORTS $n"
 setsid sh -c 'while :; do date +%s%N > ` + heartbeat + `; sleep 0.2; done' </dev/null >/dev/null 2>&1 &
 sleep 5
 `
@@ -95,6 +111,9 @@ resource "terraform_data" "probe" {
 `
 	e.create(t, runManifest("thief", inline(map[string]string{"main.tf": attack}, "  approval:\n    mode: Auto\n")))
 	thief := e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if thief.Status.Phase != v1alpha1.RunPhaseApplying {
+		t.Fatalf("the attacking run is %s, not applying: %s", thief.Status.Phase, thief.Status.Message)
+	}
 	token := readToken(t, data, thief, "apply-1")
 	thief = e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	if thief.Status.Phase != v1alpha1.RunPhaseSucceeded {
@@ -106,6 +125,11 @@ resource "terraform_data" "probe" {
 		if strings.Contains(applyLog, "READ-OK "+name) || !strings.Contains(applyLog, "DENIED "+name) {
 			t.Errorf("the stage could read %s:\n%s", name, applyLog)
 		}
+	}
+	// etcd listens on loopback, which the stage shares: it answers only
+	// clients with a certificate of its own CA.
+	if strings.Contains(applyLog, "ETCD-OPEN") || !regexp.MustCompile(`PROBED-PORTS [1-9]`).MatchString(applyLog) {
+		t.Errorf("the stage reached etcd over the network, or probed no port:\n%s", applyLog)
 	}
 	caCert := filepath.Join(data, "pki", "ca.crt") // public, and what the executor verifies the server with
 	for _, line := range strings.Split(applyLog, "\n") {

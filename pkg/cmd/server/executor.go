@@ -120,8 +120,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 func (o *ExecutorOptions) Validate(standalone bool) []error {
 	var errs []error
 	if o.Kind == "local" && !standalone && !o.UnsandboxedLocal {
-		errs = append(errs, fmt.Errorf("--executor=local outside standalone mode runs every stage unsandboxed on this server's host, with its credentials in reach; "+
-			"use --executor=kubernetes, or accept the risk with --allow-unsandboxed-local-executor"))
+		errs = append(errs, fmt.Errorf("--executor=local outside standalone mode runs every stage on this server's host, sharing its kernel and network, "+
+			"outside the cluster's policies and resource limits; use --executor=kubernetes, or accept the risk with --allow-unsandboxed-local-executor"))
 	}
 	if o.Kind == "local" && !standalone && (o.ServerURL == "" || o.CAFile == "") {
 		errs = append(errs, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode"))

@@ -159,7 +159,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			return nil, cleanup, err
 		}
 		cleanups = append(cleanups, sa.etcd.Close)
-		recommended = o.standaloneOptions(sa.etcd.ClientURL())
+		recommended = o.standaloneOptions(sa.etcd)
 		recommended.SecureServing = sa.serving
 	} else {
 		// Admission plugins read runs through the loopback client (the

@@ -34,7 +34,7 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--standalone", "--data-dir", ""}, want: []string{"--data-dir is required"}},
 		{args: []string{"--standalone", "--etcd-servers", "http://127.0.0.1:2379"}, want: []string{"--etcd-servers cannot be combined with --standalone"}},
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "docker"}, want: []string{"--executor must be local or kubernetes"}},
-		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "local"}, want: []string{"--executor=local outside standalone mode runs every stage unsandboxed", "--allow-unsandboxed-local-executor"}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "local"}, want: []string{"--executor=local outside standalone mode runs every stage on this server's host", "--allow-unsandboxed-local-executor"}},
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "local", "--allow-unsandboxed-local-executor"}, want: []string{"--executor=local needs --executor-server-url and --executor-ca-file"}},
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "local", "--allow-unsandboxed-local-executor", "--executor-server-url", "https://10.0.0.1:8443", "--executor-ca-file", "/etc/terrarun/ca.crt"}},
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "kubernetes"}, want: []string{"--executor=kubernetes needs --executor-server-url"}},

@@ -68,7 +68,8 @@ func (o *Options) startStandalone(ctx context.Context) (*standaloneConfig, error
 		inner.ServerCert.CertKey.CertFile, inner.ServerCert.CertKey.KeyFile = cert, key
 	}
 
-	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"))
+	// Mutual TLS with a CA of etcd's own: stages share the host's network.
+	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"), standalone.WithClientCertAuth(filepath.Join(o.DataDir, "pki", "etcd")))
 	if err != nil {
 		return nil, err
 	}
@@ -76,14 +77,17 @@ func (o *Options) startStandalone(ctx context.Context) (*standaloneConfig, error
 }
 
 // standaloneOptions returns a copy of the recommended options for standalone
-// mode: the embedded etcd at etcdURL, and none of the options that need a
+// mode: the embedded etcd e, and none of the options that need a
 // cluster. Authentication, authorization and admission are set up by
 // applyStandalone instead, and there is no core API for informers or priority
 // and fairness.
-func (o *Options) standaloneOptions(etcdURL string) *genericoptions.RecommendedOptions {
+func (o *Options) standaloneOptions(e *standalone.Etcd) *genericoptions.RecommendedOptions {
 	r := *o.Recommended
 	etcd := *r.Etcd
-	etcd.StorageConfig.Transport.ServerList = []string{etcdURL}
+	etcd.StorageConfig.Transport.ServerList = []string{e.ClientURL()}
+	if t := e.ClientTLS(); t != nil {
+		etcd.StorageConfig.Transport.CertFile, etcd.StorageConfig.Transport.KeyFile, etcd.StorageConfig.Transport.TrustedCAFile = t.CertFile, t.KeyFile, t.CAFile
+	}
 	r.Etcd = &etcd
 	r.Authentication = nil
 	r.Authorization = nil
