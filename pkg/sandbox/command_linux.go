@@ -19,7 +19,9 @@ func Command(shim string, c Config, args []string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	cmd := exec.Command(shim, shimArgs...)
-	attr := &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID}
+	// A System V IPC namespace of its own too: no shared memory or
+	// semaphores with the host's other processes.
+	attr := &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC}
 	if c.UserNamespace {
 		attr.Cloneflags |= unix.CLONE_NEWUSER
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: int(c.UID), HostID: int(c.UID), Size: 1}}

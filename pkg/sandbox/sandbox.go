@@ -1,7 +1,7 @@
 // Package sandbox runs a command in Linux namespaces of its own: a mount
 // namespace in which only the paths it is given are visible, a PID namespace
-// whose end takes every process of the command along (daemons included), and
-// an unprivileged user.
+// whose end takes every process of the command along (daemons included), an
+// IPC namespace, and an unprivileged user. It shares the host's network.
 //
 // Command builds the exec.Cmd. It starts a small init (Init, entered through
 // the shim binary's InitArg argument) as PID 1 of the new PID namespace, in a

@@ -131,6 +131,7 @@ echo bytes > ` + w.base + `/ro/file && echo RO-WRITABLE
 echo written > ` + w.work + `/out && echo work-writable
 touch /new 2>/dev/null && echo ROOT-WRITABLE
 grep CapEff /proc/self/status
+[ "$(readlink /proc/self/ns/ipc)" = "` + hostIPC(t) + `" ] && echo HOST-IPC
 ls /proc | grep -c '^[0-9]'
 exit 3
 `
@@ -138,7 +139,7 @@ exit 3
 		if code != 3 {
 			t.Fatalf("exit code %d, want 3\n%s", code, out)
 		}
-		for _, bad := range []string{"SECRET-VISIBLE", "MASKED-VISIBLE", "RO-WRITABLE", "ROOT-WRITABLE"} {
+		for _, bad := range []string{"SECRET-VISIBLE", "MASKED-VISIBLE", "RO-WRITABLE", "ROOT-WRITABLE", "HOST-IPC"} {
 			if strings.Contains(out, bad) {
 				t.Errorf("%s:\n%s", bad, out)
 			}
@@ -234,4 +235,14 @@ func TestCheck(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "starting "+self) {
 		t.Fatalf("a sandbox without its shim: got %v, want an error that names the shim", err)
 	}
+}
+
+// hostIPC is the test's own IPC namespace, as /proc/self/ns/ipc names it.
+func hostIPC(t *testing.T) string {
+	t.Helper()
+	ns, err := os.Readlink("/proc/self/ns/ipc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }

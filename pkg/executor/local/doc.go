@@ -53,7 +53,7 @@
 // # Sandbox
 //
 // Unless SandboxOptions.Disabled, each stage runs through package sandbox,
-// with terrarun-executor as its init: in mount and PID namespaces of its own,
+// with terrarun-executor as its init: in mount, PID and IPC namespaces of its own,
 // as SandboxOptions.UID:GID when the server runs as root (never root itself),
 // else as the server's user in a user namespace. It sees the system (/usr,
 // /etc, ...), the directories on its PATH (so the engine), terrarun-executor,
