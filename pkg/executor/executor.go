@@ -9,12 +9,27 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
+
+// ErrInvalidReference is matched (errors.Is) by the errors of Start that
+// starting again cannot fix: a Secret, ConfigMap or key the run references
+// is missing, too large or unusable. The run fails with the error.
+var ErrInvalidReference = errors.New("invalid reference")
+
+// InvalidReference marks err, which names what is wrong, as an
+// ErrInvalidReference.
+func InvalidReference(err error) error { return invalidReference{err} }
+
+type invalidReference struct{ error }
+
+func (e invalidReference) Unwrap() error        { return e.error }
+func (e invalidReference) Is(target error) bool { return target == ErrInvalidReference }
 
 // Execution names one execution: one attempt of one stage of one run.
 type Execution struct {

@@ -367,6 +367,18 @@ func TestRunFailures(t *testing.T) {
   }
 }`}, "  approval:\n    mode: Auto\n")))
 	e.create(t, runManifest("victim", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "")))
+	e.create(t, runManifest("nosecret", inline(map[string]string{"main.tf": "variable \"password\" {}\n"},
+		"  variables:\n  - name: password\n    valueFrom:\n      secretKeyRef:\n        name: absent\n        key: password\n")))
+
+	// A run whose Secret is missing cannot start: it fails, and says why.
+	nosecret := e.waitPhase(t, "nosecret", time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	if want := `The plan stage could not start: `; nosecret.Status.Phase != v1alpha1.RunPhaseFailed ||
+		!strings.Contains(nosecret.Status.Message, want) || !strings.Contains(nosecret.Status.Message, `secret "absent" key "password" not found`) {
+		t.Errorf("a run with a missing Secret: %s: %q", nosecret.Status.Phase, nosecret.Status.Message)
+	}
+	if c := meta.FindStatusCondition(nosecret.Status.Conditions, v1alpha1.ConditionPlanned); c == nil || c.Reason != v1alpha1.ReasonStartFailed {
+		t.Errorf("Planned condition of the run with a missing Secret: %+v", c)
+	}
 
 	syntax := e.waitPhase(t, "syntax", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
 	if syntax.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(syntax.Status.Message, "Error") {

@@ -12,6 +12,7 @@ package terraformrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -212,21 +213,64 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		run.Status.StartTime = &now
 	}
 	run.Status.ObservedGeneration = run.Generation
-	if stageName == v1alpha1.StagePlan {
-		run.Status.Phase = v1alpha1.RunPhasePlanning
-		run.Status.Message = fmt.Sprintf("Planning (attempt %d).", attempt)
-		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "The plan stage is running.")
-	} else {
-		run.Status.Phase = v1alpha1.RunPhaseApplying
-		run.Status.Message = "Applying the approved plan."
-		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApplying, "The apply stage is running.")
-	}
+	c.markRunning(run, stageName, attempt)
 	updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
 	if err != nil {
 		return 0, err
 	}
 	c.opts.Recorder.Eventf(updated, "Normal", "StageStarted", "Started the %s stage, attempt %d", stageName, attempt)
 	return c.syncStage(ctx, updated, stageName)
+}
+
+func startFailedPrefix(stageName v1alpha1.StageName) string {
+	return fmt.Sprintf("The %s stage could not start: ", stageName)
+}
+
+// startFailed acts on a stage that could not start. One that cannot start
+// as the run is (executor.ErrInvalidReference: a missing Secret, say) fails
+// the run at once; any other error is shown in status and as an Event, and
+// retried with backoff until the stage's timeout, start included, is spent.
+func (c *Controller) startFailed(ctx context.Context, run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus, startErr error) (time.Duration, error) {
+	msg := fmt.Sprintf("%s%v", startFailedPrefix(st.Name), startErr)
+	timeout := executor.StageTimeout(run, st.Name)
+	expired := c.opts.Clock.Since(st.StartTime.Time) >= timeout
+	if errors.Is(startErr, executor.ErrInvalidReference) || expired {
+		reason := v1alpha1.ReasonStartFailed
+		if errors.Is(startErr, executor.ErrInvalidReference) {
+			msg += ". Fix it, then create a new run."
+		} else {
+			reason = v1alpha1.ReasonDeadlineExceeded
+			msg += fmt.Sprintf(". It kept failing for the stage's timeout of %s (spec.timeouts.%s).", timeout, st.Name)
+		}
+		c.completeStage(ctx, run, st, executor.Status{State: executor.StateFailed}, reason)
+		c.setStageCondition(run, st.Name, metav1.ConditionFalse, reason, msg)
+		c.finish(run, v1alpha1.RunPhaseFailed, msg)
+		return 0, c.writeStatus(ctx, run, reason, msg)
+	}
+	if run.Status.Message != msg {
+		run.Status.Message = msg
+		c.setStageCondition(run, st.Name, metav1.ConditionFalse, v1alpha1.ReasonStartFailed, msg+"; retrying.")
+		updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		if err != nil {
+			return 0, err
+		}
+		c.opts.Recorder.Event(updated, "Warning", v1alpha1.ReasonStartFailed, msg+"; retrying.")
+	}
+	// Retried with the queue's backoff.
+	return 0, startErr
+}
+
+// markRunning sets the phase, message and condition of a running stage.
+func (c *Controller) markRunning(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) {
+	if stageName == v1alpha1.StagePlan {
+		run.Status.Phase = v1alpha1.RunPhasePlanning
+		run.Status.Message = fmt.Sprintf("Planning (attempt %d).", attempt)
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "The plan stage is running.")
+		return
+	}
+	run.Status.Phase = v1alpha1.RunPhaseApplying
+	run.Status.Message = "Applying the approved plan."
+	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApplying, "The apply stage is running.")
 }
 
 func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) executor.Execution {
@@ -293,8 +337,14 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 
 	case executor.StateUnknown:
 		if status.Startable() {
-			// Recorded but never started (a crash between the two): start it.
+			// Recorded and not started yet (or a crash between the two): start it.
 			if _, err := c.exec.Start(ctx, ex); err != nil {
+				return c.startFailed(ctx, run, st, err)
+			}
+			if strings.HasPrefix(run.Status.Message, startFailedPrefix(st.Name)) {
+				// Started after all: say so instead of the last start error.
+				c.markRunning(run, st.Name, st.Attempt)
+				_, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
 				return 0, err
 			}
 			return 0, nil

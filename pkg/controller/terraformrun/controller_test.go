@@ -72,6 +72,8 @@ type execWorld struct {
 	stopEnds bool
 	// beforeStart, when set, is called (without mu) before every Start.
 	beforeStart func(ex executor.Execution)
+	// startErr, when set, is what Start returns, starting nothing.
+	startErr error
 }
 
 type stopCall struct {
@@ -199,6 +201,9 @@ func (f *fakeExec) Start(_ context.Context, ex executor.Execution) (string, erro
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	f.w.startCalls[name]++
+	if f.w.startErr != nil {
+		return "", f.w.startErr
+	}
 	if f.w.started[name] {
 		return name, nil // adopted: nothing new starts
 	}
@@ -934,6 +939,64 @@ func TestSyncStageTimeout(t *testing.T) {
 			h.expectEvent("Warning DeadlineExceeded")
 		})
 	}
+}
+
+// TestSyncStartFailed: a stage that cannot start says why, in status, a
+// condition and an Event; a reference that cannot work fails the run at once,
+// anything else is retried until the stage's timeout.
+func TestSyncStartFailed(t *testing.T) {
+	t.Run("a missing Secret fails the run", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		h.world.startErr = fmt.Errorf("execution x: %w", executor.InvalidReference(errors.New(`variable "password": secret "db" not found`)))
+		h.mustSync()
+		run := h.get()
+		want := `The plan stage could not start: execution x: variable "password": secret "db" not found. Fix it, then create a new run.`
+		if run.Status.Phase != v1alpha1.RunPhaseFailed || run.Status.Message != want || run.Status.CompletionTime == nil {
+			t.Errorf("phase %q, message %q; want Failed with %q", run.Status.Phase, run.Status.Message, want)
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonStartFailed)
+		if last := run.Status.Stages[len(run.Status.Stages)-1]; last.Reason != v1alpha1.ReasonStartFailed || last.CompletionTime == nil {
+			t.Errorf("stage = %+v, want completed with reason StartFailed", last)
+		}
+		h.expectEvent("Warning StartFailed The plan stage could not start")
+	})
+
+	t.Run("another error is shown and retried", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		h.world.startErr = errors.New("etcd: request timed out")
+		if _, err := h.sync(); err == nil {
+			t.Fatal("sync succeeded; want the start error, so that the queue retries with backoff")
+		}
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhasePlanning || run.Status.Message != "The plan stage could not start: etcd: request timed out" {
+			t.Errorf("phase %q, message %q", run.Status.Phase, run.Status.Message)
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonStartFailed)
+		h.expectEvent("Warning StartFailed The plan stage could not start: etcd: request timed out; retrying.")
+
+		// It starts after all: the message says so.
+		h.world.mu.Lock()
+		h.world.startErr = nil
+		h.world.mu.Unlock()
+		h.mustSync()
+		run = h.get()
+		if run.Status.Phase != v1alpha1.RunPhasePlanning || run.Status.Message != "Planning (attempt 1)." || h.world.realStarts(planJob1) != 1 {
+			t.Errorf("after the retry: phase %q, message %q, %d starts", run.Status.Phase, run.Status.Message, h.world.realStarts(planJob1))
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonPlanning)
+	})
+
+	t.Run("retries end with the stage's timeout", func(t *testing.T) {
+		h := newHarness(t, newRun(planning))
+		h.world.startErr = errors.New("connection refused")
+		h.clock.SetTime(t0.Add(10 * time.Minute))
+		h.mustSync()
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(run.Status.Message, "could not start: connection refused. It kept failing for the stage's timeout of 10m0s (spec.timeouts.plan).") {
+			t.Errorf("phase %q, message %q", run.Status.Phase, run.Status.Message)
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonDeadlineExceeded)
+	})
 }
 
 // ---------------------------------------------------------------------------

@@ -5,18 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -808,6 +812,25 @@ func TestLocalBackendGetsStateDefaults(t *testing.T) {
 	v.waitNotify("ns/localbe")
 }
 
+func TestReferenceError(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		invalid bool
+	}{
+		{&NotFoundError{Kind: "secret", Name: "db"}, true},
+		{fmt.Errorf("configmap %q is larger than %d bytes", "big", maxValueBytes), true},
+		{&fs.PathError{Op: "open", Path: "/x", Err: syscall.EIO}, false},
+		{apierrors.NewServiceUnavailable("etcd is busy"), false},
+		{apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "db"), true},
+		{&NotFoundError{Kind: "secret", Name: "db", Hint: "wrapped"}, true},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := errors.Is(referenceError(tc.err), executor.ErrInvalidReference); got != tc.invalid {
+			t.Errorf("referenceError(%v) invalid = %v, want %v", tc.err, got, tc.invalid)
+		}
+	}
+}
+
 func TestMissingSecretIsHelpful(t *testing.T) {
 	v := newTestEnv(t)
 	e := v.executor()
@@ -820,6 +843,10 @@ func TestMissingSecretIsHelpful(t *testing.T) {
 		filepath.Join(v.root, "values", "ns", "secrets", "db", "password")
 	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Start error = %v, want it to contain %q", err, want)
+	}
+	// Starting again cannot help: the controller fails the run with it.
+	if !errors.Is(err, executor.ErrInvalidReference) {
+		t.Errorf("Start error %v is not an executor.ErrInvalidReference", err)
 	}
 	// Nothing ran and nothing is recorded: a later Start may succeed.
 	st, err := e.Status(ctx, ex)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
@@ -60,7 +63,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	if ex.Stage == v1alpha1.StagePlan {
 		src, err := e.writeSource(ctx, p, run)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, referenceError(err)
 		}
 		spec.Source = src
 	}
@@ -75,7 +78,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			ref := v.ValueFrom.SecretKeyRef
 			val, err := e.values.SecretValue(ctx, ns, ref.Name, ref.Key)
 			if err != nil {
-				return nil, nil, fmt.Errorf("variable %q: %w", v.Name, err)
+				return nil, nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
 			}
 			p.addSecret(val)
 			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
@@ -86,7 +89,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			ref := v.ValueFrom.ConfigMapKeyRef
 			val, err := e.values.ConfigMapValue(ctx, ns, ref.Name, ref.Key)
 			if err != nil {
-				return nil, nil, fmt.Errorf("variable %q: %w", v.Name, err)
+				return nil, nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
 			}
 			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
 				return nil, nil, err
@@ -100,7 +103,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	// Backend.
 	backend, err := e.backend(ctx, p, run, spec.Workspace)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, referenceError(err)
 	}
 	spec.Backend = backend
 
@@ -170,6 +173,20 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 // tokenFD is the descriptor on which a stage gets its token: the first of
 // exec.Cmd.ExtraFiles.
 const tokenFD = 3
+
+// referenceError marks an error of resolving what the run references as
+// executor.ErrInvalidReference, unless starting again may fix it: an error
+// of the host's file system, of the cluster's API, or a canceled context.
+func referenceError(err error) error {
+	var pathErr *fs.PathError
+	var status apierrors.APIStatus
+	switch {
+	case errors.Is(err, ErrNotFound), apierrors.IsNotFound(err):
+	case errors.As(err, &pathErr), errors.As(err, &status), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	return executor.InvalidReference(err)
+}
 
 func (p *proc) addSecret(val []byte) {
 	s := strings.TrimSpace(string(val))

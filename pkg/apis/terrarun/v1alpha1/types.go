@@ -378,6 +378,7 @@ const (
 	ReasonDiscardRequested = "DiscardRequested"
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonExecutorLost     = "ExecutorLost"
+	ReasonStartFailed      = "StartFailed"
 )
 
 // TerraformRunStatus is the observed state of a run.
