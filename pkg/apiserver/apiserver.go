@@ -122,6 +122,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		Artifacts:     extra.Artifacts,
 		DefaultEngine: extra.DefaultEngine,
+		NoHostCluster: extra.Controller.Kube == nil,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
 			if err := extra.Executor.Forget(ctx, namespace, name, uid); err != nil {
 				klog.FromContext(ctx).Error(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))

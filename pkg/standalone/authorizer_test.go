@@ -29,6 +29,10 @@ func TestAuthorizer(t *testing.T) {
 	}{
 		{"nobody reads runs", as(), run("get", ""), deny},
 		{"nobody reads discovery", as(), authorizer.AttributesRecord{Verb: "get", Path: "/apis/terrarun.dev/v1alpha1"}, allow},
+		{"nobody reads metrics", as(ViewersGroup, EditorsGroup, ApproversGroup), authorizer.AttributesRecord{Verb: "get", Path: "/metrics"}, deny},
+		{"nobody profiles the server", as(ViewersGroup, EditorsGroup, ApproversGroup), authorizer.AttributesRecord{Verb: "get", Path: "/debug/pprof/heap"}, deny},
+		{"nobody changes the log level", as(EditorsGroup), authorizer.AttributesRecord{Verb: "put", Path: "/debug/flags/v"}, deny},
+		{"the admin reads metrics", as(user.SystemPrivilegedGroup), authorizer.AttributesRecord{Verb: "get", Path: "/metrics"}, allow},
 		{"a viewer reads runs", as(ViewersGroup), run("list", ""), allow},
 		{"a viewer reads plans", as(ViewersGroup), run("get", "plan"), allow},
 		{"a viewer reads no outputs", as(ViewersGroup), run("get", "outputs"), deny},

@@ -49,6 +49,9 @@ type Deps struct {
 	// OnDelete, when set, is called after a run is deleted, for example to stop
 	// its executions. Artifacts are removed by the storage itself.
 	OnDelete func(ctx context.Context, namespace, name, uid string)
+	// NoHostCluster is true in standalone mode: there is no cluster whose
+	// Secret could receive a run's outputs, so spec.outputsSecret is refused.
+	NoHostCluster bool
 }
 
 // REST serves the terraformruns resource from the generic registry store.
@@ -72,6 +75,7 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 // subresource. The store uses the watch cache whenever optsGetter enables it.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps Deps) (*Storage, error) {
 	strategy := NewStrategy(scheme, deps.DefaultEngine)
+	strategy.noHostCluster = deps.NoHostCluster
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &terrarun.TerraformRun{} },
 		NewListFunc:               func() runtime.Object { return &terrarun.TerraformRunList{} },

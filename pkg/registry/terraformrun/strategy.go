@@ -28,12 +28,14 @@ type runStrategy struct {
 	names.NameGenerator
 	// engine is the server's default engine.
 	engine terrarun.EngineBinary
+	// noHostCluster refuses spec.outputsSecret (Deps.NoHostCluster).
+	noHostCluster bool
 }
 
 // NewStrategy returns the strategy of the terraformruns resource; engine is the
 // default of spec.engine.binary (terraform when empty).
 func NewStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) runStrategy {
-	return runStrategy{typer, names.SimpleNameGenerator, engine}
+	return runStrategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, engine: engine}
 }
 
 // NamespaceScoped is true: runs live in namespaces.
@@ -89,8 +91,14 @@ func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obje
 }
 
 // Validate validates a new run.
-func (runStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateTerraformRun(obj.(*terrarun.TerraformRun))
+func (s runStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	run := obj.(*terrarun.TerraformRun)
+	allErrs := validation.ValidateTerraformRun(run)
+	if s.noHostCluster && run.Spec.OutputsSecret != "" {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "outputsSecret"),
+			"this server has no Kubernetes cluster (standalone mode, or no --kubeconfig), so no Secret can receive the outputs; omit it and read them from the outputs subresource"))
+	}
+	return allErrs
 }
 
 // WarningsOnCreate returns no warnings.

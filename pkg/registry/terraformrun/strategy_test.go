@@ -2,6 +2,7 @@ package terraformrun
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,25 @@ func TestServerDefaultEngine(t *testing.T) {
 	NewStrategy(nil, terrarun.EngineTofu).PrepareForCreate(userCtx("alice"), run)
 	if run.Spec.Engine.Binary != terrarun.EngineTofu {
 		t.Errorf("engine = %q, want the server default tofu", run.Spec.Engine.Binary)
+	}
+}
+
+// TestOutputsSecretNeedsAHostCluster: without a cluster, spec.outputsSecret
+// would be ignored; it is refused instead, naming the field.
+func TestOutputsSecretNeedsAHostCluster(t *testing.T) {
+	run := created(t)
+	run.Spec.OutputsSecret = "infra-outputs"
+	if errs := NewStrategy(nil, "").Validate(context.Background(), run); len(errs) != 0 {
+		t.Errorf("with a host cluster: %v", errs)
+	}
+	s := NewStrategy(nil, "")
+	s.noHostCluster = true
+	errs := s.Validate(context.Background(), run)
+	if !hasError(errs, "spec.outputsSecret", field.ErrorTypeForbidden) || !strings.Contains(errs.ToAggregate().Error(), "read them from the outputs subresource") {
+		t.Errorf("without a host cluster: %v, want Forbidden at spec.outputsSecret", errs)
+	}
+	run.Spec.OutputsSecret = ""
+	if errs := s.Validate(context.Background(), run); len(errs) != 0 {
+		t.Errorf("without a host cluster and without outputsSecret: %v", errs)
 	}
 }

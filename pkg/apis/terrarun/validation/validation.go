@@ -90,6 +90,7 @@ var (
 var credentialKeyMarkers = []string{
 	"password", "secret", "token", "access_key", "secret_key", "private_key",
 	"client_secret", "sas_token", "credentials", "client_key", "api_key", "encryption_key",
+	"conn_str", "connection_string", "http_auth",
 }
 
 // nonSecretCredentialKeys are well-known backend config keys that match a
@@ -468,6 +469,8 @@ func validateBackend(b *terrarun.Backend, fldPath *field.Path) field.ErrorList {
 				"must be a backend setting name: letters, digits and '_', not starting with a digit, such as bucket or region"))
 		case looksLikeCredential(key):
 			allErrs = append(allErrs, field.Forbidden(keyPath, "looks like a credential; put it in the Secret named by configSecret"))
+		case urlHoldsCredential(b.Config[key]):
+			allErrs = append(allErrs, field.Forbidden(keyPath, "is a URL with a password or a credential in it; put the setting in the Secret named by configSecret"))
 		case b.Type == "local" && localBackendLocationKeys[key]:
 			allErrs = append(allErrs, field.Forbidden(keyPath,
 				"the local backend keeps one state per namespace and workspace where the server decides; omit it, or choose the workspace with spec.workspace"))
@@ -486,6 +489,30 @@ func validateBackend(b *terrarun.Backend, fldPath *field.Path) field.ErrorList {
 // where its state is: the server chooses that, so that a run reaches only its
 // own namespace's state.
 var localBackendLocationKeys = map[string]bool{"path": true, "workspace_dir": true}
+
+// urlHoldsCredential reports whether value is a URL with a password, or with
+// a query parameter that names a credential, such as
+// postgres://user:pw@db/state or https://consul:8500?token=... .
+func urlHoldsCredential(value string) bool {
+	if !strings.Contains(value, "://") {
+		return false
+	}
+	u, err := url.Parse(strings.TrimSpace(value))
+	if err != nil {
+		// An unparsable URL with an '@' after the scheme may still carry one.
+		_, rest, _ := strings.Cut(value, "://")
+		return strings.Contains(rest, "@")
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	for k := range u.Query() {
+		if looksLikeCredential(k) {
+			return true
+		}
+	}
+	return false
+}
 
 // looksLikeCredential reports whether a backend config key names a credential.
 func looksLikeCredential(key string) bool {

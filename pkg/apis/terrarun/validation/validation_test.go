@@ -353,11 +353,22 @@ func TestValidateBackend(t *testing.T) {
 		{name: "local backend settings from a Secret", mutate: backend(terrarun.Backend{Type: "local", ConfigSecret: "state-location"}),
 			want: []string{forbidden("spec.backend.configSecret")}},
 		{name: "path of another backend", mutate: backend(terrarun.Backend{Type: "consul", Config: map[string]string{"path": "terrarun/state"}})},
+		{name: "an address without credentials", mutate: backend(terrarun.Backend{Type: "http", Config: map[string]string{
+			"address": "https://state.example.com/v1/state?env=dev", "lock_address": "https://user@state.example.com/lock"}})},
+		{name: "an address with a password", mutate: backend(terrarun.Backend{Type: "http", Config: map[string]string{"address": "https://u:" + secretMarker + "@state.example.com/s"}}),
+			want: []string{forbidden("spec.backend.config[address]")}, detail: "is a URL with a password or a credential in it"},
+		{name: "an address with a token", mutate: backend(terrarun.Backend{Type: "consul", Config: map[string]string{"address": "https://consul:8500/?access_token=" + secretMarker}}),
+			want: []string{forbidden("spec.backend.config[address]")}},
+		{name: "a connection string", mutate: backend(terrarun.Backend{Type: "pg", Config: map[string]string{"schema_name": "postgres://app:" + secretMarker + "@db/state"}}),
+			want: []string{forbidden("spec.backend.config[schema_name]")}},
+		{name: "an unparsable URL with credentials", mutate: backend(terrarun.Backend{Type: "pg", Config: map[string]string{"schema_name": "postgres://app:%zz" + secretMarker + "@db"}}),
+			want: []string{forbidden("spec.backend.config[schema_name]")}},
 	}
 	for _, key := range []string{
 		"password", "client_secret", "token", "access_key", "secret_key", "AWS_Secret_Access_Key", "private_key",
 		"sas_token", "credentials", "shared_credentials_file", "oidc_token", "client_certificate_password",
 		"client_key", "api_key", "encryption_key", "ACCESS_KEY", "token_file", "access_token", "Secret_Suffix_Token",
+		"conn_str", "connection_string", "http_auth",
 	} {
 		cases = append(cases, specCase{
 			name:   "credential key " + key,
