@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,7 +23,8 @@ const logReadSize = 64 << 10
 // LogsREST serves terraformruns/logs as text/plain, streamed and flushed, with
 // the query options of a TerraformRunLogOptions: stage (plan or apply;
 // default the latest), attempt (default the latest), follow, tailLines and
-// limitBytes. A follow ends when the stage attempt's log is closed.
+// limitBytes. A follow ends when the stage attempt's log is closed, or when
+// the run ends or is deleted (404 when the log never appeared).
 // POST ?stage=S&attempt=N is the executor's log stream: the body is appended
 // as it arrives.
 type LogsREST struct {
@@ -74,10 +76,18 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 		fw := &flushWriter{w: w}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		err := r.artifacts.StreamLog(ctx, runRef(run), string(stageName), attempt, streamOpts, fw)
+		streamCtx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		if streamOpts.Follow {
+			go r.endWithRun(streamCtx, cancel, run)
+		}
+		err := r.artifacts.StreamLog(streamCtx, runRef(run), string(stageName), attempt, streamOpts, fw)
+		var ended runEnded
 		switch {
 		case fw.wrote:
 			// The status is sent; an error can only end the body early.
+		case errors.As(context.Cause(streamCtx), &ended):
+			responder.Error(notFound(name, "logs", fmt.Sprintf("%s without a %s log for attempt %d", ended, stageName, attempt)))
 		case err != nil && ctx.Err() == nil:
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
 				"run %q has no %s log for attempt %d yet (it is %s); add ?follow=true to wait for it", name, stageName, attempt, phaseOrPending(run))))
@@ -85,6 +95,41 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 			w.WriteHeader(http.StatusOK)
 		}
 	}), nil
+}
+
+// followEndGrace is how long a follow goes on after its run ended: the
+// stage's log is closed before the run's final status is written, and the
+// stream gets this long to see the close and send the last lines itself.
+var followEndGrace = 2 * time.Second
+
+// runEnded is why a follow ended that its log did not end: the run did.
+type runEnded string
+
+func (e runEnded) Error() string { return string(e) }
+
+// endWithRun cancels a follow of run with a runEnded cause once the run is
+// final or deleted (and followEndGrace has passed), so that a follow of a log
+// that will never be written or closed (a stage the run never reaches, an
+// attempt that never happens) ends too.
+func (r *LogsREST) endWithRun(ctx context.Context, cancel context.CancelCauseFunc, run *terrarun.TerraformRun) {
+	final, err := r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool { return isFinal(run.Status.Phase) })
+	var why runEnded
+	switch {
+	case ctx.Err() != nil:
+		return // the follow ended first
+	case err == nil:
+		why = runEnded(fmt.Sprintf("run %q ended %s", run.Name, final.Status.Phase))
+	case apierrors.IsGone(err):
+		why = runEnded(fmt.Sprintf("run %q was deleted", run.Name))
+	default:
+		// The watch failed: the follow ends as it would have without it.
+		return
+	}
+	select {
+	case <-time.After(followEndGrace):
+		cancel(why)
+	case <-ctx.Done():
+	}
 }
 
 // flushWriter writes the header on first use and flushes every write, so a

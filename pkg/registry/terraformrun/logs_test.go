@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
@@ -112,6 +114,61 @@ func TestLogsFollow(t *testing.T) {
 	env.setStatus(t, "web", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseFailed })
 	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&attempt=3&follow=true", nil)
 	expectStatus(t, w, http.StatusNotFound, "has no apply log for attempt 3 yet (it is Failed)")
+}
+
+// TestFollowsEnd: a follow of a log that will never be written ends when its
+// run does, or when the run is deleted; one that got lines ends with them.
+func TestFollowsEnd(t *testing.T) {
+	env := newTestEnv(t)
+	follow := func(name, query string) chan *httptest.ResponseRecorder {
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- connect(t, env.storage.Logs, alice, http.MethodGet, name, query, nil) }()
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case w := <-done:
+			t.Fatalf("the follow of %s?%s ended at once: %d %q", name, query, w.Code, w.Body.String())
+		default:
+		}
+		return done
+	}
+	wait := func(done chan *httptest.ResponseRecorder, what string) *httptest.ResponseRecorder {
+		t.Helper()
+		select {
+		case w := <-done:
+			return w
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the follow %s did not end", what)
+			return nil
+		}
+	}
+
+	// The apply stage of a run that is discarded instead.
+	run := env.createRun(t, "discarded", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	apply := follow("discarded", "stage=apply&follow=true")
+	attempt := follow("discarded", "stage=plan&attempt=999&follow=true")
+	env.setStatus(t, "discarded", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseDiscarded })
+	expectStatus(t, wait(apply, "of a stage never reached"), http.StatusNotFound, `run "discarded" ended Discarded without a apply log for attempt 1`)
+	expectStatus(t, wait(attempt, "of an attempt that never happens"), http.StatusNotFound, `run "discarded" ended Discarded without a plan log for attempt 999`)
+
+	// A run deleted under its follower.
+	env.createRun(t, "deleted", nil)
+	gone := follow("deleted", "stage=plan&follow=true")
+	if _, _, err := env.storage.Run.Delete(requestContext(alice, "delete", ""), "deleted", rest.ValidateAllObjectFunc, &metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, wait(gone, "of a deleted run"), http.StatusNotFound, `run "deleted" was deleted without a plan log for attempt 1`)
+
+	// Lines already sent: the body ends with them.
+	run = env.createRun(t, "partial", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "partial", "stage=plan&attempt=1", strings.NewReader("Planning...\n")), http.StatusNoContent)
+	partial := follow("partial", "stage=plan&follow=true")
+	env.setStatus(t, "partial", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseFailed })
+	w := wait(partial, "of an unclosed log of a run that ended")
+	if w.Code != http.StatusOK || w.Body.String() != "Planning...\n" {
+		t.Errorf("followed %d %q", w.Code, w.Body.String())
+	}
 }
 
 func TestLogsOptionsAndWriteErrors(t *testing.T) {

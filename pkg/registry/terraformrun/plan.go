@@ -12,9 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -181,33 +179,32 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, planWaitTimeout)
 	defer cancel()
-	for {
-		if hasPlan(run) {
-			return run, nil
-		}
-		if c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionPlanned); c != nil && c.Status == metav1.ConditionFalse && c.Reason != terrarun.ReasonPlanning && c.Reason != terrarun.ReasonPending {
-			return nil, conflict(run.Name, "the run has no plan: %s", c.Message)
-		}
-		if isFinal(run.Status.Phase) {
-			return nil, notFound(run.Name, "plan", fmt.Sprintf("run %q ended %s without a plan: %s", run.Name, run.Status.Phase, run.Status.Message))
-		}
-		w, err := r.status.store.Watch(ctx, &metainternalversion.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", run.Name),
-			ResourceVersion: run.ResourceVersion,
-		})
-		if err != nil {
-			return nil, err
-		}
-		next, err := nextRunEvent(ctx, w)
-		w.Stop()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q has no plan after waiting %s; try again", run.Name, planWaitTimeout), 5)
-			}
-			return nil, err
-		}
-		run = next
+	name := run.Name
+	run, err := r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
+		return hasPlan(run) || planFailed(run) != nil || isFinal(run.Status.Phase)
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q has no plan after waiting %s; try again", name, planWaitTimeout), 5)
+	case err != nil:
+		return nil, err
+	case hasPlan(run):
+		return run, nil
 	}
+	if c := planFailed(run); c != nil {
+		return nil, conflict(run.Name, "the run has no plan: %s", c.Message)
+	}
+	return nil, notFound(run.Name, "plan", fmt.Sprintf("run %q ended %s without a plan: %s", run.Name, run.Status.Phase, run.Status.Message))
+}
+
+// planFailed is the Planned condition of a run whose plan stage ended
+// without a plan, or nil.
+func planFailed(run *terrarun.TerraformRun) *metav1.Condition {
+	c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionPlanned)
+	if c != nil && c.Status == metav1.ConditionFalse && c.Reason != terrarun.ReasonPlanning && c.Reason != terrarun.ReasonPending {
+		return c
+	}
+	return nil
 }
 
 // nextRunEvent returns the run of the next Added or Modified event.
@@ -226,7 +223,7 @@ func nextRunEvent(ctx context.Context, w watch.Interface) (*terrarun.TerraformRu
 					return run, nil
 				}
 			case watch.Deleted:
-				return nil, apierrors.NewGone("the run was deleted while waiting for its plan")
+				return nil, apierrors.NewGone("the run was deleted")
 			case watch.Error:
 				return nil, apierrors.FromObject(ev.Object)
 			}

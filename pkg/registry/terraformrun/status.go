@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -97,6 +99,27 @@ func phaseOrPending(run *terrarun.TerraformRun) terrarun.RunPhase {
 		return terrarun.RunPhasePending
 	}
 	return run.Status.Phase
+}
+
+// watchUntil watches the run from its resourceVersion until done holds for
+// it, and returns it then. A deletion ends the watch with a Gone error.
+func (w statusWriter) watchUntil(ctx context.Context, run *terrarun.TerraformRun, done func(*terrarun.TerraformRun) bool) (*terrarun.TerraformRun, error) {
+	for !done(run) {
+		wi, err := w.store.Watch(ctx, &metainternalversion.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector("metadata.name", run.Name),
+			ResourceVersion: run.ResourceVersion,
+		})
+		if err != nil {
+			return nil, err
+		}
+		next, err := nextRunEvent(ctx, wi)
+		wi.Stop()
+		if err != nil {
+			return nil, err
+		}
+		run = next
+	}
+	return run, nil
 }
 
 func isFinal(p terrarun.RunPhase) bool {
