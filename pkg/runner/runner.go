@@ -122,6 +122,10 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 	}
 	// Nothing is written before every secret is known.
 	vars, err := readVariables(spec.Variables)
+	var backendValues []string
+	if err == nil {
+		backendValues, err = backendConfigSecrets(spec.Backend.ConfigFile)
+	}
 	if err == nil {
 		r.vars = vars
 		for _, v := range vars {
@@ -132,6 +136,7 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 				}
 			}
 		}
+		secrets.add(backendValues...)
 		err = r.run(runCtx)
 	}
 	_ = r.out.Flush()

@@ -402,6 +402,48 @@ func TestSecretsAreRedacted(t *testing.T) {
 	}
 }
 
+// TestBackendConfigSecretIsRedacted: every value of the backend's
+// configSecret file is secret, though terraform does not know it: a
+// local-exec that prints the file leaks nothing.
+func TestBackendConfigSecretIsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-backend-value"
+	dir := t.TempDir()
+	file := filepath.Join(dir, "backend.hcl")
+	h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "cat ` + file + `"
+  }
+}`})
+	if err := os.WriteFile(file, []byte(`path = "`+filepath.Join(h.stateDir, secret+".tfstate")+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Backend.ConfigFile = file
+	if err := h.run(ctx, plan); err != nil {
+		t.Fatalf("plan: %v\n%s", err, h.srv.allLogs())
+	}
+	apply := h.applySpec(1)
+	apply.Backend.ConfigFile = file
+	if err := h.run(ctx, apply); err != nil {
+		t.Fatalf("apply: %v\n%s", err, h.srv.allLogs())
+	}
+	logs := h.srv.allLogs()
+	if !strings.Contains(logs, "(local-exec): path = \""+Redacted) {
+		t.Errorf("the file should be in the log, redacted:\n%s", logs)
+	}
+	for name, b := range map[string]string{"log": logs, "stdout": h.stdout.String(),
+		"text": string(h.srv.part(v1alpha1.PlanPartText)), "json": string(h.srv.part(v1alpha1.PlanPartJSON))} {
+		if strings.Contains(b, secret) {
+			t.Errorf("%s holds the backend configuration's value:\n%s", name, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.stateDir, secret+".tfstate")); err != nil {
+		t.Errorf("the backend configuration was not used: %v", err)
+	}
+}
+
 // TestSecretInErrorIsRedacted makes terraform print the secret in an error.
 func TestSecretInErrorIsRedacted(t *testing.T) {
 	t.Parallel()

@@ -102,6 +102,30 @@ func hclQuote(s string) string {
 	return b.String()
 }
 
+// minBackendSecret is the shortest value of a backend configSecret that is
+// redacted: shorter ones ("1", "true") would mask ordinary words.
+const minBackendSecret = 4
+
+// backendConfigSecrets returns the string values of the backend's
+// configSecret file (file may be empty): the Secret is secret as a whole, so
+// every value in it is redacted.
+func backendConfigSecrets(file string) ([]string, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the backend configuration: %w", err)
+	}
+	var out []string
+	for _, v := range hclStringLiterals(string(b)) {
+		if len(strings.TrimSpace(v)) >= minBackendSecret {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
 // hclStringLiterals returns the values of the quoted string literals in an
 // HCL expression, so that the parts of a secret list or map are redacted
 // too. It understands the usual escapes; it does not evaluate templates.

@@ -80,3 +80,20 @@ func TestHCLStringLiterals(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestBackendConfigSecrets(t *testing.T) {
+	if got, err := backendConfigSecrets(""); err != nil || got != nil {
+		t.Errorf("no file: %q %v", got, err)
+	}
+	file := filepath.Join(t.TempDir(), "backend.hcl")
+	if err := os.WriteFile(file, []byte("access_key = \"AKIAEXAMPLE\"\nsecret_key = \"wJalr\\\"XUtn\"\nencrypt = true\nregion = \"eu\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := backendConfigSecrets(file)
+	if err != nil || strings.Join(got, "|") != `AKIAEXAMPLE|wJalr"XUtn` {
+		t.Errorf("values = %q, %v; want the string values of at least 4 bytes", got, err)
+	}
+	if _, err := backendConfigSecrets(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "reading the backend configuration") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
