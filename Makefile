@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 DATA_DIR  ?= $(CURDIR)/.terrarun
+RUN_FLAGS ?=
 GO_TEST   ?= $(GO) test -race
 BENCHTIME ?= 1x
 BENCH     ?= .
@@ -22,9 +23,9 @@ engine: ## Find terraform or tofu (or $$TERRARUN_ENGINE), else build OpenTofu fr
 	@hack/engine.sh
 
 .PHONY: run
-run: build ## Start terrarun standalone (embedded etcd, self-signed certificates, admin kubeconfig in .terrarun/).
+run: build ## Start terrarun standalone (embedded etcd, self-signed certificates, admin kubeconfig in .terrarun/); RUN_FLAGS adds server flags.
 	@engine=$$(hack/engine.sh) && PATH="$$(dirname "$$engine"):$$PATH" && export PATH && \
-	  echo "engine: $$engine" && exec $(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR)
+	  echo "engine: $$engine" && exec $(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR) $(RUN_FLAGS)
 
 .PHONY: test
 test: verify unit integration e2e ## Run every test: static checks, codegen verification, unit, integration and end-to-end.

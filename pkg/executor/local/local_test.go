@@ -952,17 +952,21 @@ func TestInvalidExecution(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	v := newTestEnv(t)
-	for name, mutate := range map[string]func(*Options){
-		"no etcd":    func(o *Options) { o.Etcd = nil },
-		"no binary":  func(o *Options) { o.ExecutorBinary = filepath.Join(v.root, "missing") },
-		"no server":  func(o *Options) { o.ServerURL = "" },
-		"no work":    func(o *Options) { o.WorkRoot = "" },
-		"no values":  func(o *Options) { o.ValuesRoot = "" },
-		"bad env":    func(o *Options) { o.Env = []string{"NOVALUE"} },
-		"no state":   func(o *Options) { o.StateRoot = "" },
-		"empty bin":  func(o *Options) { o.ExecutorBinary = "" },
-		"bad etcdpf": func(o *Options) { o.Etcd = nil; o.EtcdPrefix = "x" },
-		"shared work root": func(o *Options) {
+	asRoot := os.Getuid() == 0
+	for name, tc := range map[string]struct {
+		mutate func(*testing.T, *Options)
+		want   string
+	}{
+		"no etcd":    {mutate: func(_ *testing.T, o *Options) { o.Etcd = nil }},
+		"no binary":  {mutate: func(_ *testing.T, o *Options) { o.ExecutorBinary = filepath.Join(v.root, "missing") }},
+		"no server":  {mutate: func(_ *testing.T, o *Options) { o.ServerURL = "" }},
+		"no work":    {mutate: func(_ *testing.T, o *Options) { o.WorkRoot = "" }},
+		"no values":  {mutate: func(_ *testing.T, o *Options) { o.ValuesRoot = "" }},
+		"bad env":    {mutate: func(_ *testing.T, o *Options) { o.Env = []string{"NOVALUE"} }},
+		"no state":   {mutate: func(_ *testing.T, o *Options) { o.StateRoot = "" }},
+		"empty bin":  {mutate: func(_ *testing.T, o *Options) { o.ExecutorBinary = "" }},
+		"bad etcdpf": {mutate: func(_ *testing.T, o *Options) { o.Etcd = nil; o.EtcdPrefix = "x" }},
+		"shared work root": {want: "is writable by other users", mutate: func(t *testing.T, o *Options) {
 			o.WorkRoot = filepath.Join(v.root, "shared")
 			if err := os.Mkdir(o.WorkRoot, 0o777); err != nil {
 				t.Fatal(err)
@@ -970,23 +974,30 @@ func TestNewValidates(t *testing.T) {
 			if err := os.Chmod(o.WorkRoot, 0o1777); err != nil {
 				t.Fatal(err)
 			}
-		},
-		"foreign state root": func(o *Options) {
+		}},
+		"foreign state root": {want: "belongs to uid", mutate: func(t *testing.T, o *Options) {
+			if !asRoot {
+				o.StateRoot = "/" // root's, not this test's user's
+				return
+			}
 			o.StateRoot = filepath.Join(v.root, "foreign")
 			if err := os.Mkdir(o.StateRoot, 0o700); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chown(o.StateRoot, 12345, 12345); err != nil {
-				t.Skip("cannot chown without root")
+				t.Fatal(err)
 			}
-		},
-		"root stages": func(o *Options) {
-			if os.Getuid() != 0 {
-				t.Skip("only root can run stages as root")
+		}},
+		"root stages": {want: "sandboxed stages may not run as root", mutate: func(t *testing.T, o *Options) {
+			if !asRoot {
+				t.Skipf("the test runs as uid %d: a server without root runs stages as its own user in a user namespace, and Sandbox.UID is not used", os.Getuid())
 			}
 			o.Sandbox.UID, o.Sandbox.GID = 0, 0
-		},
-		"no shim in sandbox": func(o *Options) {
+		}},
+		"no shim in sandbox": {want: "cannot sandbox stages as uid 65532", mutate: func(t *testing.T, o *Options) {
+			if !asRoot {
+				t.Skipf("the test runs as uid %d: a server without root runs stages as its own user, who can always run its own terrarun-executor", os.Getuid())
+			}
 			// A binary its stages' user may not read.
 			bin := filepath.Join(v.root, "private", "terrarun-executor")
 			if err := os.MkdirAll(filepath.Dir(bin), 0o700); err != nil {
@@ -1000,15 +1011,17 @@ func TestNewValidates(t *testing.T) {
 				t.Fatal(err)
 			}
 			o.ExecutorBinary = bin
-		},
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := v.opts()
-			mutate(&o)
-			if _, err := New(o); err == nil {
+			tc.mutate(t, &o)
+			_, err := New(o)
+			switch {
+			case err == nil:
 				t.Errorf("New succeeded")
-			} else {
-				t.Log(err)
+			case !strings.Contains(err.Error(), tc.want):
+				t.Errorf("New: %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
