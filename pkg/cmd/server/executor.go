@@ -103,7 +103,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LocalSandbox, "local-executor-sandbox", o.LocalSandbox, "Run each local stage in a sandbox: its own mount and PID namespaces in which it sees only the system, its PATH, "+
 		"its work directory and its namespace's state, as an unprivileged user; every process of the stage ends with it. "+
 		"false runs stages as plain child processes of this server, with its user and its view of the host.")
-	fs.StringVar(&o.LocalUser, "local-executor-user", o.LocalUser, "UID:GID that sandboxed local stages run as when this server runs as root (not 0). "+
+	fs.StringVar(&o.LocalUser, "local-executor-user", o.LocalUser, "UID:GID that sandboxed local stages run as when this server runs as root (neither 0). "+
 		"Without root they run as this server's user, in a user namespace.")
 	fs.StringSliceVar(&o.LocalMounts, "local-executor-mount", o.LocalMounts, "Host paths every sandboxed local stage sees, read-only (PATH) or read-write (PATH:rw): "+
 		"a provider mirror, a plugin cache, a CLI configuration file. Repeatable.")
@@ -155,8 +155,8 @@ func (o *ExecutorOptions) localSandbox() (local.SandboxOptions, error) {
 	u, g, ok := strings.Cut(o.LocalUser, ":")
 	uid, uerr := strconv.ParseUint(u, 10, 32)
 	gid, gerr := strconv.ParseUint(g, 10, 32)
-	if !ok || uerr != nil || gerr != nil || uid == 0 {
-		return so, fmt.Errorf("--local-executor-user must be UID:GID with numbers, the UID not 0 (root), not %q", o.LocalUser)
+	if !ok || uerr != nil || gerr != nil || uid == 0 || gid == 0 {
+		return so, fmt.Errorf("--local-executor-user must be UID:GID with numbers, neither 0 (root), not %q", o.LocalUser)
 	}
 	so.UID, so.GID = uint32(uid), uint32(gid)
 	for _, m := range o.LocalMounts {

@@ -41,6 +41,13 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--executor", "kubernetes", "--executor-server-url", "https://terrarun.example"}},
 		{args: []string{"--standalone", "--controller-workers", "0", "--default-engine", "opentofu"}, want: []string{"--controller-workers must be at least 1", "--default-engine must be terraform or tofu"}},
 		{args: []string{"--executor", "kubernetes", "--executor-server-url", "https://terrarun.example"}, want: []string{"--etcd-servers must be specified"}},
+		{args: []string{"--standalone", "--local-executor-user", "1000:1000", "--local-executor-mount", "/opt/mirror,/var/cache/tf:rw"}},
+		{args: []string{"--standalone", "--local-executor-user", "0:1000"}, want: []string{`--local-executor-user must be UID:GID with numbers, neither 0 (root), not "0:1000"`}},
+		{args: []string{"--standalone", "--local-executor-user", "1000:0"}, want: []string{`--local-executor-user must be UID:GID`}},
+		{args: []string{"--standalone", "--local-executor-user", "nobody"}, want: []string{`--local-executor-user must be UID:GID`}},
+		{args: []string{"--standalone", "--local-executor-mount", "mirror"}, want: []string{`--local-executor-mount "mirror" must be a clean absolute path other than /, optionally followed by :rw`}},
+		{args: []string{"--standalone", "--local-executor-mount", "/opt/mirror:ro"}, want: []string{`--local-executor-mount "/opt/mirror:ro"`}},
+		{args: []string{"--standalone", "--local-executor-sandbox=false", "--local-executor-user", "0:0"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

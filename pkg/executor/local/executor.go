@@ -191,8 +191,8 @@ func New(opts Options) (*Executor, error) {
 		procs:  map[string]*proc{},
 	}
 	if !opts.Sandbox.Disabled {
-		if os.Getuid() == 0 && opts.Sandbox.UID == 0 {
-			return nil, errors.New("local executor: sandboxed stages may not run as root: choose another uid")
+		if os.Getuid() == 0 && (opts.Sandbox.UID == 0 || opts.Sandbox.GID == 0) {
+			return nil, errors.New("local executor: sandboxed stages may not run as root or in group root: choose another uid and gid")
 		}
 		if err := e.checkSandbox(); err != nil {
 			return nil, err

@@ -988,11 +988,17 @@ func TestNewValidates(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		"root stages": {want: "sandboxed stages may not run as root", mutate: func(t *testing.T, o *Options) {
+		"root stages": {want: "sandboxed stages may not run as root or in group root", mutate: func(t *testing.T, o *Options) {
 			if !asRoot {
 				t.Skipf("the test runs as uid %d: a server without root runs stages as its own user in a user namespace, and Sandbox.UID is not used", os.Getuid())
 			}
-			o.Sandbox.UID, o.Sandbox.GID = 0, 0
+			o.Sandbox.UID = 0
+		}},
+		"root group stages": {want: "sandboxed stages may not run as root or in group root", mutate: func(t *testing.T, o *Options) {
+			if !asRoot {
+				t.Skipf("the test runs as uid %d: a server without root runs stages as its own user in a user namespace, and Sandbox.GID is not used", os.Getuid())
+			}
+			o.Sandbox.GID = 0
 		}},
 		"no shim in sandbox": {want: "cannot sandbox stages as uid 65532", mutate: func(t *testing.T, o *Options) {
 			if !asRoot {
