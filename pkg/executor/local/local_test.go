@@ -572,6 +572,17 @@ func TestStopSendsSIGTERM(t *testing.T) {
 	if st, _ := e.Status(ctx, ex); st.State != executor.StateRunning || st.Name != name {
 		t.Fatalf("status = %+v", st)
 	}
+	// The token file stays the server's, though the rest of the work
+	// directory is handed to the stage's user.
+	for file, uid := range map[string]int{"token": os.Getuid(), "stage.json": stageUID} {
+		fi, err := os.Stat(filepath.Join(e.workDirOf(ex), file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner := int(fi.Sys().(*syscall.Stat_t).Uid); owner != uid {
+			t.Errorf("%s belongs to uid %d, want %d", file, owner, uid)
+		}
+	}
 	// The live token authenticates as the stage's identity.
 	tok := r.Token
 	resp, ok, err := e.Tokens().AuthenticateToken(ctx, tok)

@@ -147,6 +147,11 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		}
 		cfg.Hide = []string{tokenFile}
 		cfg.ExtraFiles = 1
+		// Hidden, and the server's besides, not handed to the stage's user.
+		if err := os.Lchown(tokenFile, os.Getuid(), os.Getgid()); err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
 		if cmd, err = sandbox.Command(e.opts.ExecutorBinary, cfg, args); err != nil {
 			logFile.Close()
 			return nil, nil, err
