@@ -57,7 +57,7 @@ func (r *runner) apply(ctx context.Context) error {
 			return fmt.Errorf("writing the dependency lock file: %w", err)
 		}
 	}
-	if err := r.writeBackendOverride(tfDir); err != nil {
+	if err := r.writeOverrides(tfDir); err != nil {
 		return err
 	}
 	tf, err := r.initTerraform(ctx, tfDir)
@@ -85,6 +85,15 @@ func (r *runner) apply(ctx context.Context) error {
 	}
 	if outputs == nil {
 		outputs = map[string]tfexec.OutputMeta{}
+	}
+	// The engine marks what derives from a Secret-sourced variable it knows;
+	// a value that still holds a secret is marked sensitive here too, so it
+	// stays out of the run's status.
+	for name, o := range outputs {
+		if !o.Sensitive && r.secrets.redactString(string(o.Value)) != string(o.Value) {
+			o.Sensitive = true
+			outputs[name] = o
+		}
 	}
 	b, err := json.Marshal(outputs)
 	if err != nil {

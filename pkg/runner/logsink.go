@@ -34,6 +34,8 @@ type logSink struct {
 const (
 	logQueueLen    = 8192
 	logMaxFailures = 5
+	// logBatchBytes is how much queued output is sent as one write at most.
+	logBatchBytes = 64 << 10
 )
 
 func newLogSink(ctx context.Context, client Client, stageName v1alpha1.StageName, attempt int32, onForbidden func(error)) *logSink {
@@ -107,6 +109,7 @@ func (s *logSink) loop() {
 		}
 	}
 	for chunk := range s.ch {
+		chunk = s.coalesce(chunk)
 		for !gaveUp {
 			if w == nil {
 				var err error
@@ -137,6 +140,23 @@ func (s *logSink) loop() {
 			}
 		}
 	}
+}
+
+// coalesce appends to chunk what is already queued behind it, up to
+// logBatchBytes, so that a burst of short lines is one write on the stream.
+func (s *logSink) coalesce(chunk []byte) []byte {
+	for len(chunk) < logBatchBytes {
+		select {
+		case more, ok := <-s.ch:
+			if !ok {
+				return chunk
+			}
+			chunk = append(chunk, more...)
+		default:
+			return chunk
+		}
+	}
+	return chunk
 }
 
 // Close sends what is queued, ends the stream and waits for the server's

@@ -54,7 +54,7 @@ func (r *runner) plan(ctx context.Context) error {
 	}
 	r.logf("terrarun: configuration revision %s", revision)
 
-	if err := r.writeBackendOverride(tfDir); err != nil {
+	if err := r.writeOverrides(tfDir); err != nil {
 		return err
 	}
 	varFile, err := r.writeVarFile()

@@ -42,6 +42,10 @@ var DefaultGracePeriod = 20 * time.Second
 // to select the run's backend.
 const backendOverrideFile = "zz_terrarun_backend_override.tf"
 
+// sensitiveOverrideFile is the file the runner writes into the
+// configuration to declare Secret-sourced variables sensitive.
+const sensitiveOverrideFile = "zz_terrarun_sensitive_override.tf"
+
 var (
 	// ErrCanceled means the stage was stopped by cancelling Run's context.
 	ErrCanceled = errors.New("stage canceled")

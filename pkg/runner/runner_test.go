@@ -348,18 +348,28 @@ variable "pair" {
 resource "terraform_data" "echo" {
   input = ["token-is-${var.token}", var.pair]
 
+  # nonsensitive hides the values from terraform's own redaction: only
+  # the runner's can catch them.
   provisioner "local-exec" {
-    command = "echo ${var.token} ${join(",", var.pair)}"
+    command = "echo ${nonsensitive(var.token)} ${join(",", nonsensitive(var.pair))}"
   }
 }
 
 output "token" {
-  value = var.token
+  value     = var.token
+  sensitive = true
+}
+
+output "derived" {
+  value     = upper(var.token)
+  sensitive = true
 }
 `
 
-// TestSecretsAreRedacted proves the redactor, not terraform, hides a
-// Secret-sourced variable the configuration does not declare sensitive.
+// TestSecretsAreRedacted proves that a Secret-sourced variable the
+// configuration does not declare sensitive is sensitive to terraform (its
+// outputs must be marked so), and that the redactor hides it where
+// terraform cannot (a command that strips the sensitivity).
 func TestSecretsAreRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "Sup3rS3cretValue42"
@@ -397,8 +407,35 @@ func TestSecretsAreRedacted(t *testing.T) {
 		}
 	}
 	// The outputs are the one place that holds values.
-	if string(h.outputs()["token"].Value) != `"`+secret+`"` {
+	outs := h.outputs()
+	if string(outs["token"].Value) != `"`+secret+`"` || !outs["token"].Sensitive || !outs["derived"].Sensitive {
 		t.Errorf("outputs = %s", h.srv.outputs)
+	}
+}
+
+// TestSecretDerivedOutputMustBeSensitive: the engine itself knows that a
+// Secret-sourced variable is sensitive, so a root output derived from it
+// (here through upper and base64encode) fails the plan with terraform's
+// explanation, unless the configuration marks it sensitive.
+func TestSecretDerivedOutputMustBeSensitive(t *testing.T) {
+	t.Parallel()
+	const secret = "DerivedS3cretValue"
+	h := newHarness(t, map[string]string{"main.tf": `variable "token" {
+  type = string
+}
+
+output "leak" {
+  value = base64encode(upper(var.token))
+}
+`})
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Variables = []stage.Variable{{Name: "token", File: h.secretFile(secret), Secret: true}}
+	err := h.run(context.Background(), plan)
+	if err == nil || !strings.Contains(err.Error(), "Output refers to sensitive values") {
+		t.Fatalf("plan error = %v, want terraform's \"Output refers to sensitive values\"", err)
+	}
+	if logs := h.srv.allLogs(); strings.Contains(logs, secret) || strings.Contains(logs, "REVSSVZFRFMzQ1JFVFZBTFVF") {
+		t.Errorf("the log holds the secret:\n%s", logs)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/hashicorp/terraform-config-inspect/tfconfig"
 	"github.com/hashicorp/terraform-exec/tfexec"
 )
 
@@ -76,10 +77,40 @@ func withGroupReaper(ctx context.Context, dir string, fn func() error) error {
 	return err
 }
 
-func (r *runner) writeBackendOverride(dir string) error {
+// writeOverrides writes the files the runner adds to the configuration in
+// dir: the run's backend, and every variable whose value comes from a Secret
+// declared sensitive, so that the engine itself treats the value, and
+// everything derived from it, as sensitive: it hides them in plans and logs,
+// and refuses a root output derived from one unless the output is
+// sensitive too.
+func (r *runner) writeOverrides(dir string) error {
 	content := fmt.Sprintf("# Written by terrarun: the run's backend.\nterraform {\n  backend %q {}\n}\n", r.spec.Backend.Type)
 	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte(content), 0o600); err != nil {
 		return fmt.Errorf("writing the backend override: %w", err)
+	}
+	names := r.secretVariableNames()
+	if len(names) == 0 {
+		return nil
+	}
+	// The configuration's own errors are the engine's to report; an override
+	// of a variable the configuration does not declare would be an error of
+	// its own, so only declared ones are overridden.
+	mod, _ := tfconfig.LoadModule(dir)
+	var b strings.Builder
+	b.WriteString("# Written by terrarun: variables whose values come from Secrets are sensitive.\n")
+	n := 0
+	for _, name := range names {
+		if mod == nil || mod.Variables[name] == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "variable %q {\n  sensitive = true\n}\n", name)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, sensitiveOverrideFile), []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("writing the sensitive variables override: %w", err)
 	}
 	return nil
 }

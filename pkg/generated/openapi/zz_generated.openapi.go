@@ -756,7 +756,14 @@ func schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref common.ReferenceCallback
 					},
 					"value": {
 						SchemaProps: spec.SchemaProps{
-							Description: "value is the output's value as JSON, present only when the output is not sensitive.",
+							Description: "value is the output's value as JSON, present only when the output is neither sensitive nor larger than 4 KiB (valueOmitted says which). The outputs subresource serves every value.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"valueOmitted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "valueOmitted says why value is absent: Sensitive, or TooLarge (the value, or the outputs together, are too large for the run's status).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

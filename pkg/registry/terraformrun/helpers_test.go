@@ -103,6 +103,7 @@ type testEnv struct {
 	storage    *Storage
 	artifacts  *artifacts.Store
 	identities *fakeIdentities
+	etcd       *clientv3.Client
 }
 
 // newTestEnv starts an etcd and builds the storage of terraformruns on it.
@@ -128,7 +129,7 @@ func newTestEnvWithArtifacts(t *testing.T, opts artifacts.Options) *testEnv {
 	}
 	opts.Prefix = "/artifacts/"
 	testIdentities.ids = map[string]executor.Identity{}
-	env := &testEnv{artifacts: artifacts.New(client, opts), identities: testIdentities}
+	env := &testEnv{artifacts: artifacts.New(client, opts), identities: testIdentities, etcd: client}
 	storage, err := NewStorage(testScheme, restOptions, Deps{Artifacts: env.artifacts})
 	if err != nil {
 		t.Fatal(err)

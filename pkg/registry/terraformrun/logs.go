@@ -17,8 +17,15 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts"
 )
 
-// logReadSize is how much of the executor's stream is appended at once at most.
-const logReadSize = 64 << 10
+const (
+	// logReadSize is how much of the executor's stream is read at once, and
+	// about the most that is appended at once.
+	logReadSize = 64 << 10
+	// logBatchDelay is how long the stream is collected after a batch's first
+	// byte before it is appended: followers see a line at most this much
+	// later.
+	logBatchDelay = 10 * time.Millisecond
+)
 
 // LogsREST serves terraformruns/logs as text/plain, streamed and flushed, with
 // the query options of a TerraformRunLogOptions: stage (plan or apply;
@@ -159,22 +166,59 @@ func (f *flushWriter) Flush() {
 }
 
 // append appends the executor's stream to the log of the stage attempt as it
-// arrives, in pieces of at most logReadSize bytes.
+// arrives, in batches: what arrives within logBatchDelay of a batch's first
+// byte, up to logReadSize, is one append, so that a log of many short lines
+// costs a transaction per batch rather than per line.
 func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stageName terrarun.StageName, attempt int32, body io.Reader) error {
-	ref := runRef(run)
-	buf := make([]byte, logReadSize)
-	for {
-		n, rerr := body.Read(buf)
-		if n > 0 {
-			if err := r.artifacts.AppendLog(ctx, ref, string(stageName), attempt, append([]byte(nil), buf[:n]...)); err != nil {
-				return artifactError(err, run.Name, "logs", fmt.Sprintf("the %s log of attempt %d is closed: the stage has ended", stageName, attempt))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pieces := make(chan []byte, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(pieces)
+		for {
+			buf := make([]byte, logReadSize)
+			n, err := body.Read(buf)
+			if n > 0 {
+				select {
+				case pieces <- buf[:n]:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					readErr <- err
+				}
+				return
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
-			return nil
+	}()
+	ref := runRef(run)
+	for piece := range pieces {
+		batch := piece
+		timer := time.NewTimer(logBatchDelay)
+	collect:
+		for len(batch) < logReadSize {
+			select {
+			case more, ok := <-pieces:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, more...)
+			case <-timer.C:
+				break collect
+			}
 		}
-		if rerr != nil {
-			return apierrors.NewBadRequest("reading the log stream: " + rerr.Error())
+		timer.Stop()
+		if err := r.artifacts.AppendLog(ctx, ref, string(stageName), attempt, batch); err != nil {
+			return artifactError(err, run.Name, "logs", fmt.Sprintf("the %s log of attempt %d is closed: the stage has ended", stageName, attempt))
 		}
+	}
+	select {
+	case err := <-readErr:
+		return apierrors.NewBadRequest("reading the log stream: " + err.Error())
+	default:
+		return nil
 	}
 }

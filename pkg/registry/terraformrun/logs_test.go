@@ -2,6 +2,8 @@ package terraformrun
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -61,6 +63,49 @@ func TestLogsWriteAndRead(t *testing.T) {
 	}
 	w = connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=2", strings.NewReader("late\n"))
 	expectStatus(t, w, http.StatusConflict, "the plan log of attempt 2 is closed: the stage has ended")
+}
+
+// TestLogsAreBatched: an executor stream of 20,000 short lines, each its
+// own write, is stored in full in a small number of etcd transactions (each
+// transaction raises etcd's revision by one), not one per line.
+func TestLogsAreBatched(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+
+	const lines = 20000
+	var want strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&want, "line %05d of the plan\n", i)
+	}
+	revision := func() int64 {
+		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	before := revision()
+	pr, pw := io.Pipe()
+	go func() {
+		for line := range strings.Lines(want.String()) {
+			if _, err := pw.Write([]byte(line)); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", pr), http.StatusNoContent)
+	txns := revision() - before
+	t.Logf("%d lines (%d bytes) stored in %d transactions", lines, want.Len(), txns)
+	if txns > lines/100 {
+		t.Errorf("%d lines cost %d etcd transactions, want at most %d", lines, txns, lines/100)
+	}
+	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != want.String() {
+		t.Errorf("served %d bytes, want the %d written", w.Body.Len(), want.Len())
+	}
 }
 
 func TestLogsFollow(t *testing.T) {

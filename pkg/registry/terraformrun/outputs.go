@@ -92,15 +92,7 @@ func (r *OutputsREST) upload(ctx context.Context, run *terrarun.TerraformRun, at
 	if _, err := r.artifacts.Put(ctx, runRef(run), artifacts.Outputs, bytes.NewReader(data)); err != nil {
 		return artifactError(err, run.Name, "outputs", "")
 	}
-	statuses := make([]terrarun.OutputStatus, 0, len(outputs))
-	for _, n := range slices.Sorted(maps.Keys(outputs)) {
-		o := outputs[n]
-		s := terrarun.OutputStatus{Name: n, Type: string(o.Type), Sensitive: o.Sensitive}
-		if !o.Sensitive {
-			s.Value = string(o.Value)
-		}
-		statuses = append(statuses, s)
-	}
+	statuses := outputStatuses(outputs)
 	_, err = r.status.update(ctx, run.Name, func(run *terrarun.TerraformRun) error {
 		if err := checkExecutor(ctx, run, terrarun.StageApply, attempt, "outputs"); err != nil {
 			return err
@@ -109,4 +101,29 @@ func (r *OutputsREST) upload(ctx context.Context, run *terrarun.TerraformRun, at
 		return nil
 	})
 	return err
+}
+
+// outputStatuses summarizes outputs for status.outputs, sorted by name: a
+// value is kept only when the output is not sensitive, is at most
+// validation.MaxOutputValueBytes, and fits in the
+// validation.MaxOutputValuesBytes that all values may take together, so that
+// a run never fails for the size of its outputs.
+func outputStatuses(outputs map[string]outputValue) []terrarun.OutputStatus {
+	statuses := make([]terrarun.OutputStatus, 0, len(outputs))
+	total := 0
+	for _, n := range slices.Sorted(maps.Keys(outputs)) {
+		o := outputs[n]
+		s := terrarun.OutputStatus{Name: n, Type: string(o.Type), Sensitive: o.Sensitive}
+		switch v := string(o.Value); {
+		case o.Sensitive:
+			s.ValueOmitted = terrarun.OutputSensitive
+		case len(v) > validation.MaxOutputValueBytes || total+len(v) > validation.MaxOutputValuesBytes:
+			s.ValueOmitted = terrarun.OutputTooLarge
+		default:
+			s.Value = v
+			total += len(v)
+		}
+		statuses = append(statuses, s)
+	}
+	return statuses
 }

@@ -1,6 +1,9 @@
 package terraformrun
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 )
 
 const testOutputs = `{
@@ -28,7 +32,7 @@ func TestOutputsUploadAndRead(t *testing.T) {
 	expectStatus(t, w, http.StatusNoContent)
 
 	want := []terrarun.OutputStatus{
-		{Name: "password", Type: `"string"`, Sensitive: true},
+		{Name: "password", Type: `"string"`, Sensitive: true, ValueOmitted: terrarun.OutputSensitive},
 		{Name: "ports", Type: `["list", "number"]`, Value: `[80, 443]`},
 		{Name: "url", Type: `"string"`, Value: `"https://example.com"`},
 	}
@@ -43,6 +47,55 @@ func TestOutputsUploadAndRead(t *testing.T) {
 	}
 	if w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("headers = %v", w.Header())
+	}
+}
+
+// TestOutputsTooLargeForStatus: a 1.6 MB output, and more small ones than
+// status can hold, do not fail the upload: status keeps the values that fit,
+// says why the others are missing, and the subresource serves them all.
+func TestOutputsTooLargeForStatus(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, applyStage, terrarun.StageApply, 1)
+
+	big := strings.Repeat("x", 1600*1000)
+	small := strings.Repeat("y", 3000)
+	outputs := map[string]any{"a_big": map[string]any{"type": "string", "value": big}}
+	for i := range 30 {
+		outputs[fmt.Sprintf("s%02d", i)] = map[string]any{"type": "string", "value": small}
+	}
+	doc, err := json.Marshal(outputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := connect(t, env.storage.Outputs, applyStage, http.MethodPost, "web", "attempt=1", bytes.NewReader(doc))
+	expectStatus(t, w, http.StatusNoContent)
+
+	st := env.getRun(t, "web").Status.Outputs
+	if len(st) != 31 || st[0].Name != "a_big" || st[0].Value != "" || st[0].ValueOmitted != terrarun.OutputTooLarge {
+		t.Fatalf("status.outputs[0] = %+v, want a_big without its value, TooLarge", st[0])
+	}
+	kept, total := 0, 0
+	for _, o := range st[1:] {
+		switch o.ValueOmitted {
+		case "":
+			if kept != total {
+				t.Errorf("%s kept after an omitted value", o.Name)
+			}
+			kept++
+		case terrarun.OutputTooLarge:
+		default:
+			t.Errorf("%s: valueOmitted = %q", o.Name, o.ValueOmitted)
+		}
+		total++
+	}
+	if want := validation.MaxOutputValuesBytes / (len(small) + 2); kept != want {
+		t.Errorf("kept %d values in status, want %d (as many as fit in %d bytes)", kept, want, validation.MaxOutputValuesBytes)
+	}
+	w = connect(t, env.storage.Outputs, alice, http.MethodGet, "web", "", nil)
+	expectStatus(t, w, http.StatusOK)
+	if !bytes.Equal(w.Body.Bytes(), doc) {
+		t.Errorf("GET served %d bytes, want the %d uploaded", w.Body.Len(), len(doc))
 	}
 }
 

@@ -4,8 +4,8 @@
 // The redacted JSON is what users read through the run's plan subresource
 // with ?format=json, so every value Terraform knows to be sensitive is
 // replaced with the string "(sensitive value)", and, as a defence in depth,
-// so is every string that contains one of the secret values the executor
-// knows about.
+// so is every string or number that contains one of the secret values the
+// executor knows about.
 package planjson
 
 import (
@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	tfjson "github.com/hashicorp/terraform-json"
@@ -406,6 +407,12 @@ func scrub(v any, secrets []string, inValue bool) any {
 			t[i] = scrub(t[i], secrets, inValue)
 		}
 		return t
+	case json.Number:
+		// A number variable from a Secret is as secret as a string one.
+		if containsAny(string(t), secrets) {
+			return Sensitive
+		}
+		return t
 	default:
 		return v
 	}
@@ -420,7 +427,13 @@ func containsAny(s string, secrets []string) bool {
 	return false
 }
 
-// leafStrings returns every string inside v.
+// minSecretNumber is the fewest digits of a number inside a secret value
+// that is redacted on its own: shorter ones (a count of "1") would
+// mask every such number in the plan.
+const minSecretNumber = 4
+
+// leafStrings returns every string inside v, and every number of at least
+// minSecretNumber characters as it is written in JSON.
 func leafStrings(v any) []string {
 	var out []string
 	var walk func(v any)
@@ -428,6 +441,14 @@ func leafStrings(v any) []string {
 		switch t := v.(type) {
 		case string:
 			out = append(out, t)
+		case json.Number:
+			if len(t) >= minSecretNumber {
+				out = append(out, string(t))
+			}
+		case float64:
+			if n := strconv.FormatFloat(t, 'f', -1, 64); len(n) >= minSecretNumber {
+				out = append(out, n)
+			}
 		case map[string]any:
 			for _, sub := range t {
 				walk(sub)

@@ -212,6 +212,36 @@ func TestRedactKeepsNumbersAndHTML(t *testing.T) {
 	}
 }
 
+// TestRedactSecretNumbers: a number variable from a Secret (hcl: true) is
+// redacted wherever it appears, as a number or inside a string, and so are
+// the long numbers inside a secret object; short ones are not, or every
+// count would be.
+func TestRedactSecretNumbers(t *testing.T) {
+	in := `{"variables":{"pin":{"value":73915824},"obj":{"value":{"port":5432,"n":1}}},
+"resource_changes":[{"change":{"after":{"a":73915824,"b":"x73915824","c":[5432],"d":1,"e":7391}}}],
+"planned_values":{"outputs":{"o":{"value":73915824}}}}`
+	out, err := Redact([]byte(in), Options{Secrets: []string{"73915824"}, SecretVariables: []string{"obj"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"73915824", "5432"} {
+		if strings.Contains(string(out), s) {
+			t.Errorf("%s is in the redacted plan: %s", s, out)
+		}
+	}
+	m := decode(t, out)
+	if d := get(m, "resource_changes", 0, "change", "after", "d"); d != float64(1) {
+		t.Errorf("the short number 1 was redacted: %s", out)
+	}
+	if e := get(m, "resource_changes", 0, "change", "after", "e"); e != float64(7391) {
+		t.Errorf("7391 was redacted though no secret holds it: %s", out)
+	}
+	p := &tfjson.Plan{Variables: map[string]*tfjson.PlanVariable{"obj": {Value: map[string]any{"port": float64(5432), "n": float64(1), "s": "str"}}}}
+	if got := VariableStrings(p, []string{"obj"}); !reflect.DeepEqual(got, []string{"5432", "str"}) {
+		t.Errorf("VariableStrings = %q, want the long number and the string", got)
+	}
+}
+
 func TestRedactInvalid(t *testing.T) {
 	for _, in := range []string{``, `not json`, `[1,2]`, `null`} {
 		if _, err := Redact([]byte(in), Options{}); err == nil {

@@ -542,10 +542,27 @@ type OutputStatus struct {
 	// sensitive is true when the output is marked sensitive; its value is then omitted.
 	// +optional
 	Sensitive bool `json:"sensitive,omitempty"`
-	// value is the output's value as JSON, present only when the output is not sensitive.
+	// value is the output's value as JSON, present only when the output is
+	// neither sensitive nor larger than 4 KiB (valueOmitted says which). The
+	// outputs subresource serves every value.
 	// +optional
 	Value string `json:"value,omitempty"`
+	// valueOmitted says why value is absent: Sensitive, or TooLarge (the
+	// value, or the outputs together, are too large for the run's status).
+	// +optional
+	ValueOmitted OutputValueOmitted `json:"valueOmitted,omitempty"`
 }
+
+// OutputValueOmitted says why an output's value is not in status.
+type OutputValueOmitted string
+
+const (
+	// OutputSensitive: the output is sensitive, or holds a secret value.
+	OutputSensitive OutputValueOmitted = "Sensitive"
+	// OutputTooLarge: the value is over 4 KiB, or the values before it
+	// already fill the status's 64 KiB for outputs.
+	OutputTooLarge OutputValueOmitted = "TooLarge"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 

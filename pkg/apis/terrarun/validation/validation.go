@@ -12,6 +12,7 @@
 package validation
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/url"
@@ -45,6 +46,17 @@ const (
 	MaxRequiredApprovals = 10
 	// MaxParallelism is the largest accepted spec.parallelism.
 	MaxParallelism = 256
+	// MaxSpecBytes caps the spec's size encoded as JSON: with metadata
+	// (annotations are capped at 256 KiB) and status, a run stays well
+	// under etcd's default request limit of 1.5 MiB.
+	MaxSpecBytes = 512 * 1024
+	// MaxOutputValueBytes is the largest output value kept in
+	// status.outputs; larger values are served by the outputs subresource
+	// only.
+	MaxOutputValueBytes = 4 * 1024
+	// MaxOutputValuesBytes caps the output values in status.outputs
+	// together.
+	MaxOutputValuesBytes = 64 * 1024
 )
 
 const (
@@ -199,7 +211,29 @@ func ValidateTerraformRunSpec(spec *terrarun.TerraformRunSpec, fldPath *field.Pa
 	if spec.Creator != nil && spec.Creator.Username == "" {
 		allErrs = append(allErrs, field.Required(fldPath.Child("creator", "username"), "the creator must name a user"))
 	}
+	allErrs = append(allErrs, validateSpecSize(spec, fldPath)...)
 	return allErrs
+}
+
+// validateSpecSize caps the spec's encoded size at MaxSpecBytes, well under
+// etcd's request limit, so that a run never fails later when its status
+// grows; the error names the spec's largest field.
+func validateSpecSize(spec *terrarun.TerraformRunSpec, fldPath *field.Path) field.ErrorList {
+	b, err := json.Marshal(spec)
+	if err != nil || len(b) <= MaxSpecBytes {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(b, &fields)
+	largest, size := "", 0
+	for name, raw := range fields {
+		if len(raw) > size || (len(raw) == size && name < largest) {
+			largest, size = name, len(raw)
+		}
+	}
+	return field.ErrorList{withHint(field.TooLong(fldPath, "", MaxSpecBytes),
+		fmt.Sprintf("the spec is %d bytes, its largest field %s %d bytes; put large configurations in a git repository or a ConfigMap, and large values in Secrets or ConfigMaps",
+			len(b), fldPath.Child(largest), size))}
 }
 
 // validateSpecUnchanged refuses any change of an immutable spec.
@@ -745,6 +779,20 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 		if o.Sensitive && o.Value != "" {
 			allErrs = append(allErrs, field.Forbidden(idxPath.Child("value"),
 				"must be empty for a sensitive output; sensitive values are served only by the outputs subresource"))
+		}
+		switch o.ValueOmitted {
+		case "":
+		case terrarun.OutputSensitive, terrarun.OutputTooLarge:
+			if o.Value != "" {
+				allErrs = append(allErrs, field.Forbidden(idxPath.Child("value"),
+					"must be empty when valueOmitted is set; the value is served only by the outputs subresource"))
+			}
+		default:
+			allErrs = append(allErrs, field.NotSupported(idxPath.Child("valueOmitted"), o.ValueOmitted,
+				[]terrarun.OutputValueOmitted{terrarun.OutputSensitive, terrarun.OutputTooLarge}))
+		}
+		if len(o.Value) > MaxOutputValueBytes {
+			allErrs = append(allErrs, field.TooLong(idxPath.Child("value"), "", MaxOutputValueBytes))
 		}
 	}
 	return allErrs

@@ -328,6 +328,21 @@ func TestValidateVariables(t *testing.T) {
 	})
 }
 
+// TestValidateSpecSize: a spec over MaxSpecBytes is refused with the size
+// and its largest field, before etcd would refuse the object or, worse, its
+// later status writes.
+func TestValidateSpecSize(t *testing.T) {
+	value := strings.Repeat("v", MaxSpecBytes/3)
+	runSpecCases(t, []specCase{
+		{name: "two large values", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Variables = []terrarun.Variable{{Name: "a", Value: value}, {Name: "b", Value: value}}
+		}},
+		{name: "three large values", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Variables = []terrarun.Variable{{Name: "a", Value: value}, {Name: "b", Value: value}, {Name: "c", Value: value}}
+		}, want: []string{tooLong("spec")}, detail: "its largest field spec.variables"},
+	})
+}
+
 func TestValidateBackend(t *testing.T) {
 	backend := func(b terrarun.Backend) func(*terrarun.TerraformRun) {
 		return func(r *terrarun.TerraformRun) { r.Spec.Backend = &b }

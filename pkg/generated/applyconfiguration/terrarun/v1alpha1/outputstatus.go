@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	terrarunv1alpha1 "github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+)
+
 // OutputStatusApplyConfiguration represents a declarative configuration of the OutputStatus type for use
 // with apply.
 //
@@ -29,8 +33,13 @@ type OutputStatusApplyConfiguration struct {
 	Type *string `json:"type,omitempty"`
 	// sensitive is true when the output is marked sensitive; its value is then omitted.
 	Sensitive *bool `json:"sensitive,omitempty"`
-	// value is the output's value as JSON, present only when the output is not sensitive.
+	// value is the output's value as JSON, present only when the output is
+	// neither sensitive nor larger than 4 KiB (valueOmitted says which). The
+	// outputs subresource serves every value.
 	Value *string `json:"value,omitempty"`
+	// valueOmitted says why value is absent: Sensitive, or TooLarge (the
+	// value, or the outputs together, are too large for the run's status).
+	ValueOmitted *terrarunv1alpha1.OutputValueOmitted `json:"valueOmitted,omitempty"`
 }
 
 // OutputStatusApplyConfiguration constructs a declarative configuration of the OutputStatus type for use with
@@ -68,5 +77,13 @@ func (b *OutputStatusApplyConfiguration) WithSensitive(value bool) *OutputStatus
 // If called multiple times, the Value field is set to the value of the last call.
 func (b *OutputStatusApplyConfiguration) WithValue(value string) *OutputStatusApplyConfiguration {
 	b.Value = &value
+	return b
+}
+
+// WithValueOmitted sets the ValueOmitted field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ValueOmitted field is set to the value of the last call.
+func (b *OutputStatusApplyConfiguration) WithValueOmitted(value terrarunv1alpha1.OutputValueOmitted) *OutputStatusApplyConfiguration {
+	b.ValueOmitted = &value
 	return b
 }
