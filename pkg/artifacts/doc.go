@@ -57,6 +57,15 @@
 // plan file cannot be applied, so Put returns an error wrapping ErrTooLarge
 // instead.
 //
+// Logs also have budgets together: all logs of a run (Limits.RunLogs), of a
+// namespace (Limits.NamespaceLogs) and of the whole store
+// (Limits.TotalLogs), so that no run or tenant can fill etcd until its space
+// alarm makes the whole API read-only. Each log's size is kept in a small
+// usage key, written in the same transaction as its chunks and on the run's
+// lease; a store sums them every few seconds (and counts its own appends at
+// once), so the budgets hold across replicas within a few seconds' worth of
+// output. A log cut by a budget ends with a marker that names it.
+//
 // # Encryption at rest
 //
 // Every chunk and every meta value goes through the configured

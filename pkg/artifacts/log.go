@@ -197,9 +197,15 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 	}
 	base := s.runBase(run)
 	limit := s.limits.Log
+	usageKey := s.usageKey(run, stage, attempt)
 	for len(p) > 0 {
 		piece := p[:min(len(p), s.chunkSize)]
 		p = p[len(piece):]
+		budget, budgetMarker, err := s.logBudget(ctx, run, int64(len(piece)))
+		if err != nil {
+			return err
+		}
+		var stored int64
 		m, err := s.updateLog(ctx, base, keys, func(cur logMeta, lease clientv3.LeaseID) (logMeta, []clientv3.Op, bool, error) {
 			if cur.Closed {
 				return cur, nil, true, fmt.Errorf("%w: %s", ErrLogClosed, keys.what)
@@ -209,8 +215,12 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 			}
 			data := piece
 			next := cur
-			if room := max(limit-cur.Size, 0); int64(len(piece)) > room {
-				data = append(piece[:room:room], marker(limit)...)
+			room, mark := max(limit-cur.Size, 0), marker(limit)
+			if budgetMarker != nil && budget < room {
+				room, mark = budget, budgetMarker
+			}
+			if int64(len(piece)) > room {
+				data = append(piece[:room:room], mark...)
 				next.Truncated = true
 			}
 			key := keys.chunk(cur.Chunks)
@@ -220,11 +230,16 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 			}
 			next.Chunks++
 			next.Size += int64(len(data))
-			return next, []clientv3.Op{clientv3.OpPut(key, sealed, clientv3.WithLease(lease))}, false, nil
+			stored = int64(len(data))
+			return next, []clientv3.Op{
+				clientv3.OpPut(key, sealed, clientv3.WithLease(lease)),
+				clientv3.OpPut(usageKey, strconv.FormatInt(next.Size, 10), clientv3.WithLease(lease)),
+			}, false, nil
 		})
 		if err != nil {
 			return err
 		}
+		s.countLog(run, stored)
 		if m.Truncated {
 			return nil
 		}

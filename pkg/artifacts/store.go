@@ -86,6 +86,15 @@ type Limits struct {
 	Outputs int64
 	// Log limits the log of one stage attempt; default 64 MiB.
 	Log int64
+	// RunLogs limits the logs of one run together (every stage and
+	// attempt); default 256 MiB.
+	RunLogs int64
+	// NamespaceLogs limits the logs of all runs of one namespace; default
+	// 1 GiB.
+	NamespaceLogs int64
+	// TotalLogs limits the logs of all runs; default 1.5 GiB, under etcd's
+	// default quota of 2 GiB.
+	TotalLogs int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -100,6 +109,9 @@ func (l Limits) withDefaults() Limits {
 	def(&l.PlanSource, 16<<20)
 	def(&l.Outputs, 4<<20)
 	def(&l.Log, 64<<20)
+	def(&l.RunLogs, 256<<20)
+	def(&l.NamespaceLogs, 1<<30)
+	def(&l.TotalLogs, 3<<29)
 	return l
 }
 
@@ -156,6 +168,8 @@ type Store struct {
 	mu       sync.Mutex
 	leases   map[string]clientv3.LeaseID // run base key -> lease
 	logMetas map[string]cachedLogMeta    // log meta key -> last known meta
+
+	usage logUsage
 }
 
 // New returns a Store that keeps artifacts through client, configured by opts.
@@ -349,11 +363,13 @@ func (s *Store) DeleteRun(ctx context.Context, run RunRef) error {
 	resp, err := s.client.Txn(ctx).Then(
 		clientv3.OpGet(base+"lease"),
 		clientv3.OpDelete(base, clientv3.WithPrefix()),
+		clientv3.OpDelete(s.usageRunPrefix(run), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("artifacts: deleting artifacts of run %s: %w", run, err)
 	}
 	s.forgetLease(base, 0)
+	s.forgetRunUsage(run)
 	s.mu.Lock()
 	for k := range s.logMetas {
 		if len(k) >= len(base) && k[:len(base)] == base {

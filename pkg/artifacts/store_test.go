@@ -468,8 +468,8 @@ func TestLeaseRetention(t *testing.T) {
 		if err := s.AppendLog(ctx, testRun, "plan", 0, []byte("hello\n")); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(keys(t, cli, "/short/")); n != 15 { // lease, plan meta + 10 chunks, log meta + chunk + index
-			t.Fatalf("%d keys, want 15", n)
+		if n := len(keys(t, cli, "/short/")); n != 16 { // lease, plan meta + 10 chunks, log meta + chunk + index + usage
+			t.Fatalf("%d keys, want 16", n)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for len(keys(t, cli, "/short/")) > 0 {
@@ -1008,5 +1008,66 @@ func TestFollowResumesAfterCompaction(t *testing.T) {
 	}
 	if buf.String() != "b\nc\nd\n" {
 		t.Fatalf("got %q", buf.String())
+	}
+}
+
+// TestLogBudgets: the logs of a run, of a namespace and of all runs are
+// capped together, each cut ending with a marker that says which budget, and
+// the budget is freed when runs are deleted. Another store (another replica)
+// sees what this one wrote.
+func TestLogBudgets(t *testing.T) {
+	cli := startEtcd(t)
+	ctx := t.Context()
+	opts := Options{Prefix: "/budget/", ChunkSize: 100, Limits: Limits{Log: 1000, RunLogs: 1500, NamespaceLogs: 2500, TotalLogs: 3500}}
+	s := New(cli, opts)
+	run := func(ns, name string) RunRef { return RunRef{Namespace: ns, Name: name, UID: name + "-uid"} }
+	line := bytes.Repeat([]byte("x"), 99)
+	line = append(line, '\n')
+	write := func(r RunRef, stage string, n int) string {
+		t.Helper()
+		for range n / len(line) {
+			if err := s.AppendLog(ctx, r, stage, 1, line); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return streamAll(t, s, ctx, r, stage, 1, LogOptions{})
+	}
+	// One log: its own limit.
+	a := run("team-a", "one")
+	if got := write(a, "plan", 1200); !strings.HasSuffix(got, fmt.Sprintf(TruncationMarker, 1000)) || len(got) != 1000+len(fmt.Sprintf(TruncationMarker, 1000)) {
+		t.Fatalf("plan log of %d bytes ends %q", len(got), got[max(len(got)-120, 0):])
+	}
+	// The run's second log: the run's budget (1500) leaves it about 500 bytes.
+	got := write(a, "apply", 1000)
+	if !strings.Contains(got, "the logs of this run reached their budget of 1500 bytes") || strings.Count(got, "x") > 500 {
+		t.Fatalf("apply log: %d bytes, %q", len(got), got[max(len(got)-120, 0):])
+	}
+	// Another run of the namespace: the namespace's budget (2500).
+	b := run("team-a", "two")
+	got = write(b, "plan", 1000)
+	if !strings.Contains(got, "the logs of namespace team-a reached their budget of 2500 bytes") {
+		t.Fatalf("second run's log: %d bytes, %q", len(got), got[max(len(got)-160, 0):])
+	}
+	// Another namespace: the total (3500) binds before the namespace's.
+	c := run("team-b", "three")
+	got = write(c, "plan", 1000)
+	if !strings.Contains(got, "the server's log storage budget of 3500 bytes is used up") {
+		t.Fatalf("other namespace's log: %d bytes, %q", len(got), got[max(len(got)-160, 0):])
+	}
+	// A new replica sees the same use.
+	replica := New(cli, opts)
+	room, mark, err := replica.logBudget(ctx, run("team-c", "four"), 1000)
+	if err != nil || room != 0 || !strings.Contains(string(mark), "server's log storage budget") {
+		t.Fatalf("a new store's budget: %d, %q, %v; want 0 and the total's marker", room, mark, err)
+	}
+	// Deleting runs frees their part.
+	for _, r := range []RunRef{a, b} {
+		if err := s.DeleteRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := run("team-a", "five")
+	if got := write(d, "plan", 500); strings.Contains(got, "truncated") || len(got) != 500 {
+		t.Fatalf("after deleting runs, a new log of %d bytes: %q", len(got), got[max(len(got)-160, 0):])
 	}
 }

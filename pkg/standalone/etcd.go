@@ -23,6 +23,9 @@ type Etcd struct {
 	e         *embed.Etcd
 	clientURL string
 	tls       *EtcdClientTLS
+	// stop ends maintain, which closes maintained when it returns.
+	stop       context.CancelFunc
+	maintained chan struct{}
 }
 
 // EtcdClientTLS are the files a client presents to an etcd started
@@ -126,7 +129,13 @@ func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Etcd{e: e, clientURL: clientURL.String(), tls: clientTLS}, nil
+	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	etcd := &Etcd{e: e, clientURL: clientURL.String(), tls: clientTLS, stop: stop, maintained: make(chan struct{})}
+	go func() {
+		defer close(etcd.maintained)
+		etcd.maintain(mctx)
+	}()
+	return etcd, nil
 }
 
 // ClientURL is the address for --etcd-servers.
@@ -174,7 +183,11 @@ func etcdCerts(dir string) (transport.TLSInfo, *EtcdClientTLS, error) {
 }
 
 // Close stops etcd gracefully; everything acknowledged is already on disk.
-func (e *Etcd) Close() { e.e.Close() }
+func (e *Etcd) Close() {
+	e.stop()
+	<-e.maintained
+	e.e.Close()
+}
 
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)

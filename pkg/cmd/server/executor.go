@@ -58,6 +58,9 @@ type ExecutorOptions struct {
 	ArtifactRetention time.Duration
 	// MaxLogBytes caps each stage attempt's log.
 	MaxLogBytes int64
+	// MaxRunLogBytes, MaxNamespaceLogBytes and MaxTotalLogBytes cap the logs
+	// of a run, of a namespace and of all runs.
+	MaxRunLogBytes, MaxNamespaceLogBytes, MaxTotalLogBytes int64
 	// MaxPlanBytes caps the plan text and the redacted plan JSON.
 	MaxPlanBytes int64
 	// DefaultEngine is spec.engine.binary for runs that set none.
@@ -113,6 +116,9 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
 	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
 	fs.Int64Var(&o.MaxLogBytes, "max-log-bytes", o.MaxLogBytes, "Size cap of one stage attempt's log; past it the log ends with a truncation marker. 0: 64 MiB.")
+	fs.Int64Var(&o.MaxRunLogBytes, "max-run-log-bytes", o.MaxRunLogBytes, "Size cap of all logs of one run together; past it its log ends with a truncation marker. 0: 256 MiB.")
+	fs.Int64Var(&o.MaxNamespaceLogBytes, "max-namespace-log-bytes", o.MaxNamespaceLogBytes, "Size cap of all logs of the runs of one namespace; past it logs end with a truncation marker until runs are deleted. 0: 1 GiB.")
+	fs.Int64Var(&o.MaxTotalLogBytes, "max-total-log-bytes", o.MaxTotalLogBytes, "Size cap of all logs in etcd, kept under etcd's space quota (--quota-backend-bytes of etcd, 2 GiB by default) so that logs cannot make etcd read-only. 0: 1.5 GiB.")
 	fs.Int64Var(&o.MaxPlanBytes, "max-plan-bytes", o.MaxPlanBytes, "Size cap of the plan text and of the redacted plan JSON; past it they end with a truncation marker. 0: 32 MiB for text, 64 MiB for JSON.")
 }
 
@@ -143,8 +149,11 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
 	}
-	if o.MaxLogBytes < 0 || o.MaxPlanBytes < 0 {
-		errs = append(errs, fmt.Errorf("--max-log-bytes and --max-plan-bytes must not be negative"))
+	for name, v := range map[string]int64{"--max-log-bytes": o.MaxLogBytes, "--max-plan-bytes": o.MaxPlanBytes,
+		"--max-run-log-bytes": o.MaxRunLogBytes, "--max-namespace-log-bytes": o.MaxNamespaceLogBytes, "--max-total-log-bytes": o.MaxTotalLogBytes} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default)", name))
+		}
 	}
 	return errs
 }
@@ -229,7 +238,8 @@ func newArtifactStore(ctx context.Context, etcd *genericoptions.EtcdOptions, o *
 	return artifacts.New(client, artifacts.Options{
 		Transformer: t,
 		Retention:   o.ArtifactRetention,
-		Limits:      artifacts.Limits{Log: o.MaxLogBytes, PlanText: o.MaxPlanBytes, PlanJSON: o.MaxPlanBytes},
+		Limits: artifacts.Limits{Log: o.MaxLogBytes, PlanText: o.MaxPlanBytes, PlanJSON: o.MaxPlanBytes,
+			RunLogs: o.MaxRunLogBytes, NamespaceLogs: o.MaxNamespaceLogBytes, TotalLogs: o.MaxTotalLogBytes},
 	}), nil
 }
 

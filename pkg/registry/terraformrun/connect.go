@@ -125,6 +125,9 @@ func artifactError(err error, name, what, message string) error {
 		return notFound(name, what, message)
 	case errors.Is(err, artifacts.ErrLogClosed):
 		return conflict(name, "%s", message)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return apierrors.NewServiceUnavailable("etcd is out of space (its NOSPACE alarm is raised) and accepts only reads and deletes: " +
+			"delete old runs, whose logs and plans go with them; then an administrator compacts, defragments and disarms etcd (standalone mode does this itself within 10 minutes)")
 	case storeUnavailable(err):
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("the artifact store is unavailable, try again: %v", err))
 	}

@@ -37,6 +37,7 @@ func TestArtifactError(t *testing.T) {
 		{"etcd has no leader", wrap(rpctypes.ErrNoLeader), http.StatusServiceUnavailable, "etcdserver: no leader"},
 		{"connection unavailable", wrap(status.Error(codes.Unavailable, "connection refused")), http.StatusServiceUnavailable, "connection refused"},
 		{"gRPC deadline", wrap(status.Error(codes.DeadlineExceeded, "too slow")), http.StatusServiceUnavailable, "too slow"},
+		{"etcd out of space", wrap(rpctypes.ErrNoSpace), http.StatusServiceUnavailable, "etcd is out of space (its NOSPACE alarm is raised) and accepts only reads and deletes: delete old runs"},
 		{"request too large for etcd", wrap(rpctypes.ErrRequestTooLarge), http.StatusInternalServerError, "etcdserver: request is too large"},
 		{"permission denied", wrap(status.Error(codes.PermissionDenied, "no")), http.StatusInternalServerError, "no"},
 		{"canceled", wrap(context.Canceled), http.StatusInternalServerError, "context canceled"},
