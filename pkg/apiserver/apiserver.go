@@ -58,6 +58,9 @@ type ExtraConfig struct {
 	// DefaultEngine is spec.engine.binary when neither the run nor the
 	// cluster policy sets it; terraform when empty.
 	DefaultEngine terrarun.EngineBinary
+	// MaxFollowsPerUser caps the log follows and plan waits one user holds
+	// open on this server.
+	MaxFollowsPerUser int
 	// Controller configures the run controller.
 	Controller ControllerConfig
 }
@@ -122,7 +125,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		Artifacts:     extra.Artifacts,
 		DefaultEngine: extra.DefaultEngine,
-		NoHostCluster: extra.Controller.Kube == nil,
+		NoHostCluster:     extra.Controller.Kube == nil,
+		MaxFollowsPerUser: extra.MaxFollowsPerUser,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
 			if err := extra.Executor.Forget(ctx, namespace, name, uid); err != nil {
 				klog.FromContext(ctx).Error(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
@@ -158,6 +162,13 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Stages in flight get SIGINT and a grace period to release their state
 	// locks; a restarted server finds them lost, retries a plan and never
 	// re-applies.
+	// Follows and plan waits end at once rather than hold the shutdown up.
+	if err := generic.AddPreShutdownHook("terrarun-end-waits", func() error {
+		runs.EndWaits()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	if err := generic.AddPreShutdownHook("terrarun-executor-shutdown", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), extra.Controller.CancelGrace+10*time.Second)
 		defer cancel()

@@ -31,6 +31,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apiserver"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/terrarun/terrarun/pkg/generated/openapi"
+	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 )
 
 const (
@@ -53,6 +54,9 @@ type Options struct {
 	DataDir string
 	// Executor configures how runs execute.
 	Executor *ExecutorOptions
+	// MaxFollowsPerUser caps the log follows and plan waits one user holds
+	// open on one server.
+	MaxFollowsPerUser int
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -67,9 +71,10 @@ func NewOptions(out io.Writer) *Options {
 	o := &Options{
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
-		DataDir:  defaultDataDir,
-		Executor: newExecutorOptions(),
-		Out:      out,
+		DataDir:           defaultDataDir,
+		Executor:          newExecutorOptions(),
+		MaxFollowsPerUser: terraformrun.DefaultMaxFollowsPerUser,
+		Out:               out,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
@@ -97,6 +102,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Executor.AddFlags(fs)
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
 		"client-certificate authentication with a generated admin kubeconfig, and terrarun's roles granted by the groups terrarun:viewers, terrarun:editors and terrarun:approvers. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
+	fs.IntVar(&o.MaxFollowsPerUser, "max-follows-per-user", o.MaxFollowsPerUser, "Log follows (logs?follow=true) and plan waits (plan?wait=true) one user may hold open on this server at once; more are refused with 429.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
 }
 
@@ -111,6 +117,9 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 func (o *Options) Validate() error {
 	var errs []error
 	recommended := o.Recommended
+	if o.MaxFollowsPerUser < 1 {
+		errs = append(errs, fmt.Errorf("--max-follows-per-user must be at least 1, not %d", o.MaxFollowsPerUser))
+	}
 	if o.Standalone {
 		if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) > 0 {
 			errs = append(errs, errors.New("--etcd-servers cannot be combined with --standalone, which runs its own etcd in --data-dir"))
@@ -236,7 +245,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		ExtraConfig: apiserver.ExtraConfig{
 			Artifacts:     store,
 			Executor:      exec,
-			DefaultEngine: o.Executor.defaultEngine(),
+			DefaultEngine:     o.Executor.defaultEngine(),
+			MaxFollowsPerUser: o.MaxFollowsPerUser,
 			Controller: apiserver.ControllerConfig{
 				Enabled:     o.Executor.RunController,
 				Etcd:        etcdClient,

@@ -45,6 +45,8 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--standalone", "--local-executor-user", "0:1000"}, want: []string{`--local-executor-user must be UID:GID with numbers, neither 0 (root), not "0:1000"`}},
 		{args: []string{"--standalone", "--local-executor-user", "1000:0"}, want: []string{`--local-executor-user must be UID:GID`}},
 		{args: []string{"--standalone", "--local-executor-user", "nobody"}, want: []string{`--local-executor-user must be UID:GID`}},
+		{args: []string{"--standalone", "--max-follows-per-user", "0"}, want: []string{`--max-follows-per-user must be at least 1, not 0`}},
+		{args: []string{"--standalone", "--max-total-log-bytes", "-1"}, want: []string{`--max-total-log-bytes must not be negative (0 means the default)`}},
 		{args: []string{"--standalone", "--local-executor-mount", "mirror"}, want: []string{`--local-executor-mount "mirror" must be a clean absolute path other than /, optionally followed by :rw`}},
 		{args: []string{"--standalone", "--local-executor-mount", "/opt/mirror:ro"}, want: []string{`--local-executor-mount "/opt/mirror:ro"`}},
 		{args: []string{"--standalone", "--local-executor-sandbox=false", "--local-executor-user", "0:0"}},

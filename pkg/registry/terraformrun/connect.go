@@ -35,6 +35,7 @@ import (
 type connectBase struct {
 	status    statusWriter
 	artifacts *artifacts.Store
+	waiters   *waiters
 }
 
 // New returns an empty run: the subresource has no object of its own.

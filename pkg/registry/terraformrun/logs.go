@@ -83,7 +83,17 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 		fw := &flushWriter{w: w}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		streamCtx, cancel := context.WithCancelCause(ctx)
+		streamCtx := ctx
+		if streamOpts.Follow {
+			waitCtx, done, err := r.waiters.start(ctx)
+			if err != nil {
+				responder.Error(err)
+				return
+			}
+			defer done()
+			streamCtx = waitCtx
+		}
+		streamCtx, cancel := context.WithCancelCause(streamCtx)
 		defer cancel(nil)
 		if streamOpts.Follow {
 			go r.endWithRun(streamCtx, cancel, run)
@@ -95,6 +105,8 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 			// The status is sent; an error can only end the body early.
 		case errors.As(context.Cause(streamCtx), &ended):
 			responder.Error(notFound(name, "logs", fmt.Sprintf("%s without a %s log for attempt %d", ended, stageName, attempt)))
+		case errors.Is(context.Cause(streamCtx), errShuttingDown):
+			responder.Error(apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before the %s log of attempt %d began; follow again", stageName, attempt)))
 		case err != nil && ctx.Err() == nil:
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
 				"run %q has no %s log for attempt %d yet (it is %s); add ?follow=true to wait for it", name, stageName, attempt, phaseOrPending(run))))

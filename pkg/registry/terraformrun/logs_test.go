@@ -260,3 +260,54 @@ func TestLogsOptionsAndWriteErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitsAreCappedAndEndOnShutdown: one user holds at most
+// MaxFollowsPerUser follows and plan waits open on a server, others are
+// counted apart, and a server that begins to shut down ends them all at once
+// instead of waiting for their runs.
+func TestWaitsAreCappedAndEndOnShutdown(t *testing.T) {
+	env := newTestEnv(t)
+	env.storage.Logs.waiters.max = 2
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+
+	bob := &user.DefaultInfo{Name: "bob"}
+	results := make(chan *httptest.ResponseRecorder, 3)
+	for _, u := range []user.Info{alice, alice, bob} {
+		go func() {
+			results <- connect(t, env.storage.Logs, u, http.MethodGet, "web", "stage=apply&follow=true", nil)
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w := env.storage.Logs.waiters
+		w.mu.Lock()
+		started := w.byUser["alice"] == 2 && w.byUser["bob"] == 1
+		w.mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the three follows did not start within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expectStatus(t, connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&follow=true", nil),
+		http.StatusTooManyRequests, `user "alice" already follows 2 logs or plans on this server, its limit`)
+	expectStatus(t, connect(t, env.storage.Plan, alice, http.MethodGet, "web", "wait=true", nil),
+		http.StatusTooManyRequests, `user "alice" already follows 2 logs or plans on this server`)
+	// Reading without follow is not a wait.
+	expectStatus(t, connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan", nil), http.StatusNotFound)
+
+	env.storage.EndWaits()
+	for range 3 {
+		select {
+		case w := <-results:
+			expectStatus(t, w, http.StatusServiceUnavailable, "the server is shutting down before the apply log of attempt 1 began; follow again")
+		case <-time.After(5 * time.Second):
+			t.Fatal("a follow is still open 5s after the server began to shut down")
+		}
+	}
+	expectStatus(t, connect(t, env.storage.Logs, bob, http.MethodGet, "web", "stage=apply&follow=true", nil),
+		http.StatusServiceUnavailable, "the server is shutting down; try again")
+}

@@ -177,13 +177,20 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 // waitForPlan watches the run until it has a plan, the plan stage has ended
 // without one, or planWaitTimeout has passed.
 func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, planWaitTimeout)
+	waitCtx, done, err := r.waiters.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(waitCtx, planWaitTimeout)
 	defer cancel()
 	name := run.Name
-	run, err := r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
+	run, err = r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
 		return hasPlan(run) || planFailed(run) != nil || isFinal(run.Status.Phase)
 	})
 	switch {
+	case err != nil && errors.Is(context.Cause(waitCtx), errShuttingDown):
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before run %q has a plan; wait again", name))
 	case err != nil && ctx.Err() != nil:
 		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q has no plan after waiting %s; try again", name, planWaitTimeout), 5)
 	case err != nil:

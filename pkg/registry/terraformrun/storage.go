@@ -30,7 +30,14 @@ type Storage struct {
 	Plan    *PlanREST
 	Logs    *LogsREST
 	Outputs *OutputsREST
+
+	waiters *waiters
 }
+
+// EndWaits ends every log follow and plan wait, and refuses new ones: the
+// server calls it when it begins to shut down, so that open follows end at
+// once rather than hold the shutdown up.
+func (s *Storage) EndWaits() { s.waiters.stop() }
 
 // ActionStorage is the storage of an action subresource: approve, discard or
 // cancel.
@@ -52,6 +59,9 @@ type Deps struct {
 	// NoHostCluster is true in standalone mode: there is no cluster whose
 	// Secret could receive a run's outputs, so spec.outputsSecret is refused.
 	NoHostCluster bool
+	// MaxFollowsPerUser caps the log follows and plan waits one user holds
+	// open on this server; 0 means DefaultMaxFollowsPerUser.
+	MaxFollowsPerUser int
 }
 
 // REST serves the terraformruns resource from the generic registry store.
@@ -125,8 +135,10 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 	recordStore.UpdateStrategy = records
 	recordStore.ResetFieldsStrategy = records
 	status := statusWriter{store: &recordStore}
-	base := connectBase{status: status, artifacts: deps.Artifacts}
+	waits := newWaiters(deps.MaxFollowsPerUser)
+	base := connectBase{status: status, artifacts: deps.Artifacts, waiters: waits}
 	return &Storage{
+		waiters: waits,
 		Run:     &REST{store},
 		Status:  &StatusREST{store: &statusStore},
 		Approve: newApproveREST(status),
