@@ -123,8 +123,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	extra := c.ExtraConfig
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
-		Artifacts:     extra.Artifacts,
-		DefaultEngine: extra.DefaultEngine,
+		Artifacts:         extra.Artifacts,
+		DefaultEngine:     extra.DefaultEngine,
 		NoHostCluster:     extra.Controller.Kube == nil,
 		MaxFollowsPerUser: extra.MaxFollowsPerUser,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {

@@ -243,8 +243,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	return &apiserver.Config{
 		GenericConfig: config,
 		ExtraConfig: apiserver.ExtraConfig{
-			Artifacts:     store,
-			Executor:      exec,
+			Artifacts:         store,
+			Executor:          exec,
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,
 			Controller: apiserver.ControllerConfig{
