@@ -88,6 +88,9 @@ func (o *Options) standaloneOptions(e *standalone.Etcd) *genericoptions.Recommen
 	if t := e.ClientTLS(); t != nil {
 		etcd.StorageConfig.Transport.CertFile, etcd.StorageConfig.Transport.KeyFile, etcd.StorageConfig.Transport.TrustedCAFile = t.CertFile, t.KeyFile, t.CAFile
 	}
+	// No garbage collector runs without a cluster: foreground or orphan
+	// deletion would wait forever for one to remove its finalizer.
+	etcd.EnableGarbageCollection = false
 	r.Etcd = &etcd
 	r.Authentication = nil
 	r.Authorization = nil

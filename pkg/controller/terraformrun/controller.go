@@ -172,9 +172,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if cached.DeletionTimestamp != nil {
-		return 0, nil
-	}
+	// A run being deleted (held by a finalizer) still finishes the stage in
+	// flight, which may be canceled, but starts no other.
 	run := cached.DeepCopy()
 	switch run.Status.Phase {
 	case "", v1alpha1.RunPhasePending:
@@ -202,6 +201,15 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 // that starts: a second controller or a restarted one sees the recorded
 // attempt and adopts it instead of starting another.
 func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) (time.Duration, error) {
+	if run.DeletionTimestamp != nil {
+		msg := fmt.Sprintf("The run is being deleted: its %s stage does not start.", stageName)
+		if stageName == v1alpha1.StagePlan {
+			c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonCanceled, msg)
+		}
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled, "Nothing was applied.")
+		c.finish(run, v1alpha1.RunPhaseCanceled, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, msg)
+	}
 	now := metav1.NewTime(c.opts.Clock.Now())
 	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
 		Name:      stageName,
@@ -454,7 +462,8 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 		c.finish(run, v1alpha1.RunPhaseDiscarded, cond.Message)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDiscarded, cond.Message)
 	}
-	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
+	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) || run.DeletionTimestamp != nil {
+		// startStage ends a run being deleted instead.
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {

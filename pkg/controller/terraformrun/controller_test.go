@@ -1272,6 +1272,56 @@ func TestSyncApplied(t *testing.T) {
 	}
 }
 
+// deleting marks the run as being deleted, held by a finalizer.
+func deleting(r *v1alpha1.TerraformRun) {
+	r.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+	r.Finalizers = []string{"example.com/hold"}
+}
+
+// TestSyncBeingDeleted: a run held by a finalizer while it is deleted starts
+// no stage (neither its plan nor, even approved, its apply), and a cancel of
+// its stage in flight works as for any run.
+func TestSyncBeingDeleted(t *testing.T) {
+	approved := func(r *v1alpha1.TerraformRun) {
+		r.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: "carol", PlanDigest: r.Status.Plan.Digest}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate []func(*v1alpha1.TerraformRun)
+		msg    string
+	}{
+		{name: "pending", msg: "The run is being deleted: its plan stage does not start."},
+		{name: "awaiting approval", mutate: []func(*v1alpha1.TerraformRun){awaiting}, msg: "The run is being deleted: its apply stage does not start."},
+		{name: "approved", mutate: []func(*v1alpha1.TerraformRun){awaiting, approved}, msg: "The run is being deleted: its apply stage does not start."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, newRun(append(tc.mutate, deleting)...))
+			if d := h.mustSync(); d != 0 {
+				t.Errorf("requeue = %v", d)
+			}
+			if started := h.world.startedExecutions(); len(started) != 0 {
+				t.Errorf("started %+v, want nothing", started)
+			}
+			run := h.get()
+			if run.Status.Phase != v1alpha1.RunPhaseCanceled || run.Status.Message != tc.msg {
+				t.Errorf("phase %q message %q, want Canceled: %s", run.Status.Phase, run.Status.Message, tc.msg)
+			}
+			expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled)
+		})
+	}
+	t.Run("applying, canceled", func(t *testing.T) {
+		h := newHarness(t, newRun(applying, cancelRequested, deleting))
+		h.world.markStarted(applyJob1)
+		h.mustSync()
+		if stops := h.world.stopCalls(); len(stops) != 1 || stops[0].name != applyJob1 {
+			t.Errorf("stops = %+v, want the apply stopped", stops)
+		}
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseCanceled {
+			t.Errorf("phase %q, want Canceled", run.Status.Phase)
+		}
+	})
+}
+
 func TestSyncLeavesAlone(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -1281,9 +1331,10 @@ func TestSyncLeavesAlone(t *testing.T) {
 		{name: "failed", mutate: func(r *v1alpha1.TerraformRun) { r.Status.Phase = v1alpha1.RunPhaseFailed }},
 		{name: "canceled", mutate: func(r *v1alpha1.TerraformRun) { r.Status.Phase = v1alpha1.RunPhaseCanceled }},
 		{name: "discarded", mutate: func(r *v1alpha1.TerraformRun) { awaiting(r); r.Status.Phase = v1alpha1.RunPhaseDiscarded }},
-		{name: "being deleted", mutate: func(r *v1alpha1.TerraformRun) {
-			r.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
-			r.Finalizers = []string{"x"}
+		{name: "succeeded and being deleted", mutate: func(r *v1alpha1.TerraformRun) {
+			applying(r)
+			r.Status.Phase = v1alpha1.RunPhaseSucceeded
+			deleting(r)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

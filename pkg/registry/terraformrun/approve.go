@@ -39,6 +39,9 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 	if meta.IsStatusConditionTrue(run.Status.Conditions, terrarun.ConditionDiscardRequested) {
 		return conflict(run.Name, "a discard of this plan was requested; create a new run to plan again")
 	}
+	if run.DeletionTimestamp != nil {
+		return conflict(run.Name, "the run is being deleted; its plan will not be applied; create a new run to plan again")
+	}
 	if run.Status.Plan == nil || run.Status.Plan.Digest != approval.PlanDigest {
 		current := "none"
 		if run.Status.Plan != nil {

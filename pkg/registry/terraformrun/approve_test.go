@@ -192,3 +192,21 @@ func TestApproveNOfM(t *testing.T) {
 		t.Errorf("a status write changed status.approvals: %d records", n)
 	}
 }
+
+// TestApproveRunBeingDeleted: a plan whose run is being deleted (held by a
+// finalizer) is not approved: its apply would never start.
+func TestApproveRunBeingDeleted(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "going", awaitingApproval)
+	run.Finalizers = []string{"example.com/hold"}
+	if _, _, err := env.storage.Run.Update(requestContext(alice, "update", ""), "going", rest.DefaultUpdatedObjectInfo(run),
+		rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := env.storage.Run.Delete(requestContext(alice, "delete", ""), "going", rest.ValidateAllObjectFunc, &metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.storage.Approve.Create(requestContext(&user.DefaultInfo{Name: "bob"}, "create", "approve"), "going",
+		&terrarun.TerraformRunApproval{PlanDigest: testDigest}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	expectAPIError(t, err, http.StatusConflict, "the run is being deleted; its plan will not be applied")
+}
