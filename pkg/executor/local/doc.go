@@ -48,7 +48,10 @@
 // environment. The environment is minimal: PATH (from Options.Env, else the
 // server's), HOME, TMPDIR and Options.Env. When the process ends, the whole
 // work directory is removed; the last 2 KiB of executor.log (with known secret
-// values masked) are kept in the status message of a failed execution.
+// values masked) are kept in the status message of a failed execution. The
+// directories of a server that was killed before its processes ended are
+// removed by the next one, 30 seconds after its Run starts (when those
+// processes, told to stop through Pdeathsig, have ended).
 //
 // # Sandbox
 //

@@ -106,6 +106,9 @@ type Executor struct {
 	mu     sync.Mutex
 	procs  map[string]*proc
 	closed bool
+	// created is when New ran: work directories older than it that no
+	// process of this instance uses were left by a previous server.
+	created time.Time
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -189,6 +192,8 @@ func New(opts Options) (*Executor, error) {
 		spawn:  make(chan spawnRequest),
 		quit:   make(chan struct{}),
 		procs:  map[string]*proc{},
+
+		created: time.Now(),
 	}
 	if !opts.Sandbox.Disabled {
 		if os.Getuid() == 0 && (opts.Sandbox.UID == 0 || opts.Sandbox.GID == 0) {
@@ -540,8 +545,10 @@ func (e *Executor) Forget(ctx context.Context, namespace, name string, uid strin
 
 // Run implements executor.Executor: until ctx ends, notify is called
 // whenever an execution of this instance ends. The executions themselves do
-// not depend on it.
+// not depend on it. staleSweepDelay after it starts, Run removes the work
+// directories a previous server left (sweepStale).
 func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
+	go e.sweepStale(ctx, staleSweepDelay)
 	e.notify.Store(&notify)
 	<-ctx.Done()
 	e.notify.CompareAndSwap(&notify, nil)

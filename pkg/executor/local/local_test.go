@@ -1147,3 +1147,42 @@ func TestStaleOwnRecordIsTakenOver(t *testing.T) {
 		t.Fatalf("%d starts", v.starts())
 	}
 }
+
+// TestSweepStale: the work directories a killed server left (with the
+// secret files and token in them) are removed by the next one, with their
+// empty parents; those of its own are kept.
+func TestSweepStale(t *testing.T) {
+	v := newTestEnv(t)
+	work := filepath.Join(v.root, "work")
+	stale := filepath.Join(work, "team-a", "web", "uid-1", "apply-1")
+	for _, d := range []string{stale, stale + ".root"} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(stale, "token"), []byte("stage token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, d := range []string{stale, stale + ".root"} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := v.executor()
+	own := filepath.Join(work, "team-b", "db", "uid-2", "plan-1")
+	if err := os.MkdirAll(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	e.sweepStale(t.Context(), 0)
+
+	for _, d := range []string{stale, stale + ".root", filepath.Join(work, "team-a")} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", d, err)
+		}
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("this instance's own directory was removed: %v", err)
+	}
+}
