@@ -236,6 +236,7 @@ func TestLogsOptionsAndWriteErrors(t *testing.T) {
 		{name: "attempt 0", method: http.MethodGet, query: "attempt=0", code: http.StatusUnprocessableEntity, fields: []string{"attempt"}},
 		{name: "follow that is no boolean", method: http.MethodGet, query: "follow=maybe", code: http.StatusBadRequest, msg: []string{`invalid follow="maybe": must be true or false`}},
 		{name: "tailLines that is no number", method: http.MethodGet, query: "tailLines=all", code: http.StatusBadRequest, msg: []string{`invalid tailLines="all"`}},
+		{name: "attempt past 32 bits", method: http.MethodGet, query: "attempt=4294967297", code: http.StatusBadRequest, msg: []string{`invalid attempt="4294967297"`}},
 		{name: "write without stage and attempt", method: http.MethodPost, code: http.StatusUnprocessableEntity, fields: []string{"stage", "attempt"}},
 		{name: "write by a user", u: alice, method: http.MethodPost, query: "stage=plan&attempt=1", code: http.StatusForbidden, msg: []string{"only the executor of this run's current stage may write its logs; alice is not an executor"}},
 		{name: "write to another stage", method: http.MethodPost, query: "stage=apply&attempt=1", code: http.StatusForbidden, msg: []string{"which is not the run's current apply stage"}},
