@@ -40,6 +40,14 @@ verify: ## gofmt, go vet and generated-code freshness.
 unit: ## Unit tests, with the race detector (the executor's run against the real engine).
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/... ./test/e2e/nodeagent/...
 
+FUZZTIME ?= 1m
+
+.PHONY: fuzz
+fuzz: ## Fuzz spec validation, the logs and plan options and the plan-JSON redactor, FUZZTIME each (make test runs their seed corpora).
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateTerraformRunSpec$$' -fuzztime $(FUZZTIME) ./pkg/apis/terrarun/validation/
+	$(GO) test -run '^$$' -fuzz '^FuzzLogAndPlanOptions$$' -fuzztime $(FUZZTIME) ./pkg/apis/terrarun/v1alpha1/
+	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./pkg/runner/planjson/
+
 .PHONY: integration
 integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl.
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
