@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -349,6 +350,9 @@ type gitCredentials struct {
 	username, password     string
 	identity, knownHosts   string
 	hasIdentity, hasKnowns bool
+	// hasCA says the Secret has a "ca.crt": the CA certificates an https
+	// server of the host is verified with, besides the system's.
+	hasCA bool
 }
 
 func readGitCredentials(dir string) (*gitCredentials, error) {
@@ -385,6 +389,9 @@ func readGitCredentials(dir string) (*gitCredentials, error) {
 	if c.knownHosts, c.hasKnowns, err = read("known_hosts"); err != nil {
 		return nil, err
 	}
+	if _, c.hasCA, err = read("ca.crt"); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -414,12 +421,17 @@ func gitHost(raw string) (string, error) {
 	return "", fmt.Errorf("git URL %q names no host", raw)
 }
 
-// secrets returns the values to redact.
+// secrets returns the values to redact: the credentials, and the basic
+// authorization header git sends them in.
 func (c *gitCredentials) secrets() []string {
 	if c == nil {
 		return nil
 	}
-	return []string{c.username, c.password, c.identity}
+	out := []string{c.username, c.password, c.identity}
+	if c.password != "" {
+		out = append(out, base64.StdEncoding.EncodeToString([]byte(c.username+":"+c.password)))
+	}
+	return out
 }
 
 // shellQuote quotes s for a POSIX shell.
@@ -468,6 +480,10 @@ func gitEnv(creds *gitCredentials, privateDir string) ([]string, error) {
 		return nil, fmt.Errorf("writing the askpass script: %w", err)
 	}
 	env = append(env, "GIT_ASKPASS="+script, "SSH_ASKPASS=/bin/false")
+	if creds.hasCA {
+		// Only git's own https connections use it; it holds no secret.
+		env = append(env, "GIT_SSL_CAINFO="+filepath.Join(creds.dir, "ca.crt"))
+	}
 	if creds.hasIdentity {
 		known := filepath.Join(creds.dir, "known_hosts")
 		if !creds.hasKnowns {

@@ -108,9 +108,11 @@ type GitSource struct {
 	URL  string `json:"url"`
 	Ref  string `json:"ref"`
 	Path string `json:"path,omitempty"`
-	// CredentialsDir holds the files "username" and "password" (https) or
-	// "identity" and "known_hosts" (ssh). They reach git through GIT_ASKPASS and
-	// GIT_SSH_COMMAND, never through the URL, arguments or logs.
+	// CredentialsDir holds the files "host" (the one host they are for),
+	// "username" and "password" (https) or "identity" and "known_hosts"
+	// (ssh), and optionally "ca.crt" (CA certificates for the host's https
+	// server). They reach git through GIT_ASKPASS, GIT_SSH_COMMAND and
+	// GIT_SSL_CAINFO, never through the URL, arguments or logs.
 	CredentialsDir string `json:"credentialsDir,omitempty"`
 }
 

@@ -24,7 +24,7 @@ import (
 )
 
 // gitCredentialKeys are copied from spec.source.git.credentialsSecret, when present.
-var gitCredentialKeys = []string{"host", "username", "password", "identity", "known_hosts"}
+var gitCredentialKeys = []string{"host", "username", "password", "identity", "known_hosts", "ca.crt"}
 
 // prepare creates p's work directory with everything the stage needs, and
 // returns the command to start, with its log file open. The caller closes
