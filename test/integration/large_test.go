@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"regexp"
 	"strconv"
 	"strings"
@@ -196,6 +197,48 @@ func TestLargeLog(t *testing.T) {
 		checkProvisionerOutput(t, "followed apply log", f, bigLogLines)
 	})
 
+	// 20,000 short lines, each relayed by terraform on its own, are served
+	// in full and stored in a small fraction of 20,000 etcd transactions:
+	// the etcd revision (the resourceVersion of a list, objects and
+	// artifacts sharing the standalone etcd) counts every one of the run's.
+	t.Run("ShortLines", func(t *testing.T) {
+		t.Parallel()
+		e := newRunEnv(t)
+		const lines = 20000
+		revision := func() int64 {
+			list, err := e.client.TerrarunV1alpha1().TerraformRuns("default").List(ctxT(t), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rv, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rv
+		}
+		before := revision()
+		e.create(t, runManifest("lines", inline(map[string]string{"main.tf": fmt.Sprintf(`resource "terraform_data" "lines" {
+  provisioner "local-exec" {
+    command = "seq -f 'short line %%05.0f' 1 %d"
+  }
+}
+`, lines)}, "  approval:\n    mode: Auto\n")))
+		run := e.waitPhase(t, "lines", 5*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Fatalf("the run ended %s: %s", run.Status.Phase, run.Status.Message)
+		}
+		txns := revision() - before
+		log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("lines", "logs?stage=apply"))
+		got := strings.Count(log, "(local-exec): short line ")
+		t.Logf("%d lines relayed; the whole run cost %d etcd transactions", got, txns)
+		if got != lines || !strings.Contains(log, fmt.Sprintf("short line %05d\n", lines)) {
+			t.Errorf("the apply log relays %d of the %d lines; its end:\n%s", got, lines, tail(log, 500))
+		}
+		if txns > lines/20 {
+			t.Errorf("the run cost %d etcd transactions for %d log lines, want at most %d", txns, lines, lines/20)
+		}
+	})
+
 	t.Run("Capped", func(t *testing.T) {
 		t.Parallel()
 		const maxLog, maxPlan = 4 << 20, 64 << 10
@@ -285,4 +328,36 @@ func firstLineWith(s, sub string) string {
 		return s[start:]
 	}
 	return s[start : i+end]
+}
+
+// TestLargeOutput: a run whose output is 1.6 MB succeeds; status says the
+// value is too large for it, and the outputs subresource serves it whole.
+func TestLargeOutput(t *testing.T) {
+	e := newRunEnv(t)
+	e.create(t, runManifest("bigout", inline(map[string]string{"main.tf": `output "big" {
+  value = format("%01600000d", 7)
+}
+
+output "small" {
+  value = "fits"
+}
+`}, "  approval:\n    mode: Auto\n")))
+	run := e.waitPhase(t, "bigout", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("the run ended %s: %s", run.Status.Phase, run.Status.Message)
+	}
+	got := map[string]v1alpha1.OutputStatus{}
+	for _, o := range run.Status.Outputs {
+		got[o.Name] = o
+	}
+	if b := got["big"]; b.Value != "" || b.ValueOmitted != v1alpha1.OutputTooLarge {
+		t.Errorf("status.outputs big = %.100v, want no value, TooLarge", b)
+	}
+	if s := got["small"]; s.Value != `"fits"` {
+		t.Errorf("status.outputs small = %+v", s)
+	}
+	outputs := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("bigout", "outputs"))
+	if !strings.Contains(outputs, strings.Repeat("0", 1599999)+"7") {
+		t.Errorf("the outputs subresource does not serve the 1.6 MB value: %d bytes", len(outputs))
+	}
 }

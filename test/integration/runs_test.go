@@ -301,17 +301,29 @@ func TestApprovalRules(t *testing.T) {
 	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "stale plan digest") {
 		t.Fatalf("stale digest: %v, want 409 naming the stale digest", err)
 	}
+	// A follow of the apply log, which a discarded run never writes, ends
+	// with the run.
+	applyFollow := startFollow(t, e.Kubeconfig, raw("manual", "logs?stage=apply&follow=true"))
 	_, err = runs.Discard(ctx, "manual", &v1alpha1.TerraformRunDiscard{Comment: "not today"}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("discard: %v", err)
 	}
 	run = e.waitPhase(t, "manual", time.Minute, v1alpha1.RunPhaseDiscarded)
+	if out, err := applyFollow.Wait(30 * time.Second); err == nil || !strings.Contains(err.Error(), `run "manual" ended Discarded with no apply log for attempt 1`) {
+		t.Errorf("the follow of a discarded run's apply log: %v\n%s", err, out)
+	}
 	_, err = runs.Approve(ctx, "manual", &v1alpha1.TerraformRunApproval{PlanDigest: run.Status.Plan.Digest}, metav1.CreateOptions{})
 	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "only while the run is AwaitingApproval") {
 		t.Fatalf("approval of a discarded run: %v, want 409", err)
 	}
 	if _, err := runs.Cancel(ctx, "manual", &v1alpha1.TerraformRunCancel{}, metav1.CreateOptions{}); !apierrors.IsConflict(err) {
 		t.Fatalf("cancel of a discarded run: %v, want 409", err)
+	}
+	// Standalone has no garbage collector: a foreground deletion completes
+	// all the same.
+	mustKubectl(t, e.Kubeconfig, "delete", "tfr", "manual", "--cascade=foreground", "--timeout=30s")
+	if _, err := runs.Get(ctx, "manual", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after a foreground deletion: %v, want NotFound", err)
 	}
 
 	e.create(t, runManifest("auto", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  workspace: app\n  approval:\n    mode: Auto\n")))

@@ -104,9 +104,12 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 		case fw.wrote:
 			// The status is sent; an error can only end the body early.
 		case errors.As(context.Cause(streamCtx), &ended):
-			responder.Error(notFound(name, "logs", fmt.Sprintf("%s without a %s log for attempt %d", ended, stageName, attempt)))
+			responder.Error(notFound(name, "logs", fmt.Sprintf("%s with no %s log for attempt %d", ended, stageName, attempt)))
 		case errors.Is(context.Cause(streamCtx), errShuttingDown):
 			responder.Error(apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before the %s log of attempt %d began; follow again", stageName, attempt)))
+		case err != nil && ctx.Err() == nil && isFinal(run.Status.Phase):
+			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
+				"run %q ended %s with no %s log for attempt %d", name, run.Status.Phase, stageName, attempt)))
 		case err != nil && ctx.Err() == nil:
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
 				"run %q has no %s log for attempt %d yet (it is %s); add ?follow=true to wait for it", name, stageName, attempt, phaseOrPending(run))))

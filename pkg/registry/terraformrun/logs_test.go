@@ -158,7 +158,7 @@ func TestLogsFollow(t *testing.T) {
 	// Nothing more is written to the log of a run that ended: no follow.
 	env.setStatus(t, "web", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseFailed })
 	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=apply&attempt=3&follow=true", nil)
-	expectStatus(t, w, http.StatusNotFound, "has no apply log for attempt 3 yet (it is Failed)")
+	expectStatus(t, w, http.StatusNotFound, `run "web" ended Failed with no apply log for attempt 3`)
 }
 
 // TestFollowsEnd: a follow of a log that will never be written ends when its
@@ -193,8 +193,8 @@ func TestFollowsEnd(t *testing.T) {
 	apply := follow("discarded", "stage=apply&follow=true")
 	attempt := follow("discarded", "stage=plan&attempt=999&follow=true")
 	env.setStatus(t, "discarded", func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseDiscarded })
-	expectStatus(t, wait(apply, "of a stage never reached"), http.StatusNotFound, `run "discarded" ended Discarded without a apply log for attempt 1`)
-	expectStatus(t, wait(attempt, "of an attempt that never happens"), http.StatusNotFound, `run "discarded" ended Discarded without a plan log for attempt 999`)
+	expectStatus(t, wait(apply, "of a stage never reached"), http.StatusNotFound, `run "discarded" ended Discarded with no apply log for attempt 1`)
+	expectStatus(t, wait(attempt, "of an attempt that never happens"), http.StatusNotFound, `run "discarded" ended Discarded with no plan log for attempt 999`)
 
 	// A run deleted under its follower.
 	env.createRun(t, "deleted", nil)
@@ -202,7 +202,7 @@ func TestFollowsEnd(t *testing.T) {
 	if _, _, err := env.storage.Run.Delete(requestContext(alice, "delete", ""), "deleted", rest.ValidateAllObjectFunc, &metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expectStatus(t, wait(gone, "of a deleted run"), http.StatusNotFound, `run "deleted" was deleted without a plan log for attempt 1`)
+	expectStatus(t, wait(gone, "of a deleted run"), http.StatusNotFound, `run "deleted" was deleted with no plan log for attempt 1`)
 
 	// Lines already sent: the body ends with them.
 	run = env.createRun(t, "partial", nil)

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -52,9 +53,10 @@ func WaitForPhase(ctx context.Context, client versioned.Interface, namespace, na
 
 // Stream is a `kubectl get --raw PATH` in flight, such as a log follow.
 type Stream struct {
-	done chan struct{}
-	out  strings.Builder
-	err  error
+	done   chan struct{}
+	out    strings.Builder
+	stderr bytes.Buffer
+	err    error
 }
 
 // StartStream runs `kubectl --kubeconfig KUBECONFIG get --raw PATH` until it
@@ -66,7 +68,7 @@ func StartStream(ctx context.Context, kubectl, kubeconfig, path string) (*Stream
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = &s.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -83,7 +85,8 @@ func StartStream(ctx context.Context, kubectl, kubeconfig, path string) (*Stream
 }
 
 // Wait returns what the stream printed once it ended by itself, within
-// timeout; it is an error when it did not, or when kubectl failed.
+// timeout; it is an error when it did not, or when kubectl failed (with what
+// kubectl printed on stderr).
 func (s *Stream) Wait(timeout time.Duration) (string, error) {
 	select {
 	case <-s.done:
@@ -91,7 +94,7 @@ func (s *Stream) Wait(timeout time.Duration) (string, error) {
 		return "", fmt.Errorf("kubectl get --raw did not end within %s", timeout)
 	}
 	if s.err != nil {
-		return s.out.String(), fmt.Errorf("kubectl get --raw: %w", s.err)
+		return s.out.String(), fmt.Errorf("kubectl get --raw: %w: %s", s.err, strings.TrimSpace(s.stderr.String()))
 	}
 	return s.out.String(), nil
 }
