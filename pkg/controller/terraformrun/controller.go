@@ -230,6 +230,10 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 	return c.syncStage(ctx, updated, stageName)
 }
 
+// waitingRecheck is how often a stage held before it starts is looked at
+// again.
+const waitingRecheck = 5 * time.Second
+
 func startFailedPrefix(stageName v1alpha1.StageName) string {
 	return fmt.Sprintf("The %s stage could not start: ", stageName)
 }
@@ -330,6 +334,21 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	case executor.StateRunning:
 		timeout := executor.StageTimeout(run, stageName)
 		elapsed := c.opts.Clock.Since(st.StartTime.Time)
+		if elapsed < timeout && status.Reason != "" {
+			// The stage is held before it starts (a missing Secret, an image
+			// that cannot be pulled): say why where users look, and look again
+			// soon; its timeout bounds the wait.
+			msg := fmt.Sprintf("The %s stage cannot start: %s: %s; it is retried until its timeout of %s (spec.timeouts.%s) runs out.",
+				stageName, status.Reason, status.Message, timeout, stageName)
+			if run.Status.Message != msg {
+				run.Status.Message = msg
+				c.setStageCondition(run, stageName, metav1.ConditionUnknown, v1alpha1.ReasonStartFailed, msg)
+				if err := c.writeStatus(ctx, run, v1alpha1.ReasonStartFailed, msg); err != nil {
+					return 0, err
+				}
+			}
+			return min(timeout-elapsed, waitingRecheck), nil
+		}
 		if elapsed < timeout {
 			return timeout - elapsed, nil
 		}
@@ -541,7 +560,7 @@ func (c *Controller) writeStatus(ctx context.Context, run *v1alpha1.TerraformRun
 		return err
 	}
 	eventType := "Normal"
-	if updated.Status.Phase == v1alpha1.RunPhaseFailed || reason == v1alpha1.ReasonApprovalExpired {
+	if updated.Status.Phase == v1alpha1.RunPhaseFailed || reason == v1alpha1.ReasonApprovalExpired || reason == v1alpha1.ReasonStartFailed {
 		eventType = "Warning"
 	}
 	c.opts.Recorder.Event(updated, eventType, reason, msg)

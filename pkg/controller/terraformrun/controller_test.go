@@ -1772,3 +1772,34 @@ func TestNoSecondApplyUnderRace(t *testing.T) {
 		}
 	})
 }
+
+// TestSyncStageHeldBeforeStart: a stage whose pod cannot start (a missing
+// Secret) is reported in status.message, a condition and an Event within
+// one sync, looked at again within seconds, written once while nothing
+// changes, and failed at its timeout.
+func TestSyncStageHeldBeforeStart(t *testing.T) {
+	h := newHarness(t, newRun(planning))
+	h.world.script(planJob1, executor.Status{State: executor.StateRunning, Reason: "CreateContainerConfigError", Message: `secret "db" not found`})
+	if d := h.mustSync(); d != waitingRecheck {
+		t.Errorf("requeue = %v, want %v", d, waitingRecheck)
+	}
+	run := h.get()
+	want := `The plan stage cannot start: CreateContainerConfigError: secret "db" not found; it is retried until its timeout of 10m0s (spec.timeouts.plan) runs out.`
+	if run.Status.Phase != v1alpha1.RunPhasePlanning || run.Status.Message != want {
+		t.Errorf("phase %q message %q, want Planning: %s", run.Status.Phase, run.Status.Message, want)
+	}
+	expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionUnknown, v1alpha1.ReasonStartFailed)
+	h.expectEvent("Warning StartFailed The plan stage cannot start")
+
+	writes := h.occ.accepted
+	h.mustSync()
+	if h.occ.accepted != writes {
+		t.Errorf("a second sync with nothing new wrote status %d times", h.occ.accepted-writes)
+	}
+
+	h.clock.Step(time.Hour)
+	h.mustSync()
+	if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(run.Status.Message, "exceeded its timeout of 10m0s") {
+		t.Errorf("after the timeout: phase %q message %q, want Failed", run.Status.Phase, run.Status.Message)
+	}
+}
