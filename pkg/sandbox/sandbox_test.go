@@ -89,7 +89,10 @@ func (w world) run(t *testing.T, userns bool, uid uint32, script string, options
 		t.Fatal(err)
 	}
 	cmd.ExtraFiles = extra
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	// The init is this test binary: built with -race, it would sleep a
+	// second before it exits (the race runtime's atexit_sleep_ms), and the
+	// processes of the sandbox would live that much longer.
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
