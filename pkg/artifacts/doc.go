@@ -21,6 +21,11 @@
 //	<run>logs/<stage>/<attempt>/c/<seq>     log chunk, seq zero-padded to 16 digits
 //	<run>log-index/<stage>/<attempt>        empty marker listing the attempts that have a log
 //
+// and, for the log budgets, outside the runs' keys (a namespace cannot be
+// named "_log-usage"):
+//
+//	<prefix>_log-usage/<namespace>/<name>/<uid>/<stage>/<attempt>   the log's size in bytes (decimal, plain)
+//
 // <kind> is one of the Kind constants, <stage> is escaped with url.PathEscape
 // and <attempt> is zero-padded to 10 digits, so that lexical key order is
 // numeric order. The run's UID is part of every key, so a run re-created with
@@ -72,8 +77,9 @@
 // k8s.io/apiserver value.Transformer with value.DefaultContext(key) as
 // authenticated data, so the encryption configured for the server with
 // --encryption-provider-config applies to the artifacts, and a value cannot be
-// moved to another key without failing authentication. Only the lease ID and
-// the empty log index markers are stored in plain; they hold no run data.
+// moved to another key without failing authentication. Only the lease ID, the
+// empty log index markers and the logs' sizes are stored in plain; they hold
+// no run data.
 //
 // # Retention
 //
