@@ -223,8 +223,8 @@ func buildRoot(c *Config) error {
 	return nil
 }
 
-// bind mounts m.Source at the same path under root: nosuid, nodev, and
-// read-only unless m.Writable.
+// bind mounts m.Source at m.Target (the same path when empty) under root:
+// nosuid, nodev, and read-only unless m.Writable.
 func bind(root string, m Mount) error {
 	src, err := filepath.EvalSymlinks(m.Source)
 	if errors.Is(err, os.ErrNotExist) && m.Optional {
@@ -238,6 +238,9 @@ func bind(root string, m Mount) error {
 		return fmt.Errorf("mount %s: %w", m.Source, err)
 	}
 	target := filepath.Join(root, m.Source)
+	if m.Target != "" {
+		target = filepath.Join(root, m.Target)
+	}
 	if fi.IsDir() {
 		err = os.MkdirAll(target, 0o755)
 	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {

@@ -52,6 +52,11 @@ type Mount struct {
 	Writable bool `json:"writable,omitempty"`
 	// Optional skips the mount when Source does not exist.
 	Optional bool `json:"optional,omitempty"`
+	// Target is where Source appears in the sandbox; Source itself when
+	// empty. A directory at a short path gives the command somewhere for
+	// temporary files and sockets whatever the length of Source (a Unix
+	// socket's path must stay under 108 bytes).
+	Target string `json:"target,omitempty"`
 }
 
 // Config describes one sandbox.
@@ -98,6 +103,11 @@ func (c *Config) validate() error {
 	for _, m := range c.Mounts {
 		if err := check("mount", m.Source); err != nil {
 			return err
+		}
+		if m.Target != "" {
+			if err := check("mount target", m.Target); err != nil {
+				return err
+			}
 		}
 	}
 	for _, m := range c.Masks {

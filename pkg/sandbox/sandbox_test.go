@@ -222,6 +222,27 @@ true
 			}
 		}
 	})
+	t.Run("a mount at another path", func(t *testing.T) {
+		src := filepath.Join(w.work, "deep", "deeper", "tmp")
+		if err := os.MkdirAll(src, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "seen"), []byte("from the host\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(src, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		out, code := w.run(t, userns, uid, `cat /.short/seen && echo written > /.short/new`, func(c *Config, _ *exec.Cmd) {
+			c.Mounts = append(c.Mounts, Mount{Source: src, Target: "/.short", Writable: true})
+		})
+		if code != 0 || !strings.Contains(out, "from the host") {
+			t.Fatalf("exit code %d:\n%s", code, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(src, "new")); err != nil || string(b) != "written\n" {
+			t.Errorf("the file written at the target: %q, %v", b, err)
+		}
+	})
 	t.Run("a setsid daemon dies with the command", func(t *testing.T) {
 		marker := filepath.Join(w.work, "daemon-alive")
 		out, code := w.run(t, userns, uid, `setsid sh -c 'sleep 1; echo alive > `+marker+`' </dev/null >/dev/null 2>&1 & echo started`)

@@ -375,8 +375,8 @@ func TestStartSucceeds(t *testing.T) {
 	if home, _ := envValue(r.Env, "HOME"); home != dir {
 		t.Errorf("HOME = %q", home)
 	}
-	if tmp, _ := envValue(r.Env, "TMPDIR"); tmp != filepath.Join(dir, "tmp") {
-		t.Errorf("TMPDIR = %q", tmp)
+	if tmp, _ := envValue(r.Env, "TMPDIR"); tmp != sandboxTmp {
+		t.Errorf("TMPDIR = %q, want the short %s", tmp, sandboxTmp)
 	}
 	if p, _ := envValue(r.Env, "PATH"); p != os.Getenv("PATH") {
 		t.Errorf("PATH = %q", p)

@@ -135,7 +135,9 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	}
 	args := []string{e.opts.ExecutorBinary, "--stage-file", stageFile}
 	var cmd *exec.Cmd
+	tmpDir := sandboxTmp
 	if e.opts.Sandbox.Disabled {
+		tmpDir = filepath.Join(dir, "tmp")
 		cmd = exec.Command(args[0], args[1:]...)
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -157,7 +159,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			return nil, nil, err
 		}
 	}
-	cmd.Env = append(append([]string(nil), e.env...), "HOME="+dir, "TMPDIR="+filepath.Join(dir, "tmp"))
+	cmd.Env = append(append([]string(nil), e.env...), "HOME="+dir, "TMPDIR="+tmpDir)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Its own process group, so that a kill reaches terraform and its

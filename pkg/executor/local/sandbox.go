@@ -89,7 +89,11 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	c.Root = p.dir + ".root"
 	c.Dir = p.dir
 	owned := []string{p.dir}
-	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true})
+	// Its tmp directory is also at sandboxTmp: TMPDIR stays short, whatever
+	// the length of the namespace and run names, so that the Unix sockets of
+	// provider plugins (made in TMPDIR) fit their 108 bytes.
+	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true},
+		sandbox.Mount{Source: filepath.Join(p.dir, "tmp"), Target: sandboxTmp, Writable: true})
 	if state := filepath.Join(e.opts.StateRoot, ns); dirExists(state) {
 		owned = append(owned, state)
 		c.Mounts = append(c.Mounts, sandbox.Mount{Source: state, Writable: true})
@@ -106,6 +110,10 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	}
 	return c, nil
 }
+
+// sandboxTmp is where a sandboxed stage sees its tmp directory, and its
+// TMPDIR: a path of its own, as the work root may lie under /tmp.
+const sandboxTmp = "/.terrarun-tmp"
 
 func dirExists(path string) bool {
 	fi, err := os.Stat(path)
