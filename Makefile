@@ -49,8 +49,9 @@ fuzz: ## Fuzz spec validation, the logs and plan options and the plan-JSON redac
 	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./pkg/runner/planjson/
 
 .PHONY: integration
-integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl.
-	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
+integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl; with terraform and tofu where both exist (tofu is built when missing).
+	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && \
+	  TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
 
 .PHONY: e2e-tools
 e2e-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl from hack/tools into .cache/e2e-tools (only when the pins change).

@@ -34,6 +34,10 @@ var apiserverBinary string
 // engineName.
 var engine, engineName string
 
+// engines are engine and, where this host has it, the other kind (tofu or
+// terraform), for the tests that run both.
+var engines []string
+
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
@@ -51,7 +55,14 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	engineName = filepath.Base(engine)
-	os.Setenv("PATH", filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if engines, err = harness.Engines(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The server, and so its stages, find every engine on PATH.
+	for i := len(engines) - 1; i >= 0; i-- {
+		os.Setenv("PATH", filepath.Dir(engines[i])+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
 	return m.Run()
 }
 

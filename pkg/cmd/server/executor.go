@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,8 @@ type ExecutorOptions struct {
 	// LocalMounts are host paths every sandboxed local stage sees: PATH, or
 	// PATH:rw for read-write.
 	LocalMounts []string
+	// LocalEnv are NAME=VALUE entries of every local stage's environment.
+	LocalEnv []string
 }
 
 func newExecutorOptions() *ExecutorOptions {
@@ -110,6 +113,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 		"Without root they run as this server's user, in a user namespace.")
 	fs.StringSliceVar(&o.LocalMounts, "local-executor-mount", o.LocalMounts, "Host paths every sandboxed local stage sees, read-only (PATH) or read-write (PATH:rw): "+
 		"a provider mirror, a plugin cache, a CLI configuration file. Repeatable.")
+	fs.StringArrayVar(&o.LocalEnv, "local-executor-env", o.LocalEnv, "NAME=VALUE in every local stage's environment, such as TF_CLI_CONFIG_FILE=/etc/terrarun/terraformrc "+
+		"(with --local-executor-mount for the file) or a proxy. Never a secret: the server's arguments are visible on its host. Repeatable.")
 	fs.BoolVar(&o.RunController, "run-controller", o.RunController, "Run the run controller (leader-elected through etcd, so several replicas are safe). "+
 		"false serves the API only and leaves runs Pending: for API-only replicas and API benchmarks.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
@@ -155,8 +160,20 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default)", name))
 		}
 	}
+	for _, kv := range o.LocalEnv {
+		name, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || !envNameRegexp.MatchString(name):
+			errs = append(errs, fmt.Errorf("--local-executor-env %q must be NAME=VALUE, with a NAME of letters, digits and '_'", kv))
+		case name == "HOME" || name == "TMPDIR" || strings.HasPrefix(name, "TERRARUN_"):
+			errs = append(errs, fmt.Errorf("--local-executor-env %s: each stage gets its own %s; it cannot be set", name, name))
+		}
+	}
 	return errs
 }
+
+// envNameRegexp matches an environment variable's name.
+var envNameRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // localSandbox is the sandbox of local stages that the flags describe.
 func (o *ExecutorOptions) localSandbox() (local.SandboxOptions, error) {
@@ -290,6 +307,7 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			CAFile:         caFile,
 			Etcd:           etcd,
 			Sandbox:        so,
+			Env:            o.LocalEnv,
 		})
 		if err != nil {
 			if o.LocalSandbox {
