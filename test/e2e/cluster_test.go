@@ -50,16 +50,18 @@ var users = map[string]string{
 
 // cluster is the running test cluster.
 type cluster struct {
-	dir      string
-	tools    string // directory of etcd, kube-apiserver, kube-controller-manager, kubectl
-	bin      string // directory of terrarun-apiserver and terrarun-executor
-	engine   string // terraform or tofu
-	kubectl  string
-	kubeAPI  string
-	kubeCA   string
-	trCA     string
-	trEtcd   string
-	agentDir string
+	dir string
+	// providerDir holds the test provider's mirror, outside dir.
+	providerDir string
+	tools       string // directory of etcd, kube-apiserver, kube-controller-manager, kubectl
+	bin         string // directory of terrarun-apiserver and terrarun-executor
+	engine      string // terraform or tofu
+	kubectl     string
+	kubeAPI     string
+	kubeCA      string
+	trCA        string
+	trEtcd      string
+	agentDir    string
 
 	kubeconfigs map[string]string
 
@@ -140,6 +142,9 @@ func (c *cluster) stop() {
 	}
 	if os.Getenv("TERRARUN_E2E_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
+		if c.providerDir != "" {
+			_ = os.RemoveAll(c.providerDir)
+		}
 	}
 }
 
@@ -340,6 +345,22 @@ func (c *cluster) bootstrap() error {
 	if err != nil {
 		return err
 	}
+	// The executor "image" carries the test provider in a filesystem mirror
+	// and a CLI configuration that installs it, as a real one would: in a
+	// directory that the pods' user can reach, unlike c.dir, and that their
+	// /tmp (an emptyDir) does not hide.
+	providerDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-provider-")
+	if err != nil {
+		return err
+	}
+	c.providerDir = providerDir
+	if err := os.Chmod(providerDir, 0o755); err != nil {
+		return err
+	}
+	provider, err := harness.InstallTestProvider(providerDir)
+	if err != nil {
+		return err
+	}
 	agent, err := nodeagent.New(nodeagent.Options{
 		NodeName:     nodeName,
 		Address:      nodeIP,
@@ -351,7 +372,8 @@ func (c *cluster) bootstrap() error {
 		ServingCert:  kubeletCert,
 		ServingKey:   kubeletKey,
 		ClientCAFile: kubePKI.CAFile(),
-		Env:          []string{"KUBERNETES_SERVICE_HOST=" + nodeIP, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)},
+		Env: append([]string{"KUBERNETES_SERVICE_HOST=" + nodeIP, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)},
+			provider.Env()...),
 	})
 	if err != nil {
 		return err

@@ -30,7 +30,12 @@ func newNamespace(t *testing.T) string {
 	t.Helper()
 	buf := make([]byte, 3)
 	_, _ = rand.Read(buf)
-	ns := "e2e-" + hex.EncodeToString(buf)
+	return newNamespaceNamed(t, "e2e-"+hex.EncodeToString(buf))
+}
+
+// newNamespaceNamed is newNamespace with the namespace's name.
+func newNamespaceNamed(t *testing.T, ns string) string {
+	t.Helper()
 	mustAs(t, "admin", "create", "namespace", ns)
 	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "delete", "namespace", ns, "--wait=false") })
 	mustAs(t, "admin", "create", "rolebinding", "alice-edit", "-n", ns, "--clusterrole=terrarun-edit", "--user=alice")
@@ -457,4 +462,41 @@ func TestCreatorsOwnRights(t *testing.T) {
 		_, err := cl.kubectlStdin("alice", manifest, "create", "-f", "-")
 		return err == nil
 	})
+}
+
+// TestProviderPlugin runs a real provider plugin (test/provider, which the
+// executor's image installs from a filesystem mirror) in executor Jobs, in a
+// namespace and with a run name of 60 characters each.
+func TestProviderPlugin(t *testing.T) {
+	buf := make([]byte, 3)
+	_, _ = rand.Read(buf)
+	ns := "e2e-providers-" + hex.EncodeToString(buf) + "-"
+	ns = newNamespaceNamed(t, ns+strings.Repeat("n", 60-len(ns)))
+	name := "provider-run-" + strings.Repeat("r", 60-len("provider-run-"))
+	createRun(t, "alice", ns, name, harness.TestProviderRequirement+`
+resource "testing_file" "f" {
+  path    = "${abspath(path.root)}/written-by-the-provider.txt"
+  content = "from a plugin"
+}
+
+data "testing_file" "back" {
+  path = testing_file.f.path
+}
+
+output "content" {
+  value = data.testing_file.back.content
+}
+`, "  approval:\n    mode: Auto\n")
+	if got := waitPhase(t, ns, name, 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("the run ended %s: %s\nplan log:\n%s", got,
+			mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.message}"),
+			mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=plan")))
+	}
+	log := mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=apply"))
+	if !strings.Contains(log, "terrarun/testing") || !strings.Contains(log, "testing_file.f: Creation complete") {
+		t.Errorf("the apply log does not show the provider installed and its resource created:\n%s", log)
+	}
+	if out := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.outputs[0].value}"); out != `"from a plugin"` {
+		t.Errorf("status.outputs[0].value = %s, want the data source's read of the file", out)
+	}
 }
