@@ -10,10 +10,12 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -56,16 +58,7 @@ func (fileResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *re
 }
 
 func (fileResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m fileModel
-	if resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...); resp.Diagnostics.HasError() {
-		return
-	}
-	if err := writeFile(m); err != nil {
-		resp.Diagnostics.AddError("Writing the file", err.Error())
-		return
-	}
-	m.ID = m.Path
-	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+	resp.Diagnostics.Append(save(ctx, req.Plan, &resp.State)...)
 }
 
 func (fileResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -95,16 +88,22 @@ func (fileResource) Read(ctx context.Context, req resource.ReadRequest, resp *re
 }
 
 func (fileResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	resp.Diagnostics.Append(save(ctx, req.Plan, &resp.State)...)
+}
+
+// save writes the planned file and records it in state.
+func save(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State) diag.Diagnostics {
 	var m fileModel
-	if resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...); resp.Diagnostics.HasError() {
-		return
+	diags := plan.Get(ctx, &m)
+	if diags.HasError() {
+		return diags
 	}
 	if err := writeFile(m); err != nil {
-		resp.Diagnostics.AddError("Writing the file", err.Error())
-		return
+		diags.AddError("Writing the file", err.Error())
+		return diags
 	}
 	m.ID = m.Path
-	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+	return append(diags, state.Set(ctx, m)...)
 }
 
 func (fileResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
