@@ -138,6 +138,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	group.NegotiatedSerializer = withoutProtobuf{Codecs}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"terraformruns":         runs.Run,
 		"terraformruns/status":  runs.Status,
@@ -177,4 +178,21 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// withoutProtobuf offers the group's types in JSON and YAML only: they have
+// no protobuf encoding, and a client that accepts protobuf or JSON, as many
+// Kubernetes clients say they do, must get JSON rather than 406 Not
+// Acceptable.
+type withoutProtobuf struct{ runtime.NegotiatedSerializer }
+
+// SupportedMediaTypes is the embedded serializer's media types but protobuf.
+func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
+	var out []runtime.SerializerInfo
+	for _, info := range s.NegotiatedSerializer.SupportedMediaTypes() {
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			out = append(out, info)
+		}
+	}
+	return out
 }

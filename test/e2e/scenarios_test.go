@@ -20,6 +20,8 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -498,5 +500,24 @@ output "content" {
 	}
 	if out := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.outputs[0].value}"); out != `"from a plugin"` {
 		t.Errorf("status.outputs[0].value = %s, want the data source's read of the file", out)
+	}
+}
+
+// TestContentNegotiationThroughTheAggregator: through kube-apiserver, a
+// client that accepts protobuf or JSON gets JSON, not 406.
+func TestContentNegotiationThroughTheAggregator(t *testing.T) {
+	ns := newNamespace(t)
+	createRun(t, "alice", ns, "negotiated", helloTF, "")
+	cfg, err := clientcmd.BuildConfigFromFlags("", cl.kubeconfigs["admin"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, ctype, body, err := harness.GetWithAccept(t.Context(), cfg, "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns",
+		"application/vnd.kubernetes.protobuf, application/json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusOK || ctype != "application/json" || !strings.Contains(string(body), `"name":"negotiated"`) {
+		t.Errorf("list with protobuf or JSON accepted: %d %s %.300s", code, ctype, body)
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	applyv1alpha1 "github.com/terrarun/terrarun/pkg/generated/applyconfiguration/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 const mainTF = `resource "terraform_data" "hello" {
@@ -329,4 +331,32 @@ func hasCause(err error, field string) bool {
 		}
 	}
 	return false
+}
+
+// TestContentNegotiation: a client that accepts protobuf or JSON, as many
+// Kubernetes clients send, gets JSON; one that accepts only protobuf gets
+// 406, since the types have no protobuf encoding; tables work as before.
+func TestContentNegotiation(t *testing.T) {
+	s := startInProcess(t, t.TempDir(), apiOnly)
+	ctx := ctxT(t)
+	if _, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun("hello"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, accept, wantType, wantBody string
+		wantCode                         int
+	}{
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/vnd.kubernetes.protobuf, application/json", "application/json", `"kind":"TerraformRunList"`, http.StatusOK},
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf, */*", "application/json", `"kind":"TerraformRun"`, http.StatusOK},
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf", "", http.StatusNotAcceptable},
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", "application/json", `"kind":"Table"`, http.StatusOK},
+	} {
+		code, ctype, body, err := harness.GetWithAccept(ctx, s.Config, tc.path, tc.accept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.wantCode || ctype != tc.wantType || !strings.Contains(string(body), tc.wantBody) {
+			t.Errorf("GET %s with Accept %q: %d %s %.200s; want %d %s with %s", tc.path, tc.accept, code, ctype, body, tc.wantCode, tc.wantType, tc.wantBody)
+		}
+	}
 }

@@ -138,3 +138,24 @@ func RequestAs(ctx context.Context, cfg *rest.Config, token, method, path string
 	out, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(out), err
 }
+
+// GetWithAccept GETs path from the server of cfg with the Accept header
+// accept, and returns the status code, the Content-Type and the body.
+func GetWithAccept(ctx context.Context, cfg *rest.Config, path, accept string) (int, string, []byte, error) {
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+path, nil)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), body, err
+}
