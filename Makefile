@@ -37,8 +37,10 @@ verify: ## gofmt, go vet and generated-code freshness.
 	hack/verify-codegen.sh
 
 .PHONY: unit
-unit: ## Unit tests, with the race detector (the executor's run against the real engine).
-	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/... ./test/e2e/nodeagent/...
+unit: ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist).
+	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && \
+	  TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/... ./test/e2e/nodeagent/... && \
+	  if [[ "$$tofu" != "$$engine" ]]; then TERRARUN_ENGINE=$$tofu $(GO_TEST) -count=1 ./pkg/runner/... ./cmd/terrarun-executor/...; fi
 
 FUZZTIME ?= 1m
 
