@@ -22,25 +22,43 @@ func TestProviderRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := t.TempDir()
-	// The stages' user writes the provider's files.
-	if err := os.Chmod(files, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	e := newRunEnv(t, "--local-executor-mount", provider.Dir, "--local-executor-mount", files+":rw",
-		"--local-executor-env", "TF_CLI_CONFIG_FILE="+provider.CLIConfig)
 	if len(engines) < 2 {
 		t.Logf("only %s on this host: the other engine is not tested (make integration builds tofu with hack/engine.sh --build)", engineName)
 	}
-	for _, eng := range engines {
-		name := filepath.Base(eng)
-		t.Run(name, func(t *testing.T) {
-			ns := fmt.Sprintf("providers-%s-", name)
-			ns += strings.Repeat("n", 60-len(ns))
-			run := fmt.Sprintf("provider-run-%s-", name)
-			run += strings.Repeat("r", 60-len(run))
-			file := filepath.Join(files, name+".txt")
-			config := harness.TestProviderRequirement + fmt.Sprintf(`
+	for _, mode := range []struct {
+		name    string
+		args    []string
+		engines []string
+	}{
+		{"sandboxed", nil, engines},
+		// Unsandboxed stages keep a short TMPDIR of their own too.
+		{"unsandboxed", []string{"--local-executor-sandbox=false"}, engines[:1]},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			files := t.TempDir()
+			// The stages' user writes the provider's files.
+			if err := os.Chmod(files, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			e := newRunEnv(t, append([]string{"--local-executor-mount", provider.Dir, "--local-executor-mount", files + ":rw",
+				"--local-executor-env", "TF_CLI_CONFIG_FILE=" + provider.CLIConfig}, mode.args...)...)
+			for _, eng := range mode.engines {
+				providerRun(t, e, filepath.Base(eng), files)
+			}
+		})
+	}
+}
+
+// providerRun runs the test provider with engine name, in a namespace and
+// with a run name of 60 characters each, then plans the drift of its file.
+func providerRun(t *testing.T, e *runEnv, name, files string) {
+	t.Run(name, func(t *testing.T) {
+		ns := fmt.Sprintf("providers-%s-", name)
+		ns += strings.Repeat("n", 60-len(ns))
+		run := fmt.Sprintf("provider-run-%s-", name)
+		run += strings.Repeat("r", 60-len(run))
+		file := filepath.Join(files, name+".txt")
+		config := harness.TestProviderRequirement + fmt.Sprintf(`
 resource "testing_file" "f" {
   path    = %q
   content = "v1"
@@ -50,46 +68,45 @@ output "content" {
   value = testing_file.f.content
 }
 `, file)
-			manifest := func(runName, extra string) string {
-				return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n%s", runName, ns,
-					strings.Replace(inline(map[string]string{"main.tf": config}, "  workspace: provider\n"+extra), "binary: "+engineName, "binary: "+name, 1))
-			}
-			path := filepath.Join(t.TempDir(), "run.yaml")
-			writeFile(t, path, manifest(run, "  approval:\n    mode: Auto\n"))
-			mustKubectl(t, e.Kubeconfig, "create", "-f", path)
-			got, err := harness.WaitForPhase(ctxT(t), e.client, ns, run, 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Status.Phase != v1alpha1.RunPhaseSucceeded {
-				t.Fatalf("the run ended %s: %s\nplan log:\n%s", got.Status.Phase, got.Status.Message,
-					mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=plan"))
-			}
-			log := mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=apply")
-			if !strings.Contains(log, "terrarun/testing") || !strings.Contains(log, "testing_file.f: Creation complete") {
-				t.Errorf("the apply log does not show the provider installed and the file created:\n%s", log)
-			}
-			if b, err := os.ReadFile(file); err != nil || string(b) != "v1" {
-				t.Fatalf("the provider's file: %q, %v", b, err)
-			}
+		manifest := func(runName, extra string) string {
+			return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n%s", runName, ns,
+				strings.Replace(inline(map[string]string{"main.tf": config}, "  workspace: provider\n"+extra), "binary: "+engineName, "binary: "+name, 1))
+		}
+		path := filepath.Join(t.TempDir(), "run.yaml")
+		writeFile(t, path, manifest(run, "  approval:\n    mode: Auto\n"))
+		mustKubectl(t, e.Kubeconfig, "create", "-f", path)
+		got, err := harness.WaitForPhase(ctxT(t), e.client, ns, run, 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Fatalf("the run ended %s: %s\nplan log:\n%s", got.Status.Phase, got.Status.Message,
+				mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=plan"))
+		}
+		log := mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=apply")
+		if !strings.Contains(log, "terrarun/testing") || !strings.Contains(log, "testing_file.f: Creation complete") {
+			t.Errorf("the apply log does not show the provider installed and the file created:\n%s", log)
+		}
+		if b, err := os.ReadFile(file); err != nil || string(b) != "v1" {
+			t.Fatalf("the provider's file: %q, %v", b, err)
+		}
 
-			// Drift: the file changes behind terraform's back.
-			if err := os.WriteFile(file, []byte("drifted"), 0o666); err != nil {
-				t.Fatal(err)
-			}
-			writeFile(t, path, manifest("drift", "  operation: Plan\n"))
-			mustKubectl(t, e.Kubeconfig, "create", "-f", path)
-			drift, err := harness.WaitForPhase(ctxT(t), e.client, ns, "drift", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p := drift.Status.Plan; drift.Status.Phase != v1alpha1.RunPhaseSucceeded || p == nil || p.Change != 1 || !p.HasChanges {
-				t.Fatalf("the drift plan: %s %+v: %s", drift.Status.Phase, p, drift.Status.Message)
-			}
-			plan := mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/drift/plan")
-			if !strings.Contains(plan, `"drifted" -> "v1"`) {
-				t.Errorf("the plan does not undo the drift:\n%s", plan)
-			}
-		})
-	}
+		// Drift: the file changes behind terraform's back.
+		if err := os.WriteFile(file, []byte("drifted"), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, manifest("drift", "  operation: Plan\n"))
+		mustKubectl(t, e.Kubeconfig, "create", "-f", path)
+		drift, err := harness.WaitForPhase(ctxT(t), e.client, ns, "drift", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := drift.Status.Plan; drift.Status.Phase != v1alpha1.RunPhaseSucceeded || p == nil || p.Change != 1 || !p.HasChanges {
+			t.Fatalf("the drift plan: %s %+v: %s", drift.Status.Phase, p, drift.Status.Message)
+		}
+		plan := mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/drift/plan")
+		if !strings.Contains(plan, `"drifted" -> "v1"`) {
+			t.Errorf("the plan does not undo the drift:\n%s", plan)
+		}
+	})
 }

@@ -137,7 +137,18 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	var cmd *exec.Cmd
 	tmpDir := sandboxTmp
 	if e.opts.Sandbox.Disabled {
-		tmpDir = filepath.Join(dir, "tmp")
+		// A short directory of its own in the host's temporary directory:
+		// under the work directory, TMPDIR could be too long for provider
+		// plugins' Unix sockets.
+		tmpDir = unsandboxedTmp(dir)
+		if err := os.RemoveAll(tmpDir); err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
+		if err := os.Mkdir(tmpDir, 0o700); err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
 		cmd = exec.Command(args[0], args[1:]...)
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

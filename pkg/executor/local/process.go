@@ -1,6 +1,8 @@
 package local
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -268,12 +270,19 @@ func childEnv(extra []string) ([]string, error) {
 	return append([]string{"PATH=" + path}, rest...), nil
 }
 
-// removeWorkDir removes the work directory of p and the mount point of its
-// sandbox's root.
+// removeWorkDir removes the work directory of p, the mount point of its
+// sandbox's root, and its TMPDIR when it ran unsandboxed.
 func (e *Executor) removeWorkDir(p *proc) {
-	for _, d := range []string{p.dir, p.dir + ".root"} {
+	for _, d := range []string{p.dir, p.dir + ".root", unsandboxedTmp(p.dir)} {
 		if err := os.RemoveAll(d); err != nil {
 			klog.ErrorS(err, "Removing work directory", "execution", p.name, "path", d)
 		}
 	}
+}
+
+// unsandboxedTmp is the TMPDIR of an unsandboxed stage whose work directory
+// is dir: a short path in the host's temporary directory, named after dir.
+func unsandboxedTmp(dir string) string {
+	h := sha256.Sum256([]byte(dir))
+	return filepath.Join(os.TempDir(), "terrarun-stage-"+hex.EncodeToString(h[:8]))
 }
