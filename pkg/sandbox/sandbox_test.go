@@ -108,23 +108,33 @@ func (w world) run(t *testing.T, userns bool, uid uint32, script string, options
 	return out.String(), code
 }
 
+// TestSandbox runs the sandbox of a server with root: its stages run as
+// another user (65532). Without root that is not possible, and the sandbox
+// says so rather than running the command as the caller.
 func TestSandbox(t *testing.T) {
 	if uid := os.Getuid(); uid != 0 {
-		t.Skipf("the test runs as uid %d, and only root can run a sandbox's command as another user (65532); TestUserNamespace tests the sandbox of a server without root", uid)
+		expectNoSandbox(t, Config{UID: 65532, GID: 65532})
+		return
 	}
 	testIsolation(t, false, 65532)
 }
 
+// TestUserNamespace runs the sandbox of a server without root: in a user
+// namespace, as the caller's own user. Where the host forbids user
+// namespaces, the sandbox must fail rather than run without them.
 func TestUserNamespace(t *testing.T) {
-	skipWithoutUserNamespaces(t)
-	testIsolation(t, true, uint32(os.Getuid()))
+	uid := uint32(os.Getuid())
+	if why := userNamespacesForbidden(); why != "" {
+		t.Logf("%s: the sandbox must refuse to start", why)
+		expectNoSandbox(t, Config{UID: uid, GID: uint32(os.Getgid()), UserNamespace: true})
+		return
+	}
+	testIsolation(t, true, uid)
 }
 
-// skipWithoutUserNamespaces skips a test that needs a new user namespace when
-// the host's settings forbid this user to create one, naming the setting.
-// Anything else that makes a sandbox fail fails the test.
-func skipWithoutUserNamespaces(t *testing.T) {
-	t.Helper()
+// userNamespacesForbidden names the host setting that forbids this user to
+// create a user namespace, or returns "".
+func userNamespacesForbidden() string {
 	setting := func(path string) string {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -132,17 +142,35 @@ func skipWithoutUserNamespaces(t *testing.T) {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	if setting("/proc/sys/user/max_user_namespaces") == "0" {
-		t.Skip("user.max_user_namespaces is 0: this host allows no user namespaces")
+	switch {
+	case setting("/proc/sys/user/max_user_namespaces") == "0":
+		return "user.max_user_namespaces is 0: this host allows no user namespaces"
+	case os.Getuid() == 0:
+		return ""
+	case setting("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+		return "kernel.unprivileged_userns_clone is 0: this host forbids user namespaces to users other than root"
+	case setting("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+		return "kernel.apparmor_restrict_unprivileged_userns is 1: AppArmor forbids user namespaces to users other than root"
 	}
-	if os.Getuid() == 0 {
-		return
+	return ""
+}
+
+// expectNoSandbox asserts that Check fails for a sandbox of c (its root,
+// mounts and directory filled in) that this host or user cannot build.
+func expectNoSandbox(t *testing.T, c Config) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if setting("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
-		t.Skip("kernel.unprivileged_userns_clone is 0: this host forbids user namespaces to users other than root")
+	c.Root = filepath.Join(t.TempDir(), "root")
+	c.Mounts = append(SystemMounts(), Mount{Source: self})
+	c.Dir = filepath.Dir(self)
+	if err := os.Mkdir(c.Root, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	if setting("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
-		t.Skip("kernel.apparmor_restrict_unprivileged_userns is 1: AppArmor forbids user namespaces to users other than root")
+	if err := Check(self, c); err == nil {
+		t.Fatalf("a sandbox as uid %d (user namespace %v) started for uid %d: it must refuse", c.UID, c.UserNamespace, os.Getuid())
 	}
 }
 
@@ -269,8 +297,13 @@ func TestCheck(t *testing.T) {
 		Dir:    filepath.Dir(self),
 	}
 	if os.Getuid() != 0 {
-		// Without root, as a server without root sandboxes its stages.
-		skipWithoutUserNamespaces(t)
+		// Without root, as a server without root sandboxes its stages;
+		// TestUserNamespace covers hosts that forbid it.
+		if why := userNamespacesForbidden(); why != "" {
+			t.Logf("%s: the sandbox must refuse to start", why)
+			expectNoSandbox(t, Config{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), UserNamespace: true})
+			return
+		}
 		c.UID, c.GID, c.UserNamespace = uint32(os.Getuid()), uint32(os.Getgid()), true
 	}
 	if err := os.Mkdir(c.Root, 0o700); err != nil {
