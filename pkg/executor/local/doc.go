@@ -43,7 +43,7 @@
 //	backend.hcl       the "backend.hcl" key of the backend's configSecret (0600)
 //	work/             the executor's scratch directory (stage.Spec.WorkDir)
 //	tmp/              TMPDIR, seen at /.terrarun-tmp in the sandbox: a short path for plugin sockets
-//	                  (unsandboxed stages get <os.TempDir()>/terrarun-stage-<hash> instead)
+//	                  (unsandboxed stages get a random terrarun-stage-* directory in os.TempDir() instead)
 //
 // Secrets reach the child only as these files: never in its arguments or
 // environment. The environment is minimal: PATH (from Options.Env, else the

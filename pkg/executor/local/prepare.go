@@ -137,18 +137,14 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	var cmd *exec.Cmd
 	tmpDir := sandboxTmp
 	if e.opts.Sandbox.Disabled {
-		// A short directory of its own in the host's temporary directory:
-		// under the work directory, TMPDIR could be too long for provider
-		// plugins' Unix sockets.
-		tmpDir = unsandboxedTmp(dir)
-		if err := os.RemoveAll(tmpDir); err != nil {
+		// A short directory of its own (random, 0700) in the host's
+		// temporary directory: under the work directory, TMPDIR could be
+		// too long for provider plugins' Unix sockets.
+		if tmpDir, err = os.MkdirTemp("", "terrarun-stage-"); err != nil {
 			logFile.Close()
 			return nil, nil, err
 		}
-		if err := os.Mkdir(tmpDir, 0o700); err != nil {
-			logFile.Close()
-			return nil, nil, err
-		}
+		p.tmpDir = tmpDir
 		cmd = exec.Command(args[0], args[1:]...)
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -1,8 +1,6 @@
 package local
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -28,7 +26,9 @@ type proc struct {
 	key  string
 	name string
 	dir  string
-	id   executor.Identity
+	// tmpDir is the TMPDIR of an unsandboxed stage, outside dir.
+	tmpDir string
+	id     executor.Identity
 	// createRev is the etcd revision that created the record, putRev the one
 	// of Start's last write to it.
 	createRev, putRev int64
@@ -273,16 +273,12 @@ func childEnv(extra []string) ([]string, error) {
 // removeWorkDir removes the work directory of p, the mount point of its
 // sandbox's root, and its TMPDIR when it ran unsandboxed.
 func (e *Executor) removeWorkDir(p *proc) {
-	for _, d := range []string{p.dir, p.dir + ".root", unsandboxedTmp(p.dir)} {
+	for _, d := range []string{p.dir, p.dir + ".root", p.tmpDir} {
+		if d == "" {
+			continue
+		}
 		if err := os.RemoveAll(d); err != nil {
 			klog.ErrorS(err, "Removing work directory", "execution", p.name, "path", d)
 		}
 	}
-}
-
-// unsandboxedTmp is the TMPDIR of an unsandboxed stage whose work directory
-// is dir: a short path in the host's temporary directory, named after dir.
-func unsandboxedTmp(dir string) string {
-	h := sha256.Sum256([]byte(dir))
-	return filepath.Join(os.TempDir(), "terrarun-stage-"+hex.EncodeToString(h[:8]))
 }
