@@ -85,6 +85,11 @@ const (
 	// it (its server or Job is gone); its outcome is unknown. With
 	// StateUnknown.
 	ReasonExecutorLost = "ExecutorLost"
+	// ReasonForged: an object of the execution's name (a Job, a stage
+	// Secret) exists that the executor did not build; whatever it ran, its
+	// outcome is not the execution's and must not be trusted. With
+	// StateUnknown; Message says which object and how it differs.
+	ReasonForged = "Forged"
 	// ReasonNotStarted: nothing of the execution was ever started. With
 	// StateUnknown; the only reason on which the controller starts it.
 	ReasonNotStarted = "NotStarted"

@@ -521,3 +521,62 @@ func TestContentNegotiationThroughTheAggregator(t *testing.T) {
 		t.Errorf("list with protobuf or JSON accepted: %d %s %.300s", code, ctype, body)
 	}
 }
+
+// TestForgedApplyJob attacks the approval gate as a tenant who may create
+// Jobs in the namespace but not approve: before bob approves, carol creates
+// the apply stage's Job herself, with its deterministic name, the run's
+// labels and ownerReference (all readable by a viewer) and a pod that does
+// nothing and succeeds. Once approved, the run must not report that Job's
+// success as its apply: it fails, naming the forged Job.
+func TestForgedApplyJob(t *testing.T) {
+	ns := newNamespace(t)
+	mustAs(t, "admin", "create", "role", "job-writer", "-n", ns, "--verb=create,get", "--resource=jobs")
+	mustAs(t, "admin", "create", "rolebinding", "carol-jobs", "-n", ns, "--role=job-writer", "--user=carol")
+	createRun(t, "alice", ns, "forged", helloTF, "")
+	waitPhase(t, ns, "forged", 5*time.Minute, "AwaitingApproval")
+
+	uid := mustAs(t, "carol", "get", "tfr", "forged", "-n", ns, "-o", "jsonpath={.metadata.uid}")
+	job := fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata:
+  name: forged-apply-1
+  namespace: %[1]s
+  labels: {terrarun.dev/run: forged, terrarun.dev/run-uid: %[2]s, terrarun.dev/stage: apply, terrarun.dev/attempt: "1"}
+  annotations: {terrarun.dev/run-name: forged}
+  ownerReferences:
+  - {apiVersion: terrarun.dev/v1alpha1, kind: TerraformRun, name: forged, uid: %[2]s, controller: true}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels: {terrarun.dev/run: forged, terrarun.dev/run-uid: %[2]s, terrarun.dev/stage: apply, terrarun.dev/attempt: "1"}
+      annotations: {terrarun.dev/run-name: forged}
+    spec:
+      restartPolicy: Never
+      automountServiceAccountToken: false
+      containers:
+      - name: executor
+        image: ghcr.io/terrarun/terrarun-executor:latest
+        command: ["/bin/true"]
+`, ns, uid)
+	if _, err := cl.kubectlStdin("carol", job, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "carol's Job to complete", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "job", "forged-apply-1", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Complete")].status}`)
+		return out == "True"
+	})
+
+	if out, err := approve(t, "bob", ns, "forged"); err != nil {
+		t.Fatalf("bob's approval: %v: %s", err, out)
+	}
+	got := waitPhase(t, ns, "forged", 3*time.Minute, "Succeeded", "Failed")
+	msg := mustAs(t, "admin", "get", "tfr", "forged", "-n", ns, "-o", "jsonpath={.status.message}")
+	if got != "Failed" || !strings.Contains(msg, "Job "+ns+"/forged-apply-1 carries this run's labels but is not the one terrarun builds") {
+		t.Fatalf("with carol's Job in place of the apply stage's, the run is %s: %q; want Failed, naming her Job", got, msg)
+	}
+	reason := mustAs(t, "admin", "get", "tfr", "forged", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Applied")].reason}`)
+	if reason != "ExecutorForged" {
+		t.Errorf("Applied condition reason %q, want ExecutorForged", reason)
+	}
+}

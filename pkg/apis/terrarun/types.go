@@ -370,6 +370,7 @@ const (
 	ReasonDiscardRequested = "DiscardRequested"
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonExecutorLost     = "ExecutorLost"
+	ReasonExecutorForged   = "ExecutorForged"
 	ReasonStartFailed      = "StartFailed"
 )
 

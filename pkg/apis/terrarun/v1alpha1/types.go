@@ -378,6 +378,7 @@ const (
 	ReasonDiscardRequested = "DiscardRequested"
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonExecutorLost     = "ExecutorLost"
+	ReasonExecutorForged   = "ExecutorForged"
 	ReasonStartFailed      = "StartFailed"
 )
 
