@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,7 +188,7 @@ echo written > ` + w.work + `/out && echo work-writable
 touch /new 2>/dev/null && echo ROOT-WRITABLE
 grep CapEff /proc/self/status
 [ "$(readlink /proc/self/ns/ipc)" = "` + hostIPC(t) + `" ] && echo HOST-IPC
-ls /proc | grep -c '^[0-9]'
+echo PROCS=$(ls /proc | grep -c '^[0-9]')
 exit 3
 `
 		out, code := w.run(t, userns, uid, script)
@@ -207,6 +208,13 @@ exit 3
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
+		}
+		// Its own PID namespace: the shell, its command substitution, ls,
+		// grep and the sandbox's PID 1; nothing of the host's.
+		if m := regexp.MustCompile(`PROCS=(\d+)`).FindStringSubmatch(out); m == nil {
+			t.Errorf("no process count:\n%s", out)
+		} else if n, _ := strconv.Atoi(m[1]); n < 1 || n > 8 {
+			t.Errorf("the sandbox sees %d processes in /proc, want only its own (at most 8)\n%s", n, out)
 		}
 		if b, err := os.ReadFile(filepath.Join(w.work, "out")); err != nil || string(b) != "written\n" {
 			t.Errorf("the work directory was not written through: %q %v", b, err)

@@ -47,7 +47,7 @@ func TestStandaloneRoles(t *testing.T) {
 	forbidden("an editor impersonating an executor", editor, "--as=system:terrarun:executor:default:guarded",
 		"--as-group=system:terrarun:executors", "get", "--raw", raw("guarded", "outputs"))
 	forbidden("an editor impersonating the admin", editor, "--as=terrarun-admin", "--as-group=system:masters", "get", "tfr")
-	forbidden("a viewer creating", viewer, "delete", "tfr", "guarded")
+	forbidden("a viewer deleting", viewer, "delete", "tfr", "guarded")
 	forbidden("a viewer reading outputs", viewer, "get", "--raw", raw("guarded", "outputs"))
 	forbidden("a user without groups", nobody, "get", "tfr")
 

@@ -37,7 +37,7 @@ func checkExecutor(ctx context.Context, run *terrarun.TerraformRun, stageName te
 		return forbidden("only the executor of this run's current stage may write its %s; %s is not an executor", what, name)
 	}
 	if id.Namespace != run.Namespace || id.Name != run.Name || id.UID != string(run.UID) {
-		return forbidden("this executor was started for run %s/%s, not for %s/%s", id.Namespace, id.Name, run.Namespace, run.Name)
+		return forbidden("this executor was started for run %s/%s (UID %s), not for %s/%s (UID %s)", id.Namespace, id.Name, id.UID, run.Namespace, run.Name, run.UID)
 	}
 	current := currentStage(run, stageName)
 	if string(id.Stage) != string(stageName) || current == nil || id.Attempt != current.Attempt || current.CompletionTime != nil {
