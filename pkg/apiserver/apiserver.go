@@ -24,6 +24,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
+	"github.com/terrarun/terrarun/pkg/registry/terraformworkspace"
 )
 
 var (
@@ -137,6 +138,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
+	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.DefaultEngine, runs.Run)
+	if err != nil {
+		return nil, err
+	}
+
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	group.NegotiatedSerializer = withoutProtobuf{Codecs}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
@@ -148,6 +154,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		"terraformruns/plan":    runs.Plan,
 		"terraformruns/logs":    runs.Logs,
 		"terraformruns/outputs": runs.Outputs,
+
+		"terraformworkspaces":        workspaces.Workspace,
+		"terraformworkspaces/status": workspaces.Status,
+		"terraformworkspaces/rerun":  workspaces.Rerun,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)

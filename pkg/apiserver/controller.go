@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
 	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
+	workspacecontroller "github.com/terrarun/terrarun/pkg/controller/terraformworkspace"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
@@ -27,8 +29,9 @@ const (
 	leaseTTL = 15 * time.Second
 )
 
-// startController runs the run controller, through the loopback client, while
-// this replica is the elected leader. It returns at once.
+// startController runs the run and workspace controllers, through the
+// loopback client, while this replica is the elected leader. It returns at
+// once.
 func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext) error {
 	clientset, err := versioned.NewForConfig(hook.LoopbackClientConfig)
 	if err != nil {
@@ -48,15 +51,30 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 	ctx := klog.NewContext(hook, klog.Background().WithName("run-controller"))
 	go leaderelection.RunWhileLeader(ctx, c.Controller.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
 		factory := informers.NewSharedInformerFactory(clientset, 0)
-		ctrl, err := runcontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformRuns(), c.Executor, c.Artifacts, opts)
+		runInformer := factory.Terrarun().V1alpha1().TerraformRuns()
+		ctrl, err := runcontroller.New(clientset, runInformer, c.Executor, c.Artifacts, opts)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Building the run controller")
 			return
 		}
+		wsCtrl, err := workspacecontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformWorkspaces(), runInformer,
+			workspacecontroller.Options{Recorder: opts.Recorder})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Building the workspace controller")
+			return
+		}
 		factory.Start(ctx.Done())
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			wsCtx := klog.NewContext(ctx, klog.Background().WithName("workspace-controller"))
+			if err := wsCtrl.Run(wsCtx, c.Controller.Workers); err != nil {
+				klog.FromContext(ctx).Error(err, "Workspace controller")
+			}
+		})
 		if err := ctrl.Run(ctx, c.Controller.Workers); err != nil {
 			klog.FromContext(ctx).Error(err, "Run controller")
 		}
+		wg.Wait()
 		factory.Shutdown()
 	})
 	return nil

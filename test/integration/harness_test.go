@@ -145,17 +145,24 @@ type binaryServer struct {
 // is stopped when the test ends, and its output logged when the test failed.
 func startBinary(t *testing.T, dataDir string, extraArgs ...string) *binaryServer {
 	t.Helper()
+	return startBinaryFor(t, t, dataDir, extraArgs...)
+}
+
+// startBinaryFor is startBinary in a subtest t for a server that outlives
+// it: owner, the test that uses it last, stops it.
+func startBinaryFor(t, owner *testing.T, dataDir string, extraArgs ...string) *binaryServer {
+	t.Helper()
 	w := &lockedWriter{w: &bytes.Buffer{}}
 	s, err := harness.StartServer(harness.ServerOptions{Binary: apiserverBinary, DataDir: dataDir, Args: extraArgs, Output: w})
 	if err != nil {
 		t.Fatalf("%v; output:\n%s", err, w.String())
 	}
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		if err := s.Stop(90 * time.Second); err != nil {
-			t.Error(err)
+			owner.Error(err)
 		}
-		if t.Failed() {
-			t.Logf("terrarun-apiserver output:\n%s", w.String())
+		if owner.Failed() {
+			owner.Logf("terrarun-apiserver output:\n%s", w.String())
 		}
 	})
 	return &binaryServer{Server: s, output: w}

@@ -46,12 +46,22 @@ func newRunEnv(t *testing.T, extraArgs ...string) *runEnv {
 // its path and a clientset that uses it.
 func (e *runEnv) user(t *testing.T, name string) (string, versioned.Interface) {
 	t.Helper()
+	path := e.mint(t, name, "terrarun:approvers", "terrarun:editors")
+	return path, versioned.NewForConfigOrDie(kubeconfigRest(t, path))
+}
+
+// mint writes a kubeconfig for user name in groups, and returns its path.
+func (e *runEnv) mint(t *testing.T, name string, groups ...string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if out, err := exec.Command(apiserverBinary, "kubeconfig", "--data-dir", e.DataDir, "--user", name,
-		"--group", "terrarun:approvers", "--group", "terrarun:editors", "--output", path).CombinedOutput(); err != nil {
+	args := []string{"kubeconfig", "--data-dir", e.DataDir, "--user", name, "--output", path}
+	for _, g := range groups {
+		args = append(args, "--group", g)
+	}
+	if out, err := exec.Command(apiserverBinary, args...).CombinedOutput(); err != nil {
 		t.Fatalf("minting %s's kubeconfig: %v\n%s", name, err, out)
 	}
-	return path, versioned.NewForConfigOrDie(kubeconfigRest(t, path))
+	return path
 }
 
 func kubeconfigRest(t *testing.T, path string) *rest.Config {

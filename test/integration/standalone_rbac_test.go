@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,20 +14,9 @@ import (
 // impersonates the executor, a viewer who creates, and a user without groups.
 func TestStandaloneRoles(t *testing.T) {
 	e := newRunEnv(t)
-	mint := func(name string, groups ...string) string {
-		path := filepath.Join(t.TempDir(), name+".kubeconfig")
-		args := []string{"kubeconfig", "--data-dir", e.DataDir, "--user", name, "--output", path}
-		for _, g := range groups {
-			args = append(args, "--group", g)
-		}
-		if out, err := exec.Command(apiserverBinary, args...).CombinedOutput(); err != nil {
-			t.Fatalf("minting %s's kubeconfig: %v\n%s", name, err, out)
-		}
-		return path
-	}
-	editor := mint("eve", "terrarun:editors")
-	viewer := mint("vic", "terrarun:viewers")
-	nobody := mint("nobody")
+	editor := e.mint(t, "eve", "terrarun:editors")
+	viewer := e.mint(t, "vic", "terrarun:viewers")
+	nobody := e.mint(t, "nobody")
 
 	e.create(t, runManifest("guarded", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "")))
 	run := e.waitPhase(t, "guarded", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)

@@ -38,6 +38,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunLogOptions{},
 		&TerraformRunPlanOptions{},
 		&TerraformRunOutputsOptions{},
+		&TerraformWorkspace{},
+		&TerraformWorkspaceList{},
+		&TerraformWorkspaceRerun{},
 	)
 	return nil
 }

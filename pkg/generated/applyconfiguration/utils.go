@@ -48,6 +48,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.ExecutorSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GitSource"):
 		return &terrarunv1alpha1.GitSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HistoryLimits"):
+		return &terrarunv1alpha1.HistoryLimitsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KeySelector"):
 		return &terrarunv1alpha1.KeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputStatus"):
@@ -68,6 +70,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.TerraformRunSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRunStatus"):
 		return &terrarunv1alpha1.TerraformRunStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspace"):
+		return &terrarunv1alpha1.TerraformWorkspaceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspaceSpec"):
+		return &terrarunv1alpha1.TerraformWorkspaceSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspaceStatus"):
+		return &terrarunv1alpha1.TerraformWorkspaceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Timeouts"):
 		return &terrarunv1alpha1.TimeoutsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Variable"):

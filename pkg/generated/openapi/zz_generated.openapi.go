@@ -42,6 +42,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Engine{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_Engine(ref),
 		v1alpha1.ExecutorSpec{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_ExecutorSpec(ref),
 		v1alpha1.GitSource{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_GitSource(ref),
+		v1alpha1.HistoryLimits{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_HistoryLimits(ref),
 		v1alpha1.KeySelector{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref),
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
 		v1alpha1.PlanPartDigests{}.OpenAPIModelName():              schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
@@ -59,6 +60,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TerraformRunPlanOptions{}.OpenAPIModelName():      schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref),
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
 		v1alpha1.TerraformRunStatus{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref),
+		v1alpha1.TerraformWorkspace{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspace(ref),
+		v1alpha1.TerraformWorkspaceList{}.OpenAPIModelName():       schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceList(ref),
+		v1alpha1.TerraformWorkspaceRerun{}.OpenAPIModelName():      schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceRerun(ref),
+		v1alpha1.TerraformWorkspaceSpec{}.OpenAPIModelName():       schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref),
+		v1alpha1.TerraformWorkspaceStatus{}.OpenAPIModelName():     schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceStatus(ref),
 		v1alpha1.Timeouts{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_Timeouts(ref),
 		v1alpha1.Variable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_Variable(ref),
 		v1alpha1.VariableSource{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_VariableSource(ref),
@@ -690,6 +696,33 @@ func schema_pkg_apis_terrarun_v1alpha1_GitSource(ref common.ReferenceCallback) c
 					},
 				},
 				Required: []string{"url", "ref"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_HistoryLimits(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HistoryLimits bounds the finished runs a workspace keeps.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"succeeded": {
+						SchemaProps: spec.SchemaProps{
+							Description: "succeeded is how many succeeded runs to keep (default 5, at most 100).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"failed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "failed is how many runs that did not succeed (failed, canceled, discarded) to keep (default 5, at most 100).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
 			},
 		},
 	}
@@ -1712,6 +1745,344 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 		},
 		Dependencies: []string{
 			v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.OutputStatus{}.OpenAPIModelName(), v1alpha1.PlanSummary{}.OpenAPIModelName(), v1alpha1.SourceStatus{}.OpenAPIModelName(), v1alpha1.StageStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspace(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformWorkspace is desired state that keeps itself applied: it creates a TerraformRun whenever what terraform would do changes (its template, the content of what the template reads), re-plans on an interval to detect drift, and destroys what it manages when it is deleted, if asked to. Its runs, labeled terrarun.dev/workspace and owned by it, are its history.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is the desired state.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformWorkspaceSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status is the most recently observed state, written only by the workspace controller.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformWorkspaceStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformWorkspaceSpec{}.OpenAPIModelName(), v1alpha1.TerraformWorkspaceStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformWorkspaceList is a list of TerraformWorkspaces.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "items is the list of workspaces.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.TerraformWorkspace{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformWorkspace{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceRerun(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformWorkspaceRerun is the body of a POST to the rerun subresource: it starts a new run now, whatever the hash says. The response is the run.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata; name, when set, must match the workspace.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason is an optional note recorded in the run's annotations and the workspace's Event.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformWorkspaceSpec is the desired state of a workspace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"template": {
+						SchemaProps: spec.SchemaProps{
+							Description: "template is the spec of every run the workspace creates: source, variables, backend, terraform workspace, engine, executor, timeouts, targets. Its operation, approval and outputsSecret are the workspace's to set (spec.approval, spec.outputsSecret) and must be left empty here; its creator is set by the server from the user who last changed the spec, and the runs use only what that user may use.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformRunSpec{}.OpenAPIModelName()),
+						},
+					},
+					"approval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "approval is the approval of every run the workspace creates (Manual by default).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.Approval{}.OpenAPIModelName()),
+						},
+					},
+					"interval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "interval is how often the workspace plans again to detect drift, as a plan-only run. Off when empty; at least 10s.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"driftPolicy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "driftPolicy is what a drift check that finds changes does: Report (the default) sets the Drifted condition; Apply starts an apply run, through approval when it is Manual.\n\nPossible enum values:\n - `\"Apply\"` starts an apply run to repair the drift.\n - `\"Report\"` sets the Drifted condition and does nothing else.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Apply", "Report"},
+						},
+					},
+					"destroyOnDelete": {
+						SchemaProps: spec.SchemaProps{
+							Description: "destroyOnDelete makes deleting the workspace run a Destroy run first: the workspace goes away only once it has succeeded. An admin can abandon the resources instead with the annotation terrarun.dev/abandon-resources: \"true\".",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"suspend": {
+						SchemaProps: spec.SchemaProps{
+							Description: "suspend stops the workspace from starting runs; a run already started goes on.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"historyLimits": {
+						SchemaProps: spec.SchemaProps{
+							Description: "historyLimits is how many finished runs the workspace keeps; older ones are deleted with their plans, logs and outputs.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.HistoryLimits{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"template"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.Approval{}.OpenAPIModelName(), v1alpha1.HistoryLimits{}.OpenAPIModelName(), v1alpha1.TerraformRunSpec{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformWorkspaceStatus is the observed state of a workspace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "observedGeneration is the generation the status describes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "conditions: Ready (the current spec is applied), Reconciling (a run is under way), Drifted (the last drift check found changes), Stalled (the last run failed and nothing will change until the spec does), and Destroying (the workspace is being deleted).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"desiredHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "desiredHash is the hash of what the current spec makes terraform do.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastAppliedHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastAppliedHash is the hash of the last successfully applied spec.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastAppliedRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastAppliedRevision is the source revision of the last successful apply (a git commit, or the hash of an inline or ConfigMap source).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastAppliedRun": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastAppliedRun names the run of the last successful apply.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastRun": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastRun names the run the workspace created last.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"currentRun": {
+						SchemaProps: spec.SchemaProps{
+							Description: "currentRun names the run under way, if any.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastDriftCheck": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastDriftCheck is when the last drift check ended.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"nextDriftCheck": {
+						SchemaProps: spec.SchemaProps{
+							Description: "nextDriftCheck is when the next drift check is due.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"rerunRequests": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rerunRequests counts the reruns asked for through the rerun subresource; the controller starts one run for each increase.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"observedRerunRequests": {
+						SchemaProps: spec.SchemaProps{
+							Description: "observedRerunRequests is the rerunRequests the controller has acted on.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"outputs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "outputs are the non-sensitive outputs of the last successful apply, as its run reported them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.OutputStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.OutputStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

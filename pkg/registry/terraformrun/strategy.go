@@ -48,19 +48,24 @@ func (runStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
-// PrepareForCreate clears status, records the creating user and applies the
+// PrepareForCreate clears status, records the creating user (or, for a run
+// the server creates for a workspace, keeps the workspace's) and applies the
 // built-in defaults to whatever the user and the cluster policy left empty.
 func (s runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	run := obj.(*terrarun.TerraformRun)
 	run.Status = terrarun.TerraformRunStatus{Phase: terrarun.RunPhasePending}
 	run.Generation = 1
-	run.Spec.Creator = creatorFrom(ctx)
+	if u, _ := genericapirequest.UserFrom(ctx); run.Spec.Creator == nil || !terrarun.CreatesOnBehalf(u) {
+		// Only the server itself, creating a workspace's run, names another
+		// creator: the workspace's (admission checks the run as hers).
+		run.Spec.Creator = CreatorFrom(ctx)
+	}
 	terrarun.SetBuiltinDefaults(&run.Spec, s.engine)
 }
 
-// creatorFrom returns the authenticated user of the request. A client-supplied
+// CreatorFrom returns the authenticated user of the request. A client-supplied
 // creator is always replaced by this value.
-func creatorFrom(ctx context.Context) *terrarun.Creator {
+func CreatorFrom(ctx context.Context) *terrarun.Creator {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok || u == nil {
 		return nil

@@ -200,10 +200,16 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 
 	var vs []violation
 	creatorPath := field.NewPath("spec", "creator")
+	// Whose rights the run uses: its creator's. That is the requester, except
+	// for a run the server creates for a workspace, whose creator is the
+	// user who last set the workspace's spec.
+	creator := a.GetUserInfo()
 	switch op {
 	case admission.Create:
 		requester := userName(a.GetUserInfo())
-		if c := run.Spec.Creator; c != nil && c.Username != requester {
+		if c := run.Spec.Creator; c != nil && c.Username != requester && terrarun.CreatesOnBehalf(a.GetUserInfo()) {
+			creator = c.User()
+		} else if c != nil && c.Username != requester {
 			vs = append(vs, violation{creatorPath, fmt.Sprintf(
 				"is set by the server from the creating user and cannot be chosen by the client: it names %q but the request was made by %q; omit spec.creator",
 				c.Username, requester)})
@@ -230,7 +236,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
 	vs = append(vs, p.checkAllowedLists(run)...)
-	vs = append(vs, p.checkReferences(ctx, a.GetUserInfo(), namespace, run)...)
+	vs = append(vs, p.checkReferences(ctx, creator, namespace, run)...)
 	return deny(a, vs)
 }
 

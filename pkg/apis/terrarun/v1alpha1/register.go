@@ -36,6 +36,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunLogOptions{},
 		&TerraformRunPlanOptions{},
 		&TerraformRunOutputsOptions{},
+		&TerraformWorkspace{},
+		&TerraformWorkspaceList{},
+		&TerraformWorkspaceRerun{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -117,6 +117,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*HistoryLimits)(nil), (*terrarun.HistoryLimits)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_HistoryLimits_To_terrarun_HistoryLimits(a.(*HistoryLimits), b.(*terrarun.HistoryLimits), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.HistoryLimits)(nil), (*HistoryLimits)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_HistoryLimits_To_v1alpha1_HistoryLimits(a.(*terrarun.HistoryLimits), b.(*HistoryLimits), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*KeySelector)(nil), (*terrarun.KeySelector)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_KeySelector_To_terrarun_KeySelector(a.(*KeySelector), b.(*terrarun.KeySelector), scope)
 	}); err != nil {
@@ -284,6 +294,56 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunStatus)(nil), (*TerraformRunStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_TerraformRunStatus_To_v1alpha1_TerraformRunStatus(a.(*terrarun.TerraformRunStatus), b.(*TerraformRunStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformWorkspace)(nil), (*terrarun.TerraformWorkspace)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformWorkspace_To_terrarun_TerraformWorkspace(a.(*TerraformWorkspace), b.(*terrarun.TerraformWorkspace), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformWorkspace)(nil), (*TerraformWorkspace)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformWorkspace_To_v1alpha1_TerraformWorkspace(a.(*terrarun.TerraformWorkspace), b.(*TerraformWorkspace), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformWorkspaceList)(nil), (*terrarun.TerraformWorkspaceList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformWorkspaceList_To_terrarun_TerraformWorkspaceList(a.(*TerraformWorkspaceList), b.(*terrarun.TerraformWorkspaceList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformWorkspaceList)(nil), (*TerraformWorkspaceList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformWorkspaceList_To_v1alpha1_TerraformWorkspaceList(a.(*terrarun.TerraformWorkspaceList), b.(*TerraformWorkspaceList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformWorkspaceRerun)(nil), (*terrarun.TerraformWorkspaceRerun)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformWorkspaceRerun_To_terrarun_TerraformWorkspaceRerun(a.(*TerraformWorkspaceRerun), b.(*terrarun.TerraformWorkspaceRerun), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformWorkspaceRerun)(nil), (*TerraformWorkspaceRerun)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformWorkspaceRerun_To_v1alpha1_TerraformWorkspaceRerun(a.(*terrarun.TerraformWorkspaceRerun), b.(*TerraformWorkspaceRerun), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformWorkspaceSpec)(nil), (*terrarun.TerraformWorkspaceSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(a.(*TerraformWorkspaceSpec), b.(*terrarun.TerraformWorkspaceSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformWorkspaceSpec)(nil), (*TerraformWorkspaceSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec(a.(*terrarun.TerraformWorkspaceSpec), b.(*TerraformWorkspaceSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformWorkspaceStatus)(nil), (*terrarun.TerraformWorkspaceStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus(a.(*TerraformWorkspaceStatus), b.(*terrarun.TerraformWorkspaceStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformWorkspaceStatus)(nil), (*TerraformWorkspaceStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus(a.(*terrarun.TerraformWorkspaceStatus), b.(*TerraformWorkspaceStatus), scope)
 	}); err != nil {
 		return err
 	}
@@ -513,6 +573,26 @@ func autoConvert_terrarun_GitSource_To_v1alpha1_GitSource(in *terrarun.GitSource
 // Convert_terrarun_GitSource_To_v1alpha1_GitSource is an autogenerated conversion function.
 func Convert_terrarun_GitSource_To_v1alpha1_GitSource(in *terrarun.GitSource, out *GitSource, s conversion.Scope) error {
 	return autoConvert_terrarun_GitSource_To_v1alpha1_GitSource(in, out, s)
+}
+
+func autoConvert_v1alpha1_HistoryLimits_To_terrarun_HistoryLimits(in *HistoryLimits, out *terrarun.HistoryLimits, s conversion.Scope) error {
+	*out = *(*terrarun.HistoryLimits)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_HistoryLimits_To_terrarun_HistoryLimits is an autogenerated conversion function.
+func Convert_v1alpha1_HistoryLimits_To_terrarun_HistoryLimits(in *HistoryLimits, out *terrarun.HistoryLimits, s conversion.Scope) error {
+	return autoConvert_v1alpha1_HistoryLimits_To_terrarun_HistoryLimits(in, out, s)
+}
+
+func autoConvert_terrarun_HistoryLimits_To_v1alpha1_HistoryLimits(in *terrarun.HistoryLimits, out *HistoryLimits, s conversion.Scope) error {
+	*out = *(*HistoryLimits)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_HistoryLimits_To_v1alpha1_HistoryLimits is an autogenerated conversion function.
+func Convert_terrarun_HistoryLimits_To_v1alpha1_HistoryLimits(in *terrarun.HistoryLimits, out *HistoryLimits, s conversion.Scope) error {
+	return autoConvert_terrarun_HistoryLimits_To_v1alpha1_HistoryLimits(in, out, s)
 }
 
 func autoConvert_v1alpha1_KeySelector_To_terrarun_KeySelector(in *KeySelector, out *terrarun.KeySelector, s conversion.Scope) error {
@@ -977,6 +1057,122 @@ func autoConvert_terrarun_TerraformRunStatus_To_v1alpha1_TerraformRunStatus(in *
 // Convert_terrarun_TerraformRunStatus_To_v1alpha1_TerraformRunStatus is an autogenerated conversion function.
 func Convert_terrarun_TerraformRunStatus_To_v1alpha1_TerraformRunStatus(in *terrarun.TerraformRunStatus, out *TerraformRunStatus, s conversion.Scope) error {
 	return autoConvert_terrarun_TerraformRunStatus_To_v1alpha1_TerraformRunStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformWorkspace_To_terrarun_TerraformWorkspace(in *TerraformWorkspace, out *terrarun.TerraformWorkspace, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_TerraformWorkspace_To_terrarun_TerraformWorkspace is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformWorkspace_To_terrarun_TerraformWorkspace(in *TerraformWorkspace, out *terrarun.TerraformWorkspace, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformWorkspace_To_terrarun_TerraformWorkspace(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformWorkspace_To_v1alpha1_TerraformWorkspace(in *terrarun.TerraformWorkspace, out *TerraformWorkspace, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_terrarun_TerraformWorkspace_To_v1alpha1_TerraformWorkspace is an autogenerated conversion function.
+func Convert_terrarun_TerraformWorkspace_To_v1alpha1_TerraformWorkspace(in *terrarun.TerraformWorkspace, out *TerraformWorkspace, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformWorkspace_To_v1alpha1_TerraformWorkspace(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformWorkspaceList_To_terrarun_TerraformWorkspaceList(in *TerraformWorkspaceList, out *terrarun.TerraformWorkspaceList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]terrarun.TerraformWorkspace)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformWorkspaceList_To_terrarun_TerraformWorkspaceList is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformWorkspaceList_To_terrarun_TerraformWorkspaceList(in *TerraformWorkspaceList, out *terrarun.TerraformWorkspaceList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformWorkspaceList_To_terrarun_TerraformWorkspaceList(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformWorkspaceList_To_v1alpha1_TerraformWorkspaceList(in *terrarun.TerraformWorkspaceList, out *TerraformWorkspaceList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]TerraformWorkspace)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_terrarun_TerraformWorkspaceList_To_v1alpha1_TerraformWorkspaceList is an autogenerated conversion function.
+func Convert_terrarun_TerraformWorkspaceList_To_v1alpha1_TerraformWorkspaceList(in *terrarun.TerraformWorkspaceList, out *TerraformWorkspaceList, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformWorkspaceList_To_v1alpha1_TerraformWorkspaceList(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformWorkspaceRerun_To_terrarun_TerraformWorkspaceRerun(in *TerraformWorkspaceRerun, out *terrarun.TerraformWorkspaceRerun, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	out.Reason = in.Reason
+	return nil
+}
+
+// Convert_v1alpha1_TerraformWorkspaceRerun_To_terrarun_TerraformWorkspaceRerun is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformWorkspaceRerun_To_terrarun_TerraformWorkspaceRerun(in *TerraformWorkspaceRerun, out *terrarun.TerraformWorkspaceRerun, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformWorkspaceRerun_To_terrarun_TerraformWorkspaceRerun(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformWorkspaceRerun_To_v1alpha1_TerraformWorkspaceRerun(in *terrarun.TerraformWorkspaceRerun, out *TerraformWorkspaceRerun, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	out.Reason = in.Reason
+	return nil
+}
+
+// Convert_terrarun_TerraformWorkspaceRerun_To_v1alpha1_TerraformWorkspaceRerun is an autogenerated conversion function.
+func Convert_terrarun_TerraformWorkspaceRerun_To_v1alpha1_TerraformWorkspaceRerun(in *terrarun.TerraformWorkspaceRerun, out *TerraformWorkspaceRerun, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformWorkspaceRerun_To_v1alpha1_TerraformWorkspaceRerun(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(in *TerraformWorkspaceSpec, out *terrarun.TerraformWorkspaceSpec, s conversion.Scope) error {
+	*out = *(*terrarun.TerraformWorkspaceSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(in *TerraformWorkspaceSpec, out *terrarun.TerraformWorkspaceSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec(in *terrarun.TerraformWorkspaceSpec, out *TerraformWorkspaceSpec, s conversion.Scope) error {
+	*out = *(*TerraformWorkspaceSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec is an autogenerated conversion function.
+func Convert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec(in *terrarun.TerraformWorkspaceSpec, out *TerraformWorkspaceSpec, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformWorkspaceSpec_To_v1alpha1_TerraformWorkspaceSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus(in *TerraformWorkspaceStatus, out *terrarun.TerraformWorkspaceStatus, s conversion.Scope) error {
+	*out = *(*terrarun.TerraformWorkspaceStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus(in *TerraformWorkspaceStatus, out *terrarun.TerraformWorkspaceStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformWorkspaceStatus_To_terrarun_TerraformWorkspaceStatus(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus(in *terrarun.TerraformWorkspaceStatus, out *TerraformWorkspaceStatus, s conversion.Scope) error {
+	*out = *(*TerraformWorkspaceStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus is an autogenerated conversion function.
+func Convert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus(in *terrarun.TerraformWorkspaceStatus, out *TerraformWorkspaceStatus, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformWorkspaceStatus_To_v1alpha1_TerraformWorkspaceStatus(in, out, s)
 }
 
 func autoConvert_v1alpha1_Timeouts_To_terrarun_Timeouts(in *Timeouts, out *terrarun.Timeouts, s conversion.Scope) error {

@@ -31,6 +31,8 @@ import (
 func RegisterDefaults(scheme *runtime.Scheme) error {
 	scheme.AddTypeDefaultingFunc(&TerraformRun{}, func(obj interface{}) { SetObjectDefaults_TerraformRun(obj.(*TerraformRun)) })
 	scheme.AddTypeDefaultingFunc(&TerraformRunList{}, func(obj interface{}) { SetObjectDefaults_TerraformRunList(obj.(*TerraformRunList)) })
+	scheme.AddTypeDefaultingFunc(&TerraformWorkspace{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspace(obj.(*TerraformWorkspace)) })
+	scheme.AddTypeDefaultingFunc(&TerraformWorkspaceList{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspaceList(obj.(*TerraformWorkspaceList)) })
 	return nil
 }
 
@@ -42,5 +44,16 @@ func SetObjectDefaults_TerraformRunList(in *TerraformRunList) {
 	for i := range in.Items {
 		a := &in.Items[i]
 		SetObjectDefaults_TerraformRun(a)
+	}
+}
+
+func SetObjectDefaults_TerraformWorkspace(in *TerraformWorkspace) {
+	SetDefaults_TerraformRunSpec(&in.Spec.Template)
+}
+
+func SetObjectDefaults_TerraformWorkspaceList(in *TerraformWorkspaceList) {
+	for i := range in.Items {
+		a := &in.Items[i]
+		SetObjectDefaults_TerraformWorkspace(a)
 	}
 }

@@ -62,6 +62,11 @@ func (in GitSource) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in HistoryLimits) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.HistoryLimits"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KeySelector) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.KeySelector"
 }
@@ -144,6 +149,31 @@ func (in TerraformRunSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformWorkspace) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformWorkspace"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformWorkspaceList) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformWorkspaceList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformWorkspaceRerun) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformWorkspaceRerun"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformWorkspaceSpec) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformWorkspaceSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformWorkspaceStatus) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformWorkspaceStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=terrarun.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformruns"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformRuns().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("terraformworkspaces"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformWorkspaces().Informer()}, nil
 
 	}
 

@@ -25,3 +25,11 @@ type TerraformRunListerExpansion interface{}
 // TerraformRunNamespaceListerExpansion allows custom methods to be added to
 // TerraformRunNamespaceLister.
 type TerraformRunNamespaceListerExpansion interface{}
+
+// TerraformWorkspaceListerExpansion allows custom methods to be added to
+// TerraformWorkspaceLister.
+type TerraformWorkspaceListerExpansion interface{}
+
+// TerraformWorkspaceNamespaceListerExpansion allows custom methods to be added to
+// TerraformWorkspaceNamespaceLister.
+type TerraformWorkspaceNamespaceListerExpansion interface{}

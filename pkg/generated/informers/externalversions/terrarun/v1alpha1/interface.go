@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// TerraformRuns returns a TerraformRunInformer.
 	TerraformRuns() TypedTerraformRunInformer
+	// TerraformWorkspaces returns a TerraformWorkspaceInformer.
+	TerraformWorkspaces() TypedTerraformWorkspaceInformer
 }
 
 type version struct {
@@ -42,4 +44,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // TerraformRuns returns a TypedTerraformRunInformer.
 func (v *version) TerraformRuns() TypedTerraformRunInformer {
 	return &terraformRunInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// TerraformWorkspaces returns a TypedTerraformWorkspaceInformer.
+func (v *version) TerraformWorkspaces() TypedTerraformWorkspaceInformer {
+	return &terraformWorkspaceInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

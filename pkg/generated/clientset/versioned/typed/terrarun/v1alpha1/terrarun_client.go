@@ -29,6 +29,7 @@ import (
 type TerrarunV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	TerraformRunsGetter
+	TerraformWorkspacesGetter
 }
 
 // TerrarunV1alpha1Client is used to interact with features provided by the terrarun.dev group.
@@ -38,6 +39,10 @@ type TerrarunV1alpha1Client struct {
 
 func (c *TerrarunV1alpha1Client) TerraformRuns(namespace string) TerraformRunInterface {
 	return newTerraformRuns(c, namespace)
+}
+
+func (c *TerrarunV1alpha1Client) TerraformWorkspaces(namespace string) TerraformWorkspaceInterface {
+	return newTerraformWorkspaces(c, namespace)
 }
 
 // NewForConfig creates a new TerrarunV1alpha1Client for the given config.

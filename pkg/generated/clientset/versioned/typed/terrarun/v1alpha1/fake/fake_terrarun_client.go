@@ -32,6 +32,10 @@ func (c *FakeTerrarunV1alpha1) TerraformRuns(namespace string) v1alpha1.Terrafor
 	return newFakeTerraformRuns(c, namespace)
 }
 
+func (c *FakeTerrarunV1alpha1) TerraformWorkspaces(namespace string) v1alpha1.TerraformWorkspaceInterface {
+	return newFakeTerraformWorkspaces(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeTerrarunV1alpha1) RESTClient() rest.Interface {

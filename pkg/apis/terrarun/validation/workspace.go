@@ -1,0 +1,110 @@
+package validation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+const (
+	// MaxWorkspaceNameLength leaves room in a run's name for the workspace's
+	// run number ("-" and up to 9 digits).
+	MaxWorkspaceNameLength = 52
+	// MinDriftInterval is the shortest spec.interval.
+	MinDriftInterval = 10 * time.Second
+	// MaxDriftInterval is the longest spec.interval.
+	MaxDriftInterval = 30 * 24 * time.Hour
+	// MaxHistoryLimit bounds spec.historyLimits.
+	MaxHistoryLimit = 100
+)
+
+var supportedDriftPolicies = []terrarun.DriftPolicy{terrarun.DriftPolicyReport, terrarun.DriftPolicyApply}
+
+// ValidateTerraformWorkspace validates a TerraformWorkspace on create: its
+// metadata and its spec.
+func ValidateTerraformWorkspace(ws *terrarun.TerraformWorkspace) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(&ws.ObjectMeta, true, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	if len(ws.Name) > MaxWorkspaceNameLength {
+		allErrs = append(allErrs, field.TooLong(field.NewPath("metadata", "name"), "", MaxWorkspaceNameLength))
+	}
+	return append(allErrs, ValidateTerraformWorkspaceSpec(&ws.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateTerraformWorkspaceUpdate validates an update of the main resource:
+// unlike a run's, the spec may change.
+func ValidateTerraformWorkspaceUpdate(newWS, oldWS *terrarun.TerraformWorkspace) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newWS.ObjectMeta, &oldWS.ObjectMeta, field.NewPath("metadata"))
+	return append(allErrs, ValidateTerraformWorkspaceSpec(&newWS.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateTerraformWorkspaceStatusUpdate validates a write of status.
+func ValidateTerraformWorkspaceStatusUpdate(newWS, oldWS *terrarun.TerraformWorkspace) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newWS.ObjectMeta, &oldWS.ObjectMeta, field.NewPath("metadata"))
+	st, fldPath := &newWS.Status, field.NewPath("status")
+	if st.ObservedRerunRequests > st.RerunRequests {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("observedRerunRequests"), st.ObservedRerunRequests, "must not exceed status.rerunRequests"))
+	}
+	if st.RerunRequests < oldWS.Status.RerunRequests {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("rerunRequests"), st.RerunRequests, "never decreases"))
+	}
+	return allErrs
+}
+
+// ValidateTerraformWorkspaceSpec validates a workspace's spec. It expects the
+// defaults to have been applied (see the workspace strategy): the template is
+// validated as the spec of the runs it makes, with spec.approval as their
+// approval.
+func ValidateTerraformWorkspaceSpec(spec *terrarun.TerraformWorkspaceSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	tPath := fldPath.Child("template")
+	t := spec.Template
+	if t.Operation != "" && t.Operation != terrarun.OperationApply {
+		allErrs = append(allErrs, field.Invalid(tPath.Child("operation"), t.Operation,
+			"the workspace chooses each run's operation (Apply, Plan for a drift check, Destroy on delete); omit it"))
+	}
+	if t.Approval != (terrarun.Approval{}) {
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("approval"), "set the approval of the workspace's runs in spec.approval"))
+	}
+	if t.OutputsSecret != "" {
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "workspaces do not publish outputs to a Secret yet; read them from status.outputs or the runs' outputs subresource"))
+	}
+	t.Operation = terrarun.OperationApply
+	t.Approval = spec.Approval
+	for _, e := range ValidateTerraformRunSpec(&t, tPath) {
+		// The runs' approval is the workspace's.
+		if rest, ok := strings.CutPrefix(e.Field, tPath.Child("approval").String()); ok {
+			e.Field = fldPath.Child("approval").String() + rest
+		}
+		allErrs = append(allErrs, e)
+	}
+	if d := spec.Interval; d != nil && (d.Duration < MinDriftInterval || d.Duration > MaxDriftInterval) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("interval"), d.Duration.String(),
+			fmt.Sprintf("must be between %s and %s, such as 10m or 1h; omit it to check for drift never", formatDuration(MinDriftInterval), formatDuration(MaxDriftInterval))))
+	}
+	if spec.DriftPolicy != "" && !slices.Contains(supportedDriftPolicies, spec.DriftPolicy) {
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("driftPolicy"), spec.DriftPolicy, supportedDriftPolicies))
+	}
+	for _, l := range []struct {
+		name string
+		n    *int32
+	}{{"succeeded", spec.HistoryLimits.Succeeded}, {"failed", spec.HistoryLimits.Failed}} {
+		if name, n := l.name, l.n; n != nil && (*n < 1 || *n > MaxHistoryLimit) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("historyLimits", name), *n, fmt.Sprintf("must be between 1 and %d", MaxHistoryLimit)))
+		}
+	}
+	return allErrs
+}
+
+// ValidateTerraformWorkspaceRerun validates the body of a POST to rerun.
+func ValidateTerraformWorkspaceRerun(r *terrarun.TerraformWorkspaceRerun) field.ErrorList {
+	if len(r.Reason) > maxCommentLength {
+		return field.ErrorList{withHint(field.TooLong(field.NewPath("reason"), "", maxCommentLength), "shorten the reason")}
+	}
+	return nil
+}

@@ -1,0 +1,649 @@
+package terraformworkspace
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
+	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
+)
+
+const (
+	// destroyFinalizer mirrors the registry's: the workspace waits for its
+	// Destroy run.
+	destroyFinalizer = "terrarun.dev/destroy"
+	// defaultHistoryLimit is how many succeeded, and how many other
+	// finished, runs a workspace keeps unless spec.historyLimits says.
+	defaultHistoryLimit = 5
+	// destroyBackoff is the wait before the first retry of a failed Destroy
+	// run; it doubles with each failure, up to maxDestroyBackoff.
+	destroyBackoff    = 30 * time.Second
+	maxDestroyBackoff = 10 * time.Minute
+)
+
+// Reasons of the workspace's conditions.
+const (
+	ReasonApplied         = "Applied"
+	ReasonRunning         = "RunInProgress"
+	ReasonWaiting         = "WaitingForRun"
+	ReasonRunFailed       = "RunFailed"
+	ReasonSuspended       = "Suspended"
+	ReasonNoChanges       = "NoChanges"
+	ReasonChangesFound    = "ChangesFound"
+	ReasonSuperseded      = "Superseded"
+	ReasonDestroyRunning  = "DestroyInProgress"
+	ReasonDestroyFailed   = "DestroyFailed"
+	ReasonRunCreateFailed = "RunCreateFailed"
+)
+
+// Options tune the controller.
+type Options struct {
+	// Recorder records Events on workspaces; nil discards them.
+	Recorder record.EventRecorder
+	// Clock is the controller's clock; nil means the real one.
+	Clock clock.Clock
+}
+
+// Controller reconciles TerraformWorkspaces.
+type Controller struct {
+	client     versioned.Interface
+	workspaces listers.TerraformWorkspaceLister
+	runs       listers.TerraformRunLister
+	synced     []cache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
+	opts       Options
+}
+
+// New returns a controller fed by the workspace and run informers.
+func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInformer, runs informers.TerraformRunInformer, opts Options) (*Controller, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = &record.FakeRecorder{}
+	}
+	c := &Controller{
+		client:     client,
+		workspaces: workspaces.Lister(),
+		runs:       runs.Lister(),
+		synced:     []cache.InformerSynced{workspaces.Informer().HasSynced, runs.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformworkspaces"}),
+		opts: opts,
+	}
+	if _, err := workspaces.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: c.enqueue,
+	}); err != nil {
+		return nil, err
+	}
+	// A run's change is its workspace's.
+	if _, err := runs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueWorkspaceOf,
+		UpdateFunc: func(_, obj any) { c.enqueueWorkspaceOf(obj) },
+		DeleteFunc: c.enqueueWorkspaceOf,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueWorkspaceOf(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	run, ok := obj.(*v1alpha1.TerraformRun)
+	if !ok {
+		return
+	}
+	if ws := run.Labels[v1alpha1.LabelWorkspace]; ws != "" {
+		c.queue.Add(run.Namespace + "/" + ws)
+	}
+}
+
+// Run runs workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting the workspace controller")
+	if !cache.WaitForNamedCacheSync("terraformworkspaces", ctx.Done(), c.synced...) {
+		return fmt.Errorf("the terraformworkspaces and terraformruns caches did not sync")
+	}
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping the workspace controller")
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	after, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Reconciling workspace", "workspace", key)
+		c.queue.AddRateLimited(key)
+	case after > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, after)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// history is a workspace's runs, oldest first.
+type history []*v1alpha1.TerraformRun
+
+// active is the run under way, if any.
+func (h history) active() *v1alpha1.TerraformRun {
+	for i := len(h) - 1; i >= 0; i-- {
+		if !finished(h[i]) {
+			return h[i]
+		}
+	}
+	return nil
+}
+
+// newest is the newest run matching ok, if any.
+func (h history) newest(ok func(*v1alpha1.TerraformRun) bool) *v1alpha1.TerraformRun {
+	for i := len(h) - 1; i >= 0; i-- {
+		if ok(h[i]) {
+			return h[i]
+		}
+	}
+	return nil
+}
+
+func finished(run *v1alpha1.TerraformRun) bool {
+	switch run.Status.Phase {
+	case v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseDiscarded:
+		return true
+	}
+	return false
+}
+
+func trigger(run *v1alpha1.TerraformRun) v1alpha1.Trigger {
+	return v1alpha1.Trigger(run.Annotations[v1alpha1.AnnotationTrigger])
+}
+
+// seq is the number in a workspace run's name, <workspace>-<seq>.
+func seq(wsName, runName string) int64 {
+	n, err := strconv.ParseInt(strings.TrimPrefix(runName, wsName+"-"), 10, 64)
+	if err != nil || !strings.HasPrefix(runName, wsName+"-") {
+		return 0
+	}
+	return n
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	cached, err := c.workspaces.TerraformWorkspaces(namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, err
+	}
+	all, err := c.runs.TerraformRuns(namespace).List(labels.SelectorFromSet(labels.Set{v1alpha1.LabelWorkspace: name}))
+	if err != nil {
+		return 0, err
+	}
+	var h history
+	var uid string
+	if cached != nil {
+		uid = string(cached.UID)
+	}
+	for _, run := range all {
+		owner := metav1.GetControllerOf(run)
+		if owner == nil || owner.Kind != "TerraformWorkspace" || owner.Name != name {
+			continue // labeled by someone else: not ours to act on
+		}
+		if string(owner.UID) != uid {
+			// A run of a deleted workspace of the same name.
+			if err := c.deleteRun(ctx, run); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		h = append(h, run)
+	}
+	if cached == nil {
+		return 0, nil
+	}
+	slices.SortFunc(h, func(a, b *v1alpha1.TerraformRun) int { return int(seq(name, a.Name) - seq(name, b.Name)) })
+	ws := cached.DeepCopy()
+	r := &reconciler{c: c, ws: ws, h: h, now: c.opts.Clock.Now()}
+	after, err := r.reconcile(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !apiequality.Semantic.DeepEqual(ws.Status, cached.Status) && !r.gone {
+		if _, err := c.client.TerrarunV1alpha1().TerraformWorkspaces(namespace).UpdateStatus(ctx, ws, metav1.UpdateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+	return after, nil
+}
+
+func (c *Controller) deleteRun(ctx context.Context, run *v1alpha1.TerraformRun) error {
+	err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Delete(ctx, run.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &run.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// reconciler is one sync of one workspace.
+type reconciler struct {
+	c   *Controller
+	ws  *v1alpha1.TerraformWorkspace
+	h   history
+	now time.Time
+	// gone is set when the workspace's finalizer was removed: it is deleted.
+	gone bool
+}
+
+func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&r.ws.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: r.ws.Generation,
+	})
+}
+
+func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
+	ws, st := r.ws, &r.ws.Status
+	hash := Hash(ws)
+	st.DesiredHash = hash
+	st.ObservedGeneration = ws.Generation
+	r.observeResults()
+
+	if ws.DeletionTimestamp != nil {
+		return r.reconcileDeletion(ctx)
+	}
+
+	active := r.h.active()
+	if active != nil {
+		st.CurrentRun = active.Name
+		if active.Status.Phase == v1alpha1.RunPhaseAwaitingApproval && active.Annotations[v1alpha1.AnnotationSpecHash] != hash &&
+			trigger(active) != v1alpha1.TriggerDriftCheck {
+			// A newer spec supersedes a plan nobody approved yet.
+			if err := r.discard(ctx, active, fmt.Sprintf("Superseded: workspace %s changed since this plan was made; a run of its current spec follows.", ws.Name)); err != nil {
+				return 0, err
+			}
+			r.c.opts.Recorder.Eventf(ws, "Normal", ReasonSuperseded, "Discarded run %s, superseded by the workspace's current spec", active.Name)
+		}
+		r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("Run %s is %s.", active.Name, phaseOf(active)))
+		r.setReady(hash)
+		return 0, r.prune(ctx)
+	}
+	st.CurrentRun = ""
+	r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionFalse, ReasonWaiting, "No run is under way.")
+
+	if ws.Spec.Suspend {
+		r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionFalse, ReasonSuspended, "The workspace is suspended: it starts no run.")
+		r.setReady(hash)
+		return 0, r.prune(ctx)
+	}
+
+	newest := r.h.newest(func(*v1alpha1.TerraformRun) bool { return true })
+	lastDrift := r.h.newest(func(run *v1alpha1.TerraformRun) bool { return trigger(run) == v1alpha1.TriggerDriftCheck })
+	interval := time.Duration(0)
+	if ws.Spec.Interval != nil {
+		interval = ws.Spec.Interval.Duration
+	}
+	var op v1alpha1.Operation
+	var why v1alpha1.Trigger
+	switch {
+	case st.RerunRequests > st.ObservedRerunRequests:
+		op, why = v1alpha1.OperationApply, v1alpha1.TriggerRerun
+	case hash != st.LastAppliedHash:
+		if newest != nil && newest.Annotations[v1alpha1.AnnotationSpecHash] == hash && newest.Status.Phase != v1alpha1.RunPhaseSucceeded &&
+			(interval == 0 || r.now.Before(completion(newest).Add(interval))) {
+			// The current spec's run did not succeed: wait for a change, a
+			// rerun, or the next interval, rather than fail in a loop.
+			msg := fmt.Sprintf("Run %s of the current spec ended %s: %s Change the spec or rerun the workspace to try again.", newest.Name, newest.Status.Phase, newest.Status.Message)
+			r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonRunFailed, msg)
+			r.setReady(hash)
+			if interval > 0 {
+				return completion(newest).Add(interval).Sub(r.now), r.prune(ctx)
+			}
+			return 0, r.prune(ctx)
+		}
+		op, why = v1alpha1.OperationApply, v1alpha1.TriggerSpecChange
+	case ws.Spec.DriftPolicy == v1alpha1.DriftPolicyApply && lastDrift != nil && lastDrift == newest && hasChanges(lastDrift):
+		op, why = v1alpha1.OperationApply, v1alpha1.TriggerDriftRepair
+	case interval > 0 && st.NextDriftCheck != nil && !r.now.Before(st.NextDriftCheck.Time):
+		op, why = v1alpha1.OperationPlan, v1alpha1.TriggerDriftCheck
+	}
+	if why != "" {
+		run, err := r.createRun(ctx, op, why)
+		if err != nil {
+			return 0, err
+		}
+		st.CurrentRun = run.Name
+		r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("Run %s started (%s).", run.Name, why))
+	}
+	r.setReady(hash)
+	if err := r.prune(ctx); err != nil {
+		return 0, err
+	}
+	if why == "" && st.NextDriftCheck != nil {
+		return max(st.NextDriftCheck.Sub(r.now), time.Second), nil
+	}
+	return 0, nil
+}
+
+// observeResults derives, from the finished runs, what was applied last,
+// the last drift check and its finding, and when the next is due.
+func (r *reconciler) observeResults() {
+	st := &r.ws.Status
+	applied := r.h.newest(func(run *v1alpha1.TerraformRun) bool {
+		return run.Spec.Operation == v1alpha1.OperationApply && run.Status.Phase == v1alpha1.RunPhaseSucceeded
+	})
+	if applied != nil && applied.Name != st.LastAppliedRun {
+		st.LastAppliedRun = applied.Name
+		st.LastAppliedHash = applied.Annotations[v1alpha1.AnnotationSpecHash]
+		st.LastAppliedRevision = ""
+		if applied.Status.Source != nil {
+			st.LastAppliedRevision = applied.Status.Source.Revision
+		}
+		if len(applied.Status.Outputs) > 0 || hasChanges(applied) {
+			// A run that found nothing to change applies nothing, and
+			// reports no outputs: the last ones stand.
+			st.Outputs = nil
+			for _, o := range applied.Status.Outputs {
+				if !o.Sensitive {
+					st.Outputs = append(st.Outputs, o)
+				}
+			}
+		}
+	}
+	if newest := r.h.newest(func(*v1alpha1.TerraformRun) bool { return true }); newest != nil {
+		st.LastRun = newest.Name
+		if n, _ := strconv.ParseInt(newest.Annotations[v1alpha1.AnnotationRerunRequest], 10, 64); n > st.ObservedRerunRequests {
+			st.ObservedRerunRequests = min(n, st.RerunRequests)
+		}
+	}
+
+	check := r.h.newest(func(run *v1alpha1.TerraformRun) bool {
+		return trigger(run) == v1alpha1.TriggerDriftCheck && run.Status.Phase == v1alpha1.RunPhaseSucceeded
+	})
+	var last time.Time
+	if check != nil {
+		t := completion(check)
+		st.LastDriftCheck = &metav1.Time{Time: t}
+		last = t
+		if applied == nil || completion(applied).Before(t) {
+			if hasChanges(check) {
+				p := check.Status.Plan
+				r.setCondition(v1alpha1.WorkspaceConditionDrifted, metav1.ConditionTrue, ReasonChangesFound,
+					fmt.Sprintf("Drift check %s found changes: +%d ~%d -%d; see kubectl get --raw /apis/terrarun.dev/v1alpha1/namespaces/%s/terraformruns/%s/plan",
+						check.Name, p.Add, p.Change, p.Destroy, check.Namespace, check.Name))
+			} else {
+				r.setCondition(v1alpha1.WorkspaceConditionDrifted, metav1.ConditionFalse, ReasonNoChanges, fmt.Sprintf("Drift check %s found no changes.", check.Name))
+			}
+		}
+	}
+	if applied != nil {
+		if t := completion(applied); t.After(last) {
+			last = t
+			if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.WorkspaceConditionDrifted) {
+				r.setCondition(v1alpha1.WorkspaceConditionDrifted, metav1.ConditionFalse, ReasonApplied, fmt.Sprintf("Run %s applied after the last drift check.", applied.Name))
+			}
+		}
+	}
+	st.NextDriftCheck = nil
+	if iv := r.ws.Spec.Interval; iv != nil && !last.IsZero() {
+		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv.Duration)}
+	}
+}
+
+// setReady sets Ready, and clears Stalled once the current spec is applied.
+func (r *reconciler) setReady(hash string) {
+	st := &r.ws.Status
+	switch {
+	case st.LastAppliedHash == hash:
+		msg := fmt.Sprintf("Run %s applied the current spec", st.LastAppliedRun)
+		if st.LastAppliedRevision != "" {
+			msg += " at revision " + st.LastAppliedRevision
+		}
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionTrue, ReasonApplied, msg+".")
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.WorkspaceConditionStalled)
+	case r.ws.Spec.Suspend:
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonSuspended, "The current spec is not applied, and the workspace is suspended.")
+	case meta.IsStatusConditionTrue(st.Conditions, v1alpha1.WorkspaceConditionStalled) && st.CurrentRun == "":
+		c := meta.FindStatusCondition(st.Conditions, v1alpha1.WorkspaceConditionStalled)
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonRunFailed, c.Message)
+	default:
+		msg := "The current spec is not applied yet."
+		if st.CurrentRun != "" {
+			msg = fmt.Sprintf("Run %s is applying the current spec.", st.CurrentRun)
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.WorkspaceConditionStalled)
+		}
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonRunning, msg)
+	}
+}
+
+// createRun creates the workspace's next run.
+func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v1alpha1.Trigger) (*v1alpha1.TerraformRun, error) {
+	ws := r.ws
+	next := seq(ws.Name, ws.Status.LastRun) + 1
+	for _, run := range r.h {
+		next = max(next, seq(ws.Name, run.Name)+1)
+	}
+	annotations := map[string]string{
+		v1alpha1.AnnotationSpecHash: ws.Status.DesiredHash,
+		v1alpha1.AnnotationTrigger:  string(why),
+	}
+	if why == v1alpha1.TriggerRerun {
+		annotations[v1alpha1.AnnotationRerunRequest] = strconv.FormatInt(ws.Status.RerunRequests, 10)
+	}
+	run := &v1alpha1.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        fmt.Sprintf("%s-%d", ws.Name, next),
+			Namespace:   ws.Namespace,
+			Labels:      map[string]string{v1alpha1.LabelWorkspace: ws.Name},
+			Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TerraformWorkspace",
+				Name: ws.Name, UID: ws.UID, Controller: ptr.To(true),
+			}},
+		},
+		Spec: runSpec(ws, op),
+	}
+	created, err := r.c.client.TerrarunV1alpha1().TerraformRuns(ws.Namespace).Create(ctx, run, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Created by an earlier sync whose run the cache does not show yet.
+			return nil, err
+		}
+		msg := fmt.Sprintf("Could not create a run (%s): %v", why, err)
+		r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonRunCreateFailed, msg)
+		r.c.opts.Recorder.Event(ws, "Warning", ReasonRunCreateFailed, msg)
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			// The spec, or its creator's rights, must change first: the
+			// update (or a rerun) brings the workspace back.
+			if _, uerr := r.c.client.TerrarunV1alpha1().TerraformWorkspaces(ws.Namespace).UpdateStatus(ctx, ws, metav1.UpdateOptions{}); uerr != nil {
+				return nil, uerr
+			}
+		}
+		return nil, err
+	}
+	if why == v1alpha1.TriggerRerun {
+		ws.Status.ObservedRerunRequests = ws.Status.RerunRequests
+	}
+	ws.Status.LastRun = created.Name
+	r.h = append(r.h, created)
+	r.c.opts.Recorder.Eventf(ws, "Normal", "RunCreated", "Created run %s (%s, %s)", created.Name, op, why)
+	return created, nil
+}
+
+// discard discards a plan that waits for approval.
+func (r *reconciler) discard(ctx context.Context, run *v1alpha1.TerraformRun, comment string) error {
+	_, err := r.c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Discard(ctx, run.Name, &v1alpha1.TerraformRunDiscard{Comment: comment}, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // approved or ended meanwhile; the next sync sees it
+	}
+	return err
+}
+
+// prune deletes finished runs beyond the history limits, oldest first, never
+// the run of the last successful apply.
+func (r *reconciler) prune(ctx context.Context) error {
+	limit := func(n *int32) int {
+		if n == nil {
+			return defaultHistoryLimit
+		}
+		return int(*n)
+	}
+	keepSucceeded, keepOther := limit(r.ws.Spec.HistoryLimits.Succeeded), limit(r.ws.Spec.HistoryLimits.Failed)
+	for i := len(r.h) - 1; i >= 0; i-- {
+		run := r.h[i]
+		if !finished(run) {
+			continue
+		}
+		keep := &keepOther
+		if run.Status.Phase == v1alpha1.RunPhaseSucceeded {
+			keep = &keepSucceeded
+		}
+		if *keep > 0 || run.Name == r.ws.Status.LastAppliedRun {
+			*keep--
+			continue
+		}
+		if err := r.c.deleteRun(ctx, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileDeletion destroys what a deleted workspace with destroyOnDelete
+// manages, and then lets it go.
+func (r *reconciler) reconcileDeletion(ctx context.Context) (time.Duration, error) {
+	ws := r.ws
+	if !slices.Contains(ws.Finalizers, destroyFinalizer) {
+		return 0, nil
+	}
+	if ws.Annotations[v1alpha1.AnnotationAbandonResources] == "true" {
+		r.c.opts.Recorder.Eventf(ws, "Warning", "Abandoned", "Deleted without destroying its resources (%s)", v1alpha1.AnnotationAbandonResources)
+		return 0, r.removeFinalizer(ctx)
+	}
+	if active := r.h.active(); active != nil && trigger(active) != v1alpha1.TriggerDestroy {
+		ws.Status.CurrentRun = active.Name
+		if active.Status.Phase == v1alpha1.RunPhaseAwaitingApproval {
+			if err := r.discard(ctx, active, fmt.Sprintf("Superseded: workspace %s is being deleted and destroys its resources.", ws.Name)); err != nil {
+				return 0, err
+			}
+		}
+		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonRunning,
+			fmt.Sprintf("Waiting for run %s to end before destroying.", active.Name))
+		return 0, nil
+	}
+	destroys := 0
+	var last *v1alpha1.TerraformRun
+	for _, run := range r.h {
+		if trigger(run) == v1alpha1.TriggerDestroy {
+			destroys++
+			last = run
+		}
+	}
+	switch {
+	case last != nil && !finished(last):
+		ws.Status.CurrentRun = last.Name
+		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonDestroyRunning, fmt.Sprintf("Destroy run %s is %s.", last.Name, phaseOf(last)))
+		return 0, nil
+	case last != nil && last.Status.Phase == v1alpha1.RunPhaseSucceeded:
+		r.c.opts.Recorder.Eventf(ws, "Normal", "Destroyed", "Destroy run %s succeeded", last.Name)
+		return 0, r.removeFinalizer(ctx)
+	case last != nil:
+		backoff := min(destroyBackoff<<min(destroys-1, 10), maxDestroyBackoff)
+		retry := completion(last).Add(backoff)
+		msg := fmt.Sprintf("Destroy run %s ended %s: %s The workspace keeps its finalizer and retries at %s; to delete it without destroying, annotate it %s=true.",
+			last.Name, last.Status.Phase, last.Status.Message, retry.UTC().Format(time.RFC3339), v1alpha1.AnnotationAbandonResources)
+		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonDestroyFailed, msg)
+		ws.Status.CurrentRun = ""
+		if r.now.Before(retry) {
+			return retry.Sub(r.now), nil
+		}
+	}
+	run, err := r.createRun(ctx, v1alpha1.OperationDestroy, v1alpha1.TriggerDestroy)
+	if err != nil {
+		return 0, err
+	}
+	ws.Status.CurrentRun = run.Name
+	r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonDestroyRunning, fmt.Sprintf("Destroy run %s started.", run.Name))
+	return 0, nil
+}
+
+func (r *reconciler) removeFinalizer(ctx context.Context) error {
+	ws := r.ws.DeepCopy()
+	ws.Finalizers = slices.DeleteFunc(ws.Finalizers, func(f string) bool { return f == destroyFinalizer })
+	ws.Status = r.ws.Status
+	_, err := r.c.client.TerrarunV1alpha1().TerraformWorkspaces(ws.Namespace).Update(ctx, ws, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	if err == nil {
+		r.gone = true
+	}
+	return err
+}
+
+func hasChanges(run *v1alpha1.TerraformRun) bool {
+	return run.Status.Plan != nil && run.Status.Plan.HasChanges
+}
+
+func completion(run *v1alpha1.TerraformRun) time.Time {
+	if t := run.Status.CompletionTime; t != nil {
+		return t.Time
+	}
+	return run.CreationTimestamp.Time
+}
+
+func phaseOf(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
+	if run.Status.Phase == "" {
+		return v1alpha1.RunPhasePending
+	}
+	return run.Status.Phase
+}

@@ -1,0 +1,315 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
+)
+
+// workspaceTF keeps a value; destroying it fails when fail_destroy is true.
+const workspaceTF = `variable "greeting" {
+  type    = string
+  default = "a"
+}
+
+resource "terraform_data" "x" {
+  input = var.greeting
+}
+
+output "greeting" {
+  value = terraform_data.x.output
+}
+`
+
+func workspaceManifest(name, tf, extra string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformWorkspace\nmetadata:\n  name: %s\nspec:\n", name)
+	b.WriteString(extra)
+	b.WriteString("  template:\n")
+	for _, line := range strings.Split(strings.TrimRight(inline(map[string]string{"main.tf": tf}, "  workspace: "+name+"\n"), "\n"), "\n") {
+		b.WriteString("  " + line + "\n")
+	}
+	return b.String()
+}
+
+// workspace reads a workspace.
+func (e *runEnv) workspace(t *testing.T, name string) *v1alpha1.TerraformWorkspace {
+	t.Helper()
+	ws, err := e.client.TerrarunV1alpha1().TerraformWorkspaces("default").Get(ctxT(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// waitWorkspace waits until ok holds for the workspace.
+func (e *runEnv) waitWorkspace(t *testing.T, name, what string, ok func(*v1alpha1.TerraformWorkspace) bool) *v1alpha1.TerraformWorkspace {
+	t.Helper()
+	var ws *v1alpha1.TerraformWorkspace
+	err := harness.Poll(ctxT(t), 200*time.Millisecond, 3*time.Minute, "workspace "+name+": "+what, func(ctx context.Context) bool {
+		got, err := e.client.TerrarunV1alpha1().TerraformWorkspaces("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ws = got
+		return ok(got)
+	})
+	if err != nil {
+		out, _ := kubectl(t, e.Kubeconfig, "get", "tfws", name, "-o", "yaml")
+		runs, _ := kubectl(t, e.Kubeconfig, "get", "tfr", "-l", v1alpha1.LabelWorkspace+"="+name)
+		t.Fatalf("%v\n%s\n%s", err, out, runs)
+	}
+	return ws
+}
+
+// readyAt waits until the workspace is Ready with run as its last apply.
+func (e *runEnv) readyAt(t *testing.T, name, run string) *v1alpha1.TerraformWorkspace {
+	t.Helper()
+	return e.waitWorkspace(t, name, "Ready, applied by "+run, func(ws *v1alpha1.TerraformWorkspace) bool {
+		return meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady) && ws.Status.LastAppliedRun == run &&
+			ws.Status.ObservedGeneration == ws.Generation
+	})
+}
+
+// runsOf lists the runs of a workspace, by name.
+func (e *runEnv) runsOf(t *testing.T, name string) []string {
+	t.Helper()
+	list, err := e.client.TerrarunV1alpha1().TerraformRuns("default").List(ctxT(t), metav1.ListOptions{LabelSelector: v1alpha1.LabelWorkspace + "=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range list.Items {
+		names = append(names, r.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (e *runEnv) patchWorkspace(t *testing.T, name, patch string) {
+	t.Helper()
+	mustKubectl(t, e.Kubeconfig, "patch", "tfws", name, "--type=merge", "-p", patch)
+}
+
+// TestWorkspace drives a workspace through its life with kubectl: it keeps
+// its spec applied with one run per change, reruns on request (and only for
+// those RBAC lets), starts nothing after a restart, supersedes a plan nobody
+// approved, prunes its history, and destroys what it manages when deleted.
+func TestWorkspace(t *testing.T) {
+	e := newRunEnv(t)
+	top := t
+	ws := "app"
+	e.create(t, workspaceManifest(ws, workspaceTF, "  approval:\n    mode: Auto\n"))
+
+	t.Run("one run per spec", func(t *testing.T) {
+		e.readyAt(t, ws, ws+"-1")
+		mustKubectl(t, e.Kubeconfig, "label", "tfws", ws, "team=a")
+		time.Sleep(3 * time.Second)
+		if runs := e.runsOf(t, ws); len(runs) != 1 {
+			t.Fatalf("runs after a label change: %v, want only %s-1", runs, ws)
+		}
+		e.patchWorkspace(t, ws, `{"spec":{"template":{"variables":[{"name":"greeting","value":"b"}]}}}`)
+		got := e.readyAt(t, ws, ws+"-2")
+		if runs := e.runsOf(t, ws); !slices.Equal(runs, []string{ws + "-1", ws + "-2"}) {
+			t.Fatalf("runs after a template change: %v, want exactly one more", runs)
+		}
+		run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), ws+"-2", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerSpecChange) || run.Annotations[v1alpha1.AnnotationSpecHash] != got.Status.LastAppliedHash {
+			t.Errorf("run %s annotations %v, want trigger SpecChange and hash %s", run.Name, run.Annotations, got.Status.LastAppliedHash)
+		}
+		if owner := metav1.GetControllerOf(run); owner == nil || owner.Kind != "TerraformWorkspace" || owner.UID != got.UID {
+			t.Errorf("run %s is controlled by %+v, want the workspace", run.Name, owner)
+		}
+		if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"b"` {
+			t.Errorf("status.outputs = %+v, want greeting \"b\"", got.Status.Outputs)
+		}
+		table := mustKubectl(t, e.Kubeconfig, "get", "tfws", ws)
+		for _, want := range []string{"READY", "LAST-RUN", "REVISION", "DRIFT", ws + "-2", "True"} {
+			if !strings.Contains(table, want) {
+				t.Errorf("kubectl get tfws lacks %q:\n%s", want, table)
+			}
+		}
+	})
+
+	t.Run("rerun", func(t *testing.T) {
+		body := filepath.Join(t.TempDir(), "rerun.json")
+		writeFile(t, body, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformWorkspaceRerun","reason":"test"}`)
+		path := "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformworkspaces/" + ws + "/rerun"
+		viewer := e.mint(t, "vic", "terrarun:viewers")
+		if out, err := kubectl(t, viewer, "create", "--raw", path, "-f", body); err == nil || !strings.Contains(out, "forbidden") {
+			t.Errorf("a viewer's rerun: %v %s, want forbidden", err, out)
+		}
+		out := mustKubectl(t, e.Kubeconfig, "create", "--raw", path, "-f", body)
+		var run v1alpha1.TerraformRun
+		if err := json.Unmarshal([]byte(out), &run); err != nil || run.Name != ws+"-3" {
+			t.Fatalf("rerun answered %v %s, want run %s-3", err, out, ws)
+		}
+		before := e.workspace(t, ws).Status.LastAppliedHash
+		if run.Annotations[v1alpha1.AnnotationSpecHash] != before || run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerRerun) {
+			t.Errorf("rerun's run annotations %v, want trigger Rerun and the applied hash %s", run.Annotations, before)
+		}
+		e.readyAt(t, ws, ws+"-3")
+	})
+
+	t.Run("restart", func(t *testing.T) {
+		before := e.runsOf(t, ws)
+		e.restart(t, top)
+		time.Sleep(5 * time.Second)
+		if runs := e.runsOf(t, ws); !slices.Equal(runs, before) {
+			t.Fatalf("runs after a restart: %v, want %v", runs, before)
+		}
+		// The controller is at work all the same.
+		e.patchWorkspace(t, ws, `{"spec":{"template":{"variables":[{"name":"greeting","value":"c"}]}}}`)
+		e.readyAt(t, ws, ws+"-4")
+	})
+
+	t.Run("superseded", func(t *testing.T) {
+		e.patchWorkspace(t, ws, `{"spec":{"approval":{"mode":"Manual"},"template":{"variables":[{"name":"greeting","value":"d"}]}}}`)
+		e.waitPhase(t, ws+"-5", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		e.patchWorkspace(t, ws, `{"spec":{"template":{"variables":[{"name":"greeting","value":"e"}]}}}`)
+		old := e.waitPhase(t, ws+"-5", time.Minute, v1alpha1.RunPhaseDiscarded)
+		if !strings.Contains(old.Status.Message, "Superseded") {
+			t.Errorf("the superseded run's message %q does not say Superseded", old.Status.Message)
+		}
+		run := e.waitPhase(t, ws+"-6", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		approval := filepath.Join(t.TempDir(), "approval.yaml")
+		writeFile(t, approval, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+run.Status.Plan.Digest+`"}`)
+		mustKubectl(t, e.bob, "create", "--raw", raw(run.Name, "approve"), "-f", approval)
+		e.readyAt(t, ws, ws+"-6")
+	})
+
+	t.Run("history limits", func(t *testing.T) {
+		e.patchWorkspace(t, ws, `{"spec":{"historyLimits":{"succeeded":1,"failed":1}}}`)
+		e.waitWorkspace(t, ws, "two runs kept", func(*v1alpha1.TerraformWorkspace) bool {
+			return slices.Equal(e.runsOf(t, ws), []string{ws + "-5", ws + "-6"})
+		})
+	})
+
+	t.Run("destroy on delete", func(t *testing.T) {
+		e.patchWorkspace(t, ws, `{"spec":{"destroyOnDelete":true}}`)
+		e.waitWorkspace(t, ws, "the destroy finalizer", func(w *v1alpha1.TerraformWorkspace) bool {
+			return slices.Contains(w.Finalizers, "terrarun.dev/destroy")
+		})
+		mustKubectl(t, e.Kubeconfig, "delete", "tfws", ws, "--wait=false")
+		destroy := e.waitPhase(t, ws+"-7", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		if destroy.Spec.Operation != v1alpha1.OperationDestroy || destroy.Status.Plan.Destroy != 1 {
+			t.Fatalf("run %s: operation %s, plan %+v; want a Destroy of 1 resource", destroy.Name, destroy.Spec.Operation, destroy.Status.Plan)
+		}
+		approval := filepath.Join(t.TempDir(), "approval.yaml")
+		writeFile(t, approval, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+destroy.Status.Plan.Digest+`"}`)
+		mustKubectl(t, e.bob, "create", "--raw", raw(destroy.Name, "approve"), "-f", approval)
+		if err := harness.Poll(ctxT(t), 200*time.Millisecond, 3*time.Minute, "the workspace and its runs to be gone", func(ctx context.Context) bool {
+			_, err := kubectl(t, e.Kubeconfig, "get", "tfws", ws)
+			return err != nil && len(e.runsOf(t, ws)) == 0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// The state is empty: a plan of the same configuration adds it again.
+		e.create(t, runManifest("after-destroy", inline(map[string]string{"main.tf": workspaceTF}, "  workspace: "+ws+"\n")))
+		if run := e.waitPhase(t, "after-destroy", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval); run.Status.Plan.Add != 1 {
+			t.Errorf("a plan after the destroy adds %d, want 1", run.Status.Plan.Add)
+		}
+	})
+}
+
+// TestWorkspaceFailedDestroy deletes a workspace whose destroy fails: it
+// keeps its finalizer and says why, until an admin abandons its resources.
+func TestWorkspaceFailedDestroy(t *testing.T) {
+	e := newRunEnv(t)
+	tf := `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    when    = destroy
+    command = "echo refusing to be destroyed; exit 1"
+  }
+}
+`
+	e.create(t, workspaceManifest("stuck", tf, "  approval:\n    mode: Auto\n  destroyOnDelete: true\n"))
+	e.readyAt(t, "stuck", "stuck-1")
+	mustKubectl(t, e.Kubeconfig, "delete", "tfws", "stuck", "--wait=false")
+	got := e.waitWorkspace(t, "stuck", "a failed destroy", func(ws *v1alpha1.TerraformWorkspace) bool {
+		c := meta.FindStatusCondition(ws.Status.Conditions, v1alpha1.WorkspaceConditionDestroying)
+		return c != nil && c.Reason == "DestroyFailed"
+	})
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.WorkspaceConditionDestroying)
+	if !slices.Contains(got.Finalizers, "terrarun.dev/destroy") || !strings.Contains(c.Message, "stuck-2") || !strings.Contains(c.Message, v1alpha1.AnnotationAbandonResources) {
+		t.Errorf("finalizers %v, Destroying %q: want the finalizer kept and a message naming the run and the way out", got.Finalizers, c.Message)
+	}
+	mustKubectl(t, e.Kubeconfig, "annotate", "tfws", "stuck", v1alpha1.AnnotationAbandonResources+"=true")
+	if err := harness.Poll(ctxT(t), 200*time.Millisecond, time.Minute, "the abandoned workspace to be gone", func(ctx context.Context) bool {
+		_, err := kubectl(t, e.Kubeconfig, "get", "tfws", "stuck")
+		return err != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWorkspaceDrift changes what a resource keeps behind terraform's back:
+// the next drift check reports it, and driftPolicy Apply repairs it.
+func TestWorkspaceDrift(t *testing.T) {
+	provider, err := harness.InstallTestProvider(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := t.TempDir()
+	if err := os.Chmod(files, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	e := newRunEnv(t, "--local-executor-mount", provider.Dir, "--local-executor-mount", files+":rw",
+		"--local-executor-env", "TF_CLI_CONFIG_FILE="+provider.CLIConfig)
+	file := filepath.Join(files, "kept.txt")
+	tf := harness.TestProviderRequirement + fmt.Sprintf(`
+resource "testing_file" "f" {
+  path    = %q
+  content = "v1"
+}
+`, file)
+	e.create(t, workspaceManifest("drift", tf, "  approval:\n    mode: Auto\n  interval: 10s\n"))
+	e.readyAt(t, "drift", "drift-1")
+	if err := os.WriteFile(file, []byte("drifted"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitWorkspace(t, "drift", "Drifted", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted)
+	})
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.WorkspaceConditionDrifted); !strings.Contains(c.Message, "~1") {
+		t.Errorf("Drifted says %q, want the plan's summary", c.Message)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "drifted" {
+		t.Fatalf("driftPolicy Report changed the file: %q", b)
+	}
+	e.patchWorkspace(t, "drift", `{"spec":{"driftPolicy":"Apply"}}`)
+	e.waitWorkspace(t, "drift", "drift repaired", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return meta.IsStatusConditionFalse(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted)
+	})
+	if b, _ := os.ReadFile(file); string(b) != "v1" {
+		t.Errorf("after the repair the file holds %q, want v1", b)
+	}
+}
+
+// restart stops the server gracefully and starts another on its data
+// directory, which owner stops.
+func (e *runEnv) restart(t, owner *testing.T) {
+	t.Helper()
+	if err := e.Stop(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s := startBinaryFor(t, owner, e.DataDir)
+	e.binaryServer, e.client = s, envOn(s).client
+	// The new server listens on another port.
+	e.bob, e.bobCfg = e.user(owner, "bob")
+}
