@@ -101,6 +101,38 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 			`spec.source.configMap.name: user "alice" may not get configmaps "module"`)
 	})
 
+	t.Run("a workspace's run is checked as the workspace's creator", func(t *testing.T) {
+		// The server creates a workspace's runs with its own loopback
+		// identity (system:masters), naming the workspace's creator: her
+		// rights, not the server's, decide what the run may use.
+		g := &grants{allowed: map[string]bool{}}
+		for k := range everything {
+			g.allowed[k] = k != "alice get secrets/db"
+		}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		server := &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
+		run := newRun("dev", referencing)
+		run.Spec.Creator = creatorOf(alice)
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, server), nil),
+			`spec.variables[1].valueFrom.secretKeyRef.name: user "alice" may not get secrets "db"`)
+	})
+
+	t.Run("only the server names another creator", func(t *testing.T) {
+		g := &grants{allowed: map[string]bool{}}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		for _, u := range []user.Info{
+			&user.DefaultInfo{Name: "mallory", Groups: []string{user.SystemPrivilegedGroup}},
+			&user.DefaultInfo{Name: user.APIServerUser},
+		} {
+			run := newRun("dev", func(*terrarun.TerraformRun) {})
+			run.Spec.Creator = creatorOf(alice)
+			checkResult(t, p.Validate(context.Background(), createAttrs(run, u), nil),
+				`spec.creator: is set by the server from the creating user and cannot be chosen by the client`)
+		}
+	})
+
 	t.Run("standalone mode has no authorizer and no host cluster", func(t *testing.T) {
 		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
 		checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", referencing), alice), nil))

@@ -1,0 +1,57 @@
+package validation
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+)
+
+func validWorkspace() *terrarun.TerraformWorkspace {
+	ws := &terrarun.TerraformWorkspace{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "dev"},
+		Spec: terrarun.TerraformWorkspaceSpec{
+			Template: terrarun.TerraformRunSpec{Source: terrarun.Source{Inline: map[string]string{"main.tf": "# empty"}}},
+			Approval: terrarun.Approval{Mode: terrarun.ApprovalModeManual},
+		},
+	}
+	terrarun.SetBuiltinDefaults(&ws.Spec.Template, "")
+	ws.Spec.Template.Approval = terrarun.Approval{}
+	return ws
+}
+
+// TestValidateTerraformWorkspace: each mistake is refused with the path of
+// the field it is in.
+func TestValidateTerraformWorkspace(t *testing.T) {
+	if errs := ValidateTerraformWorkspace(validWorkspace()); len(errs) > 0 {
+		t.Fatalf("a valid workspace: %v", errs)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*terrarun.TerraformWorkspace)
+		want   string
+	}{
+		{"a template operation", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Operation = terrarun.OperationDestroy }, "spec.template.operation"},
+		{"a template approval", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Approval.Mode = terrarun.ApprovalModeAuto }, "spec.template.approval"},
+		{"a template outputsSecret", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.OutputsSecret = "out" }, "spec.template.outputsSecret"},
+		{"an approval mode", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Approval.Mode = "Sometimes" }, "spec.approval.mode"},
+		{"no source", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Source = terrarun.Source{} }, "spec.template.source"},
+		{"a short interval", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Interval = &metav1.Duration{Duration: time.Second} }, "spec.interval"},
+		{"a drift policy", func(ws *terrarun.TerraformWorkspace) { ws.Spec.DriftPolicy = "Ignore" }, "spec.driftPolicy"},
+		{"a history limit", func(ws *terrarun.TerraformWorkspace) { ws.Spec.HistoryLimits.Failed = ptr.To[int32](0) }, "spec.historyLimits.failed"},
+		{"a long name", func(ws *terrarun.TerraformWorkspace) { ws.Name = strings.Repeat("a", MaxWorkspaceNameLength+1) }, "metadata.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := validWorkspace()
+			tc.mutate(ws)
+			errs := ValidateTerraformWorkspace(ws)
+			if len(errs) == 0 || !strings.HasPrefix(errs[0].Field, tc.want) {
+				t.Errorf("errors %v, want one at %s", errs, tc.want)
+			}
+		})
+	}
+}
