@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/registry/table"
 )
 
 // TableConvertor prints workspaces for `kubectl get`: NAME, READY, LAST-RUN,
@@ -37,29 +38,20 @@ func (c TableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, 
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	table := &metav1.Table{}
-	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
-		table.ColumnDefinitions = columns
-	}
-	switch o := obj.(type) {
-	case *terrarun.TerraformWorkspace:
-		table.Rows = []metav1.TableRow{row(o, clk)}
-	case *terrarun.TerraformWorkspaceList:
-		table.Rows = make([]metav1.TableRow, 0, len(o.Items))
-		for i := range o.Items {
-			table.Rows = append(table.Rows, row(&o.Items[i], clk))
+	return table.Convert(obj, tableOptions, columns, func(obj runtime.Object) ([]metav1.TableRow, error) {
+		switch o := obj.(type) {
+		case *terrarun.TerraformWorkspace:
+			return []metav1.TableRow{row(o, clk)}, nil
+		case *terrarun.TerraformWorkspaceList:
+			rows := make([]metav1.TableRow, 0, len(o.Items))
+			for i := range o.Items {
+				rows = append(rows, row(&o.Items[i], clk))
+			}
+			return rows, nil
+		default:
+			return nil, fmt.Errorf("cannot print %T as a TerraformWorkspace table", obj)
 		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as a TerraformWorkspace table", obj)
-	}
-	if l, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = l.GetResourceVersion()
-		table.Continue = l.GetContinue()
-		table.RemainingItemCount = l.GetRemainingItemCount()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	return table, nil
+	})
 }
 
 func row(ws *terrarun.TerraformWorkspace, clk clock.PassiveClock) metav1.TableRow {
