@@ -71,8 +71,8 @@ func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object,
 			case ws.Spec.Suspend:
 				return nil, conflict("the workspace is suspended; set spec.suspend to false first")
 			case ws.Status.CurrentRun != "":
-				return nil, conflict("run %s of this workspace is under way; rerun once it has ended, or cancel it: kubectl create --raw /apis/terrarun.dev/v1alpha1/namespaces/%s/terraformruns/%s/cancel -f <body>",
-					ws.Status.CurrentRun, ws.Namespace, ws.Status.CurrentRun)
+				return nil, conflict("run %s of this workspace is under way; rerun once it has ended: approve or discard its plan if it waits for approval, or cancel its stage in flight (the discard and cancel subresources of terraformruns/%s)",
+					ws.Status.CurrentRun, ws.Status.CurrentRun)
 			}
 			ws.Status.RerunRequests++
 			request = ws.Status.RerunRequests
