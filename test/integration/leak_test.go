@@ -327,29 +327,27 @@ func (s *stateServer) wasWritten() bool {
 // returns the repository's URL and the PEM of the server's certificate.
 func gitServer(t *testing.T, user, pass string, files map[string]string) (string, string) {
 	t.Helper()
+	repo := newGitRepo(t, user, pass, files)
+	return repo.URL, repo.CA
+}
+
+// gitRepo is a repository served by gitServer, which a test can push to.
+type gitRepo struct {
+	URL, CA string
+	root    string
+	work    string
+}
+
+func newGitRepo(t *testing.T, user, pass string, files map[string]string) *gitRepo {
+	t.Helper()
 	root := t.TempDir()
-	work := filepath.Join(root, "work")
-	git := func(dir string, args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	repo := &gitRepo{root: root, work: filepath.Join(root, "work")}
+	if err := os.MkdirAll(repo.work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	git(root, "init", "-q", "--bare", "-b", "main", "repo.git")
-	git(work, "init", "-q", "-b", "main")
-	for name, content := range files {
-		writeFile(t, filepath.Join(work, name), content)
-	}
-	git(work, "add", ".")
-	git(work, "commit", "-q", "-m", "configuration")
-	git(work, "push", "-q", filepath.Join(root, "repo.git"), "main")
+	repo.git(t, root, "init", "-q", "--bare", "-b", "main", "repo.git")
+	repo.git(t, repo.work, "init", "-q", "-b", "main")
+	repo.push(t, files)
 
 	execPath, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
@@ -368,6 +366,32 @@ func gitServer(t *testing.T, user, pass string, files map[string]string) (string
 		backend.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	return srv.URL + "/repo.git", string(ca)
+	repo.URL = srv.URL + "/repo.git"
+	repo.CA = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	return repo
+}
+
+// push commits files to main and pushes them; it returns the commit.
+func (repo *gitRepo) push(t *testing.T, files map[string]string) string {
+	t.Helper()
+	for name, content := range files {
+		writeFile(t, filepath.Join(repo.work, name), content)
+	}
+	repo.git(t, repo.work, "add", ".")
+	repo.git(t, repo.work, "commit", "-q", "-m", "configuration")
+	repo.git(t, repo.work, "push", "-q", filepath.Join(repo.root, "repo.git"), "main")
+	return strings.TrimSpace(repo.git(t, repo.work, "rev-parse", "HEAD"))
+}
+
+func (repo *gitRepo) git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
 }

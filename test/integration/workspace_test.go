@@ -313,3 +313,76 @@ func (e *runEnv) restart(t, owner *testing.T) {
 	// The new server listens on another port.
 	e.bob, e.bobCfg = e.user(owner, "bob")
 }
+
+// TestWorkspaceGitRevision pushes a commit to the branch a workspace
+// tracks: the next check resolves the branch to it, and one run applies the
+// configuration at that commit.
+func TestWorkspaceGitRevision(t *testing.T) {
+	e := newRunEnv(t)
+	tf := func(v string) map[string]string {
+		return map[string]string{"main.tf": fmt.Sprintf("resource \"terraform_data\" \"x\" {\n  input = %q\n}\n\noutput \"value\" {\n  value = terraform_data.x.output\n}\n", v)}
+	}
+	repo := newGitRepo(t, "git-user", "git-pass", tf("one"))
+	first := strings.TrimSpace(repo.git(t, repo.work, "rev-parse", "HEAD"))
+	host := strings.TrimPrefix(repo.URL, "https://")
+	host = host[:strings.Index(host, "/")]
+	e.secret(t, "default", "gitcreds", "host", host)
+	e.secret(t, "default", "gitcreds", "username", "git-user")
+	e.secret(t, "default", "gitcreds", "password", "git-pass")
+	e.secret(t, "default", "gitcreds", "ca.crt", repo.CA)
+	e.create(t, fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
+kind: TerraformWorkspace
+metadata:
+  name: tracked
+spec:
+  approval:
+    mode: Auto
+  interval: 10s
+  template:
+    engine:
+      binary: %s
+    workspace: tracked
+    source:
+      git:
+        url: %s
+        ref: main
+        credentialsSecret: gitcreds
+`, engineName, repo.URL))
+	got := e.readyAt(t, "tracked", "tracked-1")
+	if got.Status.LastAppliedRevision != first {
+		t.Fatalf("applied revision %q, want the branch's commit %s", got.Status.LastAppliedRevision, first)
+	}
+
+	second := repo.push(t, tf("two"))
+	got = e.waitWorkspace(t, "tracked", "the new commit applied", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return ws.Status.LastAppliedRevision == second && meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
+	})
+	run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), got.Status.LastAppliedRun, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerNewRevision) || run.Status.Plan.Change != 1 {
+		t.Errorf("run %s: trigger %q, plan %+v; want NewRevision changing 1 resource", run.Name, run.Annotations[v1alpha1.AnnotationTrigger], run.Status.Plan)
+	}
+	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"two"` {
+		t.Errorf("outputs %+v, want the new commit's", got.Status.Outputs)
+	}
+	// One apply per commit: no run applies the same commit again.
+	time.Sleep(3 * time.Second)
+	list, err := e.client.TerrarunV1alpha1().TerraformRuns("default").List(ctxT(t), metav1.ListOptions{LabelSelector: v1alpha1.LabelWorkspace + "=tracked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies := 0
+	for _, r := range list.Items {
+		if r.Spec.Operation == v1alpha1.OperationApply {
+			applies++
+		}
+	}
+	if applies != 2 {
+		t.Errorf("%d apply runs for two commits, want 2", applies)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.WorkspaceConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("a new commit was reported as drift: %s", c.Message)
+	}
+}

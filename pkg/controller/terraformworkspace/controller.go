@@ -293,7 +293,8 @@ func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, rea
 
 func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	ws, st := r.ws, &r.ws.Status
-	hash := Hash(ws)
+	spec := runSpec(ws, v1alpha1.OperationApply)
+	hash := Hash(spec, r.observedRevision(&spec))
 	st.DesiredHash = hash
 	st.ObservedGeneration = ws.Generation
 	r.observeResults()
@@ -305,7 +306,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	active := r.h.active()
 	if active != nil {
 		st.CurrentRun = active.Name
-		if active.Status.Phase == v1alpha1.RunPhaseAwaitingApproval && active.Annotations[v1alpha1.AnnotationSpecHash] != hash &&
+		if active.Status.Phase == v1alpha1.RunPhaseAwaitingApproval && runHash(active) != hash &&
 			trigger(active) != v1alpha1.TriggerDriftCheck {
 			// A newer spec supersedes a plan nobody approved yet.
 			if err := r.discard(ctx, active, fmt.Sprintf("Superseded: workspace %s changed since this plan was made; a run of its current spec follows.", ws.Name)); err != nil {
@@ -338,7 +339,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	case st.RerunRequests > st.ObservedRerunRequests:
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerRerun
 	case hash != st.LastAppliedHash:
-		if newest != nil && newest.Annotations[v1alpha1.AnnotationSpecHash] == hash && newest.Status.Phase != v1alpha1.RunPhaseSucceeded &&
+		if newest != nil && runHash(newest) == hash && newest.Status.Phase != v1alpha1.RunPhaseSucceeded &&
 			(interval == 0 || r.now.Before(completion(newest).Add(interval))) {
 			// The current spec's run did not succeed: wait for a change, a
 			// rerun, or the next interval, rather than fail in a loop.
@@ -351,6 +352,10 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 			return 0, r.prune(ctx)
 		}
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerSpecChange
+		if st.LastAppliedHash != "" && Hash(spec, st.LastAppliedRevision) == st.LastAppliedHash {
+			// The same spec at another revision: the git ref moved.
+			why = v1alpha1.TriggerNewRevision
+		}
 	case ws.Spec.DriftPolicy == v1alpha1.DriftPolicyApply && lastDrift != nil && lastDrift == newest && hasChanges(lastDrift):
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerDriftRepair
 	case interval > 0 && st.NextDriftCheck != nil && !r.now.Before(st.NextDriftCheck.Time):
@@ -383,7 +388,7 @@ func (r *reconciler) observeResults() {
 	})
 	if applied != nil && applied.Name != st.LastAppliedRun {
 		st.LastAppliedRun = applied.Name
-		st.LastAppliedHash = applied.Annotations[v1alpha1.AnnotationSpecHash]
+		st.LastAppliedHash = runHash(applied)
 		st.LastAppliedRevision = ""
 		if applied.Status.Source != nil {
 			st.LastAppliedRevision = applied.Status.Source.Revision
@@ -414,7 +419,10 @@ func (r *reconciler) observeResults() {
 		t := completion(check)
 		st.LastDriftCheck = &metav1.Time{Time: t}
 		last = t
-		if applied == nil || completion(applied).Before(t) {
+		// A check that resolved the git ref to a new commit found new code,
+		// not drift: the NewRevision run applies it.
+		newCode := check.Spec.Source.Git != nil && revisionOf(check) != st.LastAppliedRevision
+		if (applied == nil || completion(applied).Before(t)) && !newCode {
 			if hasChanges(check) {
 				p := check.Status.Plan
 				r.setCondition(v1alpha1.WorkspaceConditionDrifted, metav1.ConditionTrue, ReasonChangesFound,
@@ -437,6 +445,21 @@ func (r *reconciler) observeResults() {
 	if iv := r.ws.Spec.Interval; iv != nil && !last.IsZero() {
 		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv.Duration)}
 	}
+}
+
+// observedRevision is the newest revision that a run of the workspace
+// resolved the source spec names to (finished or not): the git ref's
+// commit, which drift checks resolve again every interval.
+func (r *reconciler) observedRevision(spec *v1alpha1.TerraformRunSpec) string {
+	if spec.Source.Git == nil {
+		return ""
+	}
+	for i := len(r.h) - 1; i >= 0; i-- {
+		if rev := revisionOf(r.h[i]); rev != "" && sameSource(r.h[i], spec) {
+			return rev
+		}
+	}
+	return r.ws.Status.LastAppliedRevision
 }
 
 // setReady sets Ready, and clears Stalled once the current spec is applied.

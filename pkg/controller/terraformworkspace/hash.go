@@ -5,22 +5,51 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
-// Hash is the hash of what the workspace's runs make terraform do: the
-// template after defaulting, with the workspace's approval, without its
-// creator. Metadata and status never change it.
-func Hash(ws *v1alpha1.TerraformWorkspace) string {
-	spec := runSpec(ws, v1alpha1.OperationApply)
+// Hash is the hash of what a run with spec makes terraform do: the spec
+// after defaulting, whatever its operation and creator, and for a git source
+// the revision its ref resolved to (revision may be empty before any run has
+// resolved it). A workspace's desired hash is Hash of its runs' spec and the
+// newest revision its runs saw; a run's is Hash of its spec and its
+// revision. Metadata and status never change it.
+func Hash(spec v1alpha1.TerraformRunSpec, revision string) string {
+	spec = *spec.DeepCopy()
+	spec.Operation = v1alpha1.OperationApply
 	spec.Creator = nil
-	b, err := json.Marshal(spec)
+	if spec.Source.Git == nil {
+		revision = "" // an inline or ConfigMap source is in the spec
+	}
+	b, err := json.Marshal(struct {
+		Spec     v1alpha1.TerraformRunSpec `json:"spec"`
+		Revision string                    `json:"revision,omitempty"`
+	}{spec, revision})
 	if err != nil {
 		// A spec the API server stored always encodes.
 		panic(err)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:32]
+}
+
+// runHash is the hash of what run did, or does.
+func runHash(run *v1alpha1.TerraformRun) string {
+	return Hash(run.Spec, revisionOf(run))
+}
+
+func revisionOf(run *v1alpha1.TerraformRun) string {
+	if run.Status.Source == nil {
+		return ""
+	}
+	return run.Status.Source.Revision
+}
+
+// sameSource reports whether a run read the source that spec names.
+func sameSource(run *v1alpha1.TerraformRun, spec *v1alpha1.TerraformRunSpec) bool {
+	return apiequality.Semantic.DeepEqual(run.Spec.Source, spec.Source)
 }
 
 // runSpec is the spec of a run of ws with operation op.

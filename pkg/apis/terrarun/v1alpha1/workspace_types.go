@@ -210,6 +210,9 @@ type Trigger string
 const (
 	// TriggerSpecChange: the hash of the spec differs from the one applied.
 	TriggerSpecChange Trigger = "SpecChange"
+	// TriggerNewRevision: the spec is the one applied, and the git ref
+	// resolved to another commit.
+	TriggerNewRevision Trigger = "NewRevision"
 	// TriggerRerun: the rerun subresource asked for a run.
 	TriggerRerun Trigger = "Rerun"
 	// TriggerDriftCheck: the interval has passed; a plan-only run.
