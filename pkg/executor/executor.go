@@ -41,6 +41,10 @@ type Execution struct {
 	Attempt int32
 	// PlanDigest is the approved plan's digest (apply stage).
 	PlanDigest string
+	// Inputs are the values, as JSON, of the variables read from other
+	// runs' outputs (valueFrom.runOutput), by variable name. Set for Start
+	// of a plan stage only; they are secrets, like every output.
+	Inputs map[string][]byte
 }
 
 // State is where an execution is.

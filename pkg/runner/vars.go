@@ -1,9 +1,11 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -52,7 +54,9 @@ func tfvars(vars []resolvedVar) []byte {
 	for _, v := range vars {
 		b.WriteString(v.Name)
 		b.WriteString(" = ")
-		if v.HCL {
+		if v.JSON {
+			b.WriteString(jsonToHCL(v.value))
+		} else if v.HCL {
 			expr := strings.TrimSpace(v.value)
 			if expr == "" {
 				expr = "null"
@@ -165,4 +169,57 @@ func hclStringLiterals(expr string) []string {
 		i = j
 	}
 	return out
+}
+
+// jsonToHCL renders a JSON value as the HCL expression of the same value:
+// strings quoted by hclQuote (so that no "${" is interpolated), objects and
+// arrays element by element. A value that is not JSON is taken as a string.
+func jsonToHCL(value string) string {
+	var v any
+	d := json.NewDecoder(strings.NewReader(value))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return hclQuote(value)
+	}
+	var b strings.Builder
+	var render func(v any)
+	render = func(v any) {
+		switch x := v.(type) {
+		case nil:
+			b.WriteString("null")
+		case bool:
+			fmt.Fprint(&b, x)
+		case json.Number:
+			b.WriteString(x.String())
+		case string:
+			b.WriteString(hclQuote(x))
+		case []any:
+			b.WriteString("[")
+			for i, e := range x {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				render(e)
+			}
+			b.WriteString("]")
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			b.WriteString("{")
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(hclQuote(k))
+				b.WriteString(" = ")
+				render(x[k])
+			}
+			b.WriteString("}")
+		}
+	}
+	render(v)
+	return b.String()
 }

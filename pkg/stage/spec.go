@@ -128,6 +128,9 @@ type Variable struct {
 	Secret bool `json:"secret,omitempty"`
 	// HCL says the value is an HCL expression rather than a string.
 	HCL bool `json:"hcl,omitempty"`
+	// JSON says the value is a JSON value (another run's output), which
+	// the runner renders as the HCL expression of the same value.
+	JSON bool `json:"json,omitempty"`
 }
 
 // Backend is the state backend configuration.

@@ -386,3 +386,132 @@ spec:
 		t.Errorf("a new commit was reported as drift: %s", c.Message)
 	}
 }
+
+// TestWorkspaceDependencies feeds one workspace's outputs, a sensitive one
+// too, into another's variables: the downstream waits for the upstream,
+// receives its values without any reaching a status, runs again when the
+// upstream applies again, and a dependency cycle is refused.
+func TestWorkspaceDependencies(t *testing.T) {
+	e := newRunEnv(t)
+	// The sensitive output is computed, so that it is not in network's spec.
+	seed := fmt.Sprintf("tok%08x", time.Now().UnixNano()&0xffffffff)
+	secret := strings.ToUpper(seed)
+	network := `variable "cidr" {
+  type    = string
+  default = "10.0.0.0/16"
+}
+
+resource "terraform_data" "net" {
+  input = var.cidr
+}
+
+output "cidr" {
+  value = terraform_data.net.output
+}
+
+output "token" {
+  value     = upper("` + seed + `")
+  sensitive = true
+}
+
+output "zones" {
+  value = ["a", "b"]
+}
+`
+	app := `variable "cidr" {
+  type = string
+}
+
+variable "token" {
+  type = string
+}
+
+variable "zones" {
+  type = list(string)
+}
+
+resource "terraform_data" "app" {
+  input = "${var.cidr} ${length(var.token)} ${join(",", var.zones)}"
+}
+
+output "seen" {
+  value     = terraform_data.app.output
+  sensitive = true
+}
+`
+	deps := `  approval:
+    mode: Auto
+  dependsOn:
+  - name: network
+`
+	vars := `    variables:
+    - name: cidr
+      valueFrom:
+        workspaceOutput: {name: network, output: cidr}
+    - name: token
+      valueFrom:
+        workspaceOutput: {name: network, output: token}
+    - name: zones
+      valueFrom:
+        workspaceOutput: {name: network, output: zones}
+`
+	// The downstream first: it waits.
+	e.create(t, strings.Replace(workspaceManifest("app", app, deps), "  template:\n", "  template:\n"+vars, 1))
+	e.waitWorkspace(t, "app", "waiting for network", func(ws *v1alpha1.TerraformWorkspace) bool {
+		c := meta.FindStatusCondition(ws.Status.Conditions, v1alpha1.WorkspaceConditionReconciling)
+		return c != nil && c.Reason == "DependencyNotReady"
+	})
+	if runs := e.runsOf(t, "app"); len(runs) != 0 {
+		t.Fatalf("app started %v before network existed", runs)
+	}
+	e.create(t, workspaceManifest("network", network, "  approval:\n    mode: Auto\n"))
+	e.readyAt(t, "network", "network-1")
+	e.readyAt(t, "app", "app-1")
+
+	seen := func(run string) string {
+		t.Helper()
+		out := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw(run, "outputs"))
+		var outputs map[string]struct {
+			Value any `json:"value"`
+		}
+		if err := json.Unmarshal([]byte(out), &outputs); err != nil {
+			t.Fatalf("outputs of %s: %v\n%s", run, err, out)
+		}
+		s, _ := outputs["seen"].Value.(string)
+		return s
+	}
+	if got, want := seen("app-1"), fmt.Sprintf("10.0.0.0/16 %d a,b", len(secret)); got != want {
+		t.Errorf("app saw %q, want %q", got, want)
+	}
+	run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), "app-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro := run.Spec.Variables[0].ValueFrom.RunOutput; ro == nil || ro.Name != "network-1" {
+		t.Errorf("app-1 reads %+v, want the outputs of network-1", run.Spec.Variables[0].ValueFrom)
+	}
+	for _, obj := range []string{"tfws/app", "tfws/network", "tfr/app-1", "tfr/network-1"} {
+		if out := mustKubectl(t, e.Kubeconfig, "get", obj, "-o", "yaml"); strings.Contains(out, secret) {
+			t.Errorf("%s holds the sensitive output:\n%s", obj, out)
+		}
+	}
+	if log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("app-1", "logs?stage=plan")); strings.Contains(log, secret) {
+		t.Errorf("app-1's plan log holds the sensitive output")
+	}
+
+	// A new apply upstream is a new run downstream, with the new value.
+	e.patchWorkspace(t, "network", `{"spec":{"template":{"variables":[{"name":"cidr","value":"10.1.0.0/16"}]}}}`)
+	e.readyAt(t, "network", "network-2")
+	got := e.waitWorkspace(t, "app", "applied with network-2's outputs", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return ws.Status.LastAppliedRun == "app-2" && meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
+	})
+	if s := seen(got.Status.LastAppliedRun); !strings.HasPrefix(s, "10.1.0.0/16 ") {
+		t.Errorf("app-2 saw %q, want the new cidr", s)
+	}
+
+	// A cycle is refused, naming the field.
+	out, err := kubectl(t, e.Kubeconfig, "patch", "tfws", "network", "--type=merge", "-p", `{"spec":{"dependsOn":[{"name":"app"}]}}`)
+	if err == nil || !strings.Contains(out, "spec.dependsOn[0].name") || !strings.Contains(out, "network → app → network") {
+		t.Errorf("a dependency cycle: %v %s, want it refused naming spec.dependsOn[0].name and the cycle", err, out)
+	}
+}

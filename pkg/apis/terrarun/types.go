@@ -212,6 +212,25 @@ type VariableSource struct {
 	// configMapKeyRef selects a key of a ConfigMap in the run's namespace.
 	// +optional
 	ConfigMapKeyRef *KeySelector `json:"configMapKeyRef,omitempty"`
+	// runOutput selects an output of a run in the same namespace that has
+	// applied. Its creator must be allowed to read that run's outputs. A
+	// sensitive output stays sensitive.
+	// +optional
+	RunOutput *OutputSelector `json:"runOutput,omitempty"`
+	// workspaceOutput selects an output of another workspace of the
+	// namespace, listed in spec.dependsOn: of the run that applied it last.
+	// Only in a TerraformWorkspace's spec.template; each run the workspace
+	// creates reads it as a runOutput.
+	// +optional
+	WorkspaceOutput *OutputSelector `json:"workspaceOutput,omitempty"`
+}
+
+// OutputSelector selects one output of a run or a workspace.
+type OutputSelector struct {
+	// name of the run or workspace, in the same namespace.
+	Name string `json:"name"`
+	// output is the name of the output.
+	Output string `json:"output"`
 }
 
 // KeySelector selects one key of a Secret or ConfigMap in the run's namespace.

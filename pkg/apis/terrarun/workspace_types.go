@@ -66,6 +66,13 @@ type TerraformWorkspaceSpec struct {
 	// terrarun.dev/abandon-resources: "true".
 	// +optional
 	DestroyOnDelete bool `json:"destroyOnDelete,omitempty"`
+	// dependsOn lists workspaces of the namespace that must be Ready at their
+	// current spec before this workspace starts a run; their outputs can feed
+	// variables (valueFrom.workspaceOutput). A cycle is refused.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	DependsOn []WorkspaceReference `json:"dependsOn,omitempty"`
 	// suspend stops the workspace from starting runs; a run already started
 	// goes on.
 	// +optional
@@ -74,6 +81,12 @@ type TerraformWorkspaceSpec struct {
 	// are deleted with their plans, logs and outputs.
 	// +optional
 	HistoryLimits HistoryLimits `json:"historyLimits,omitempty"`
+}
+
+// WorkspaceReference names a workspace in the same namespace.
+type WorkspaceReference struct {
+	// name of the workspace.
+	Name string `json:"name"`
 }
 
 // DriftPolicy is what a drift check does when it finds changes.

@@ -365,6 +365,12 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	case executor.StateUnknown:
 		if status.Startable() {
 			// Recorded and not started yet (or a crash between the two): start it.
+			if stageName == v1alpha1.StagePlan {
+				var err error
+				if ex.Inputs, err = c.resolveInputs(ctx, run); err != nil {
+					return c.startFailed(ctx, run, st, err)
+				}
+			}
 			if _, err := c.exec.Start(ctx, ex); err != nil {
 				return c.startFailed(ctx, run, st, err)
 			}

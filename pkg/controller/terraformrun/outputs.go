@@ -13,6 +13,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
 )
 
 // OutputsSecretPublisher writes a run's outputs to the Secret named by
@@ -24,28 +25,17 @@ func OutputsSecretPublisher(client kubernetes.Interface, store *artifacts.Store)
 		if run.Spec.OutputsSecret == "" {
 			return nil
 		}
-		rc, _, err := store.Get(ctx, artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}, artifacts.Outputs)
+		outputs, err := readOutputs(ctx, store, run)
 		if err != nil {
-			return fmt.Errorf("reading the outputs: %w", err)
-		}
-		defer rc.Close()
-		raw, err := io.ReadAll(rc)
-		if err != nil {
-			return fmt.Errorf("reading the outputs: %w", err)
-		}
-		var outputs map[string]struct {
-			Value json.RawMessage `json:"value"`
-		}
-		if err := json.Unmarshal(raw, &outputs); err != nil {
-			return fmt.Errorf("decoding the outputs: %w", err)
+			return err
 		}
 		data := make(map[string][]byte, len(outputs))
-		for name, o := range outputs {
+		for name, value := range outputs {
 			var s string
-			if err := json.Unmarshal(o.Value, &s); err == nil {
+			if err := json.Unmarshal(value, &s); err == nil {
 				data[name] = []byte(s)
 			} else {
-				data[name] = []byte(o.Value)
+				data[name] = []byte(value)
 			}
 		}
 		secret := &corev1.Secret{
@@ -83,4 +73,68 @@ func OutputsSecretPublisher(client kubernetes.Interface, store *artifacts.Store)
 		_, err = secrets.Update(ctx, existing, metav1.UpdateOptions{})
 		return err
 	}
+}
+
+// readOutputs returns the values of a run's outputs, as JSON, by name.
+func readOutputs(ctx context.Context, store *artifacts.Store, run *v1alpha1.TerraformRun) (map[string]json.RawMessage, error) {
+	rc, _, err := store.Get(ctx, artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}, artifacts.Outputs)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outputs of run %s: %w", run.Name, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outputs of run %s: %w", run.Name, err)
+	}
+	var outputs map[string]struct {
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(raw, &outputs); err != nil {
+		return nil, fmt.Errorf("decoding the outputs of run %s: %w", run.Name, err)
+	}
+	values := make(map[string]json.RawMessage, len(outputs))
+	for name, o := range outputs {
+		values[name] = o.Value
+	}
+	return values, nil
+}
+
+// resolveInputs reads the values of the run's variables that read other
+// runs' outputs (valueFrom.runOutput). A run that does not exist, has not
+// succeeded or has no such output is an invalid reference.
+func (c *Controller) resolveInputs(ctx context.Context, run *v1alpha1.TerraformRun) (map[string][]byte, error) {
+	var inputs map[string][]byte
+	for _, v := range run.Spec.Variables {
+		if v.ValueFrom == nil || v.ValueFrom.RunOutput == nil {
+			continue
+		}
+		sel := v.ValueFrom.RunOutput
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: variable %s reads output %q of run %s, which %s", executor.ErrInvalidReference, v.Name, sel.Output, sel.Name, fmt.Sprintf(format, args...))
+		}
+		up, err := c.lister.TerraformRuns(run.Namespace).Get(sel.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, bad("does not exist")
+		case err != nil:
+			return nil, err
+		case up.Status.Phase != v1alpha1.RunPhaseSucceeded:
+			return nil, bad("has not succeeded (it is %s)", up.Status.Phase)
+		case c.artifacts == nil:
+			return nil, bad("cannot be read: this server stores no artifacts")
+		}
+		outputs, err := readOutputs(ctx, c.artifacts, up)
+		if err != nil {
+			return nil, err
+		}
+		value, ok := outputs[sel.Output]
+		if !ok {
+			return nil, bad("has no such output")
+		}
+		if inputs == nil {
+			inputs = map[string][]byte{}
+		}
+		inputs[v.Name] = value
+	}
+	return inputs, nil
 }

@@ -43,17 +43,18 @@ const (
 
 // Reasons of the workspace's conditions.
 const (
-	ReasonApplied         = "Applied"
-	ReasonRunning         = "RunInProgress"
-	ReasonWaiting         = "WaitingForRun"
-	ReasonRunFailed       = "RunFailed"
-	ReasonSuspended       = "Suspended"
-	ReasonNoChanges       = "NoChanges"
-	ReasonChangesFound    = "ChangesFound"
-	ReasonSuperseded      = "Superseded"
-	ReasonDestroyRunning  = "DestroyInProgress"
-	ReasonDestroyFailed   = "DestroyFailed"
-	ReasonRunCreateFailed = "RunCreateFailed"
+	ReasonApplied            = "Applied"
+	ReasonRunning            = "RunInProgress"
+	ReasonWaiting            = "WaitingForRun"
+	ReasonRunFailed          = "RunFailed"
+	ReasonSuspended          = "Suspended"
+	ReasonNoChanges          = "NoChanges"
+	ReasonChangesFound       = "ChangesFound"
+	ReasonSuperseded         = "Superseded"
+	ReasonDestroyRunning     = "DestroyInProgress"
+	ReasonDestroyFailed      = "DestroyFailed"
+	ReasonRunCreateFailed    = "RunCreateFailed"
+	ReasonDependencyNotReady = "DependencyNotReady"
 )
 
 // Options tune the controller.
@@ -91,10 +92,11 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformworkspaces"}),
 		opts: opts,
 	}
+	// A workspace's change is also its dependents'.
 	if _, err := workspaces.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
+		AddFunc:    c.enqueueWithDependents,
+		UpdateFunc: func(_, obj any) { c.enqueueWithDependents(obj) },
+		DeleteFunc: c.enqueueWithDependents,
 	}); err != nil {
 		return nil, err
 	}
@@ -116,6 +118,26 @@ func (c *Controller) enqueue(obj any) {
 		return
 	}
 	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueWithDependents(obj any) {
+	c.enqueue(obj)
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	ws, ok := obj.(*v1alpha1.TerraformWorkspace)
+	if !ok {
+		return
+	}
+	all, err := c.workspaces.TerraformWorkspaces(ws.Namespace).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, other := range all {
+		if slices.ContainsFunc(other.Spec.DependsOn, func(d v1alpha1.WorkspaceReference) bool { return d.Name == ws.Name }) {
+			c.queue.Add(other.Namespace + "/" + other.Name)
+		}
+	}
 }
 
 func (c *Controller) enqueueWorkspaceOf(obj any) {
@@ -293,7 +315,7 @@ func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, rea
 
 func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	ws, st := r.ws, &r.ws.Status
-	spec := runSpec(ws, v1alpha1.OperationApply)
+	spec := runSpec(ws, v1alpha1.OperationApply, r.lastApplied)
 	hash := Hash(spec, r.observedRevision(&spec))
 	st.DesiredHash = hash
 	st.ObservedGeneration = ws.Generation
@@ -362,6 +384,11 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 		op, why = v1alpha1.OperationPlan, v1alpha1.TriggerDriftCheck
 	}
 	if why != "" {
+		if msg := r.dependenciesPending(); msg != "" {
+			r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionFalse, ReasonDependencyNotReady, msg)
+			r.setReady(hash)
+			return 0, r.prune(ctx)
+		}
 		run, err := r.createRun(ctx, op, why)
 		if err != nil {
 			return 0, err
@@ -447,6 +474,33 @@ func (r *reconciler) observeResults() {
 	}
 }
 
+// lastApplied names the last applied run of workspace name in the
+// workspace's namespace, or "" when there is none.
+func (r *reconciler) lastApplied(name string) string {
+	dep, err := r.c.workspaces.TerraformWorkspaces(r.ws.Namespace).Get(name)
+	if err != nil {
+		return ""
+	}
+	return dep.Status.LastAppliedRun
+}
+
+// dependenciesPending says which dependency keeps the workspace from
+// starting a run: one that does not exist, is not Ready at its current spec,
+// or has a run under way; "" when there is none.
+func (r *reconciler) dependenciesPending() string {
+	for _, d := range r.ws.Spec.DependsOn {
+		dep, err := r.c.workspaces.TerraformWorkspaces(r.ws.Namespace).Get(d.Name)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("Waiting for workspace %s (spec.dependsOn), which does not exist.", d.Name)
+		case dep.Status.ObservedGeneration != dep.Generation || dep.Status.CurrentRun != "" ||
+			!meta.IsStatusConditionTrue(dep.Status.Conditions, v1alpha1.WorkspaceConditionReady):
+			return fmt.Sprintf("Waiting for workspace %s (spec.dependsOn) to be Ready at its current spec.", d.Name)
+		}
+	}
+	return ""
+}
+
 // observedRevision is the newest revision that a run of the workspace
 // resolved the source spec names to (finished or not): the git ref's
 // commit, which drift checks resolve again every interval.
@@ -513,7 +567,7 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 				Name: ws.Name, UID: ws.UID, Controller: ptr.To(true),
 			}},
 		},
-		Spec: runSpec(ws, op),
+		Spec: runSpec(ws, op, r.lastApplied),
 	}
 	created, err := r.c.client.TerrarunV1alpha1().TerraformRuns(ws.Namespace).Create(ctx, run, metav1.CreateOptions{})
 	if err != nil {

@@ -52,10 +52,21 @@ func sameSource(run *v1alpha1.TerraformRun, spec *v1alpha1.TerraformRunSpec) boo
 	return apiequality.Semantic.DeepEqual(run.Spec.Source, spec.Source)
 }
 
-// runSpec is the spec of a run of ws with operation op.
-func runSpec(ws *v1alpha1.TerraformWorkspace, op v1alpha1.Operation) v1alpha1.TerraformRunSpec {
+// runSpec is the spec of a run of ws with operation op. A variable that
+// reads a workspace's output reads the output of that workspace's last
+// applied run, which lastApplied names: a new apply upstream is a new spec
+// downstream.
+func runSpec(ws *v1alpha1.TerraformWorkspace, op v1alpha1.Operation, lastApplied func(workspace string) string) v1alpha1.TerraformRunSpec {
 	spec := *ws.Spec.Template.DeepCopy()
 	spec.Operation = op
 	spec.Approval = *ws.Spec.Approval.DeepCopy()
+	for i := range spec.Variables {
+		vf := spec.Variables[i].ValueFrom
+		if vf == nil || vf.WorkspaceOutput == nil {
+			continue
+		}
+		vf.RunOutput = &v1alpha1.OutputSelector{Name: lastApplied(vf.WorkspaceOutput.Name), Output: vf.WorkspaceOutput.Output}
+		vf.WorkspaceOutput = nil
+	}
 	return spec
 }

@@ -109,7 +109,11 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 		}
 	}
-	if err := b.addVariables(spec.Variables, &st); err != nil {
+	inputs := ""
+	if ex.Stage == v1alpha1.StagePlan && readsRunOutputs(spec.Variables) {
+		inputs = inputsSecretName(name)
+	}
+	if err := b.addVariables(spec.Variables, inputs, &st); err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	b.addBackend(run, st.Workspace, &st.Backend)
@@ -313,7 +317,9 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 // addVariables lists the variables in the stage, and mounts every variable
 // read from a Secret or ConfigMap as a file: one volume per Secret or
 // ConfigMap, at VariablesDir/<volume>, one item per variable, named after it.
-func (b *podBuilder) addVariables(vars []v1alpha1.Variable, st *stage.Spec) error {
+// Variables read from run outputs are keys of the Secret inputs (none in the
+// apply stage).
+func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, st *stage.Spec) error {
 	type source struct {
 		secret bool
 		name   string
@@ -335,8 +341,19 @@ func (b *podBuilder) addVariables(vars []v1alpha1.Variable, st *stage.Spec) erro
 			src, sel = source{secret: true, name: v.ValueFrom.SecretKeyRef.Name}, v.ValueFrom.SecretKeyRef
 		case v.ValueFrom.ConfigMapKeyRef != nil:
 			src, sel = source{name: v.ValueFrom.ConfigMapKeyRef.Name}, v.ValueFrom.ConfigMapKeyRef
+		case v.ValueFrom.RunOutput != nil:
+			// Another run's output is a secret: in the plan stage a key of
+			// the execution's inputs Secret (which Start writes), named after
+			// the variable; the apply stage applies the saved plan and needs
+			// only its name.
+			out.Secret, out.JSON = true, true
+			if inputs == "" {
+				st.Variables = append(st.Variables, out)
+				continue
+			}
+			src, sel = source{secret: true, name: inputs}, &v1alpha1.KeySelector{Name: inputs, Key: v.Name}
 		default:
-			return fmt.Errorf("variable %s: valueFrom has neither secretKeyRef nor configMapKeyRef", v.Name)
+			return fmt.Errorf("variable %s: valueFrom names no source", v.Name)
 		}
 		i, ok := volumeOf[src]
 		if !ok {
@@ -465,4 +482,39 @@ func seconds(d time.Duration) int64 {
 
 func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// readsRunOutputs reports whether a variable reads a run's output.
+func readsRunOutputs(vars []v1alpha1.Variable) bool {
+	for _, v := range vars {
+		if v.ValueFrom != nil && v.ValueFrom.RunOutput != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// inputsSecret is the Secret of a plan stage's inputs (Execution.Inputs),
+// beside its stage Secret and like it; nil when the stage reads no run
+// output. Every such variable must have its value.
+func inputsSecret(ex executor.Execution, stageSecret *corev1.Secret) (*corev1.Secret, error) {
+	run := ex.Run
+	if ex.Stage != v1alpha1.StagePlan || !readsRunOutputs(run.Spec.Variables) {
+		return nil, nil
+	}
+	data := map[string][]byte{}
+	for _, v := range run.Spec.Variables {
+		if v.ValueFrom == nil || v.ValueFrom.RunOutput == nil {
+			continue
+		}
+		val, ok := ex.Inputs[v.Name]
+		if !ok {
+			return nil, fmt.Errorf("run %s/%s: variable %s: the value of output %q of run %q was not resolved", run.Namespace, run.Name, v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
+		}
+		data[v.Name] = val
+	}
+	s := stageSecret.DeepCopy()
+	s.Name = inputsSecretName(JobName(run.Name, ex.Stage, ex.Attempt))
+	s.Data = data
+	return s, nil
 }

@@ -131,3 +131,7 @@ func (o JobOptions) withDefaults() JobOptions {
 
 // stageSecretName is the name of the Secret that holds a Job's stage.json.
 func stageSecretName(jobName string) string { return jobName + stageSecretSuffix }
+
+// inputsSecretName is the Secret holding the values of a plan stage's
+// variables read from run outputs.
+func inputsSecretName(jobName string) string { return jobName + "-inputs" }

@@ -55,17 +55,17 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		return "", err
 	}
 	uid := string(ex.Run.UID)
-	if _, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("creating Secret %s/%s: %w", secret.Namespace, secret.Name, err)
-		}
-		existing, err := e.client.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			return "", fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
-		}
-		if err := checkSecret(existing, secret, uid); err != nil {
+	inputs, err := inputsSecret(ex, secret)
+	if err != nil {
+		return "", err
+	}
+	if inputs != nil {
+		if err := e.createSecret(ctx, inputs, uid); err != nil {
 			return "", err
 		}
+	}
+	if err := e.createSecret(ctx, secret, uid); err != nil {
+		return "", err
 	}
 	if _, err := e.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
@@ -80,6 +80,23 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		}
 	}
 	return job.Name, nil
+}
+
+// createSecret creates secret, or adopts the one of its name that holds
+// exactly what it holds (checkSecret).
+func (e *Executor) createSecret(ctx context.Context, secret *corev1.Secret, uid string) error {
+	_, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	existing, err := e.client.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	return checkSecret(existing, secret, uid)
 }
 
 // getJob returns the execution's Job, nil when there is none, and an error

@@ -94,8 +94,24 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
 				return nil, nil, err
 			}
+		case v.ValueFrom.RunOutput != nil:
+			// Another run's output is a secret, as every output is: a
+			// private file in the plan stage, only its name in the apply
+			// stage, which applies the saved plan.
+			sv.Secret, sv.JSON = true, true
+			if ex.Stage == v1alpha1.StagePlan {
+				val, ok := ex.Inputs[v.Name]
+				if !ok {
+					return nil, nil, fmt.Errorf("variable %q: the value of output %q of run %q was not resolved", v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
+				}
+				p.addSecret(val)
+				var err error
+				if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
+					return nil, nil, err
+				}
+			}
 		default:
-			return nil, nil, fmt.Errorf("variable %q: valueFrom names neither a secretKeyRef nor a configMapKeyRef", v.Name)
+			return nil, nil, fmt.Errorf("variable %q: valueFrom names no source", v.Name)
 		}
 		spec.Variables = append(spec.Variables, sv)
 	}

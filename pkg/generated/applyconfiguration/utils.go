@@ -52,6 +52,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.HistoryLimitsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KeySelector"):
 		return &terrarunv1alpha1.KeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OutputSelector"):
+		return &terrarunv1alpha1.OutputSelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputStatus"):
 		return &terrarunv1alpha1.OutputStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PlanPartDigests"):
@@ -82,6 +84,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.VariableApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VariableSource"):
 		return &terrarunv1alpha1.VariableSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("WorkspaceReference"):
+		return &terrarunv1alpha1.WorkspaceReferenceApplyConfiguration{}
 
 	}
 	return nil

@@ -44,6 +44,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.GitSource{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_GitSource(ref),
 		v1alpha1.HistoryLimits{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_HistoryLimits(ref),
 		v1alpha1.KeySelector{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref),
+		v1alpha1.OutputSelector{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_OutputSelector(ref),
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
 		v1alpha1.PlanPartDigests{}.OpenAPIModelName():              schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
 		v1alpha1.PlanSummary{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref),
@@ -68,6 +69,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Timeouts{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_Timeouts(ref),
 		v1alpha1.Variable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_Variable(ref),
 		v1alpha1.VariableSource{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_VariableSource(ref),
+		v1alpha1.WorkspaceReference{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_WorkspaceReference(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -753,6 +755,36 @@ func schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref common.ReferenceCallback)
 					},
 				},
 				Required: []string{"name", "key"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_OutputSelector(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OutputSelector selects one output of a run or a workspace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the run or workspace, in the same namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"output": {
+						SchemaProps: spec.SchemaProps{
+							Description: "output is the name of the output.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "output"},
 			},
 		},
 	}
@@ -1934,6 +1966,27 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.Referen
 							Format:      "",
 						},
 					},
+					"dependsOn": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "dependsOn lists workspaces of the namespace that must be Ready at their current spec before this workspace starts a run; their outputs can feed variables (valueFrom.workspaceOutput). A cycle is refused.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.WorkspaceReference{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"suspend": {
 						SchemaProps: spec.SchemaProps{
 							Description: "suspend stops the workspace from starting runs; a run already started goes on.",
@@ -1953,7 +2006,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.Referen
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.Approval{}.OpenAPIModelName(), v1alpha1.HistoryLimits{}.OpenAPIModelName(), v1alpha1.TerraformRunSpec{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
+			v1alpha1.Approval{}.OpenAPIModelName(), v1alpha1.HistoryLimits{}.OpenAPIModelName(), v1alpha1.TerraformRunSpec{}.OpenAPIModelName(), v1alpha1.WorkspaceReference{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -2176,11 +2229,45 @@ func schema_pkg_apis_terrarun_v1alpha1_VariableSource(ref common.ReferenceCallba
 							Ref:         ref(v1alpha1.KeySelector{}.OpenAPIModelName()),
 						},
 					},
+					"runOutput": {
+						SchemaProps: spec.SchemaProps{
+							Description: "runOutput selects an output of a run in the same namespace that has applied. Its creator must be allowed to read that run's outputs. A sensitive output stays sensitive.",
+							Ref:         ref(v1alpha1.OutputSelector{}.OpenAPIModelName()),
+						},
+					},
+					"workspaceOutput": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workspaceOutput selects an output of another workspace of the namespace, listed in spec.dependsOn: of the run that applied it last. Only in a TerraformWorkspace's spec.template; each run the workspace creates reads it as a runOutput.",
+							Ref:         ref(v1alpha1.OutputSelector{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.KeySelector{}.OpenAPIModelName()},
+			v1alpha1.KeySelector{}.OpenAPIModelName(), v1alpha1.OutputSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_WorkspaceReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WorkspaceReference names a workspace in the same namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the workspace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
 	}
 }
 

@@ -63,6 +63,13 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, en
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("building terraformworkspaces storage: %w", err)
 	}
+	s.deps.get = func(ctx context.Context, name string) (*terrarun.TerraformWorkspace, error) {
+		obj, err := store.Get(ctx, name, &metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*terrarun.TerraformWorkspace), nil
+	}
 	statusStore := *store
 	statusStore.UpdateStrategy = statusStrategy{strategy: s}
 	statusStore.ResetFieldsStrategy = statusStrategy{strategy: s}

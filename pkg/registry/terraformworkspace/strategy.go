@@ -29,10 +29,11 @@ type strategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
 	engine terrarun.EngineBinary
+	deps   *dependencies
 }
 
 func newStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) strategy {
-	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, engine: engine}
+	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, engine: engine, deps: &dependencies{}}
 }
 
 // NamespaceScoped is true: workspaces live in namespaces.
@@ -105,9 +106,10 @@ func syncFinalizer(ws *terrarun.TerraformWorkspace) {
 	}
 }
 
-// Validate validates a new workspace.
-func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateTerraformWorkspace(obj.(*terrarun.TerraformWorkspace))
+// Validate validates a new workspace, and refuses a dependency cycle.
+func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	ws := obj.(*terrarun.TerraformWorkspace)
+	return append(validation.ValidateTerraformWorkspace(ws), s.deps.checkCycle(ctx, ws)...)
 }
 
 // WarningsOnCreate returns no warnings.
@@ -122,9 +124,10 @@ func (strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 // Canonicalize does nothing.
 func (strategy) Canonicalize(obj runtime.Object) {}
 
-// ValidateUpdate validates an update.
-func (strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateTerraformWorkspaceUpdate(obj.(*terrarun.TerraformWorkspace), old.(*terrarun.TerraformWorkspace))
+// ValidateUpdate validates an update, and refuses a dependency cycle.
+func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	ws := obj.(*terrarun.TerraformWorkspace)
+	return append(validation.ValidateTerraformWorkspaceUpdate(ws, old.(*terrarun.TerraformWorkspace)), s.deps.checkCycle(ctx, ws)...)
 }
 
 // WarningsOnUpdate returns no warnings.

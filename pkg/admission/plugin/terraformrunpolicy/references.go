@@ -15,13 +15,16 @@ import (
 // reference is something of the host cluster that a run makes the server use
 // on its creator's behalf, and what the creator must be allowed to do with it
 // for that: get a Secret or ConfigMap the executor reads, create pods (which
-// is what running as a ServiceAccount takes), create the outputs Secret.
+// is what running as a ServiceAccount takes), create the outputs Secret, get
+// the outputs of a run whose output a variable reads.
 type reference struct {
-	path     *field.Path
-	verb     string
-	resource string // a core resource
-	name     string // empty: any object of the resource in the namespace
-	what     string // for the message: "Secret \"db\""
+	path        *field.Path
+	verb        string
+	group       string // empty: the core group
+	resource    string
+	subresource string
+	name        string // empty: any object of the resource in the namespace
+	what        string // for the message: "Secret \"db\""
 }
 
 // references lists what run makes the server use in the host cluster.
@@ -29,10 +32,10 @@ func references(run *terrarun.TerraformRun) []reference {
 	spec := field.NewPath("spec")
 	var refs []reference
 	secret := func(path *field.Path, name, verb string) {
-		refs = append(refs, reference{path, verb, "secrets", name, fmt.Sprintf("Secret %q", name)})
+		refs = append(refs, reference{path: path, verb: verb, resource: "secrets", name: name, what: fmt.Sprintf("Secret %q", name)})
 	}
 	configMap := func(path *field.Path, name string) {
-		refs = append(refs, reference{path, "get", "configmaps", name, fmt.Sprintf("ConfigMap %q", name)})
+		refs = append(refs, reference{path: path, verb: "get", resource: "configmaps", name: name, what: fmt.Sprintf("ConfigMap %q", name)})
 	}
 	for i, v := range run.Spec.Variables {
 		if v.ValueFrom == nil {
@@ -44,6 +47,10 @@ func references(run *terrarun.TerraformRun) []reference {
 		}
 		if r := v.ValueFrom.ConfigMapKeyRef; r != nil {
 			configMap(p.Child("configMapKeyRef", "name"), r.Name)
+		}
+		if r := v.ValueFrom.RunOutput; r != nil {
+			refs = append(refs, reference{path: p.Child("runOutput", "name"), verb: "get", group: terrarun.GroupName,
+				resource: "terraformruns", subresource: "outputs", name: r.Name, what: fmt.Sprintf("the outputs of run %q", r.Name)})
 		}
 	}
 	if b := run.Spec.Backend; b != nil && b.ConfigSecret != "" {
@@ -59,8 +66,8 @@ func references(run *terrarun.TerraformRun) []reference {
 		secret(spec.Child("outputsSecret"), run.Spec.OutputsSecret, "create")
 	}
 	if e := run.Spec.Executor; e != nil && e.ServiceAccountName != "" {
-		refs = append(refs, reference{spec.Child("executor", "serviceAccountName"), "create", "pods", "",
-			fmt.Sprintf("ServiceAccount %q (running as it takes creating pods)", e.ServiceAccountName)})
+		refs = append(refs, reference{path: spec.Child("executor", "serviceAccountName"), verb: "create", resource: "pods",
+			what: fmt.Sprintf("ServiceAccount %q (running as it takes creating pods)", e.ServiceAccountName)})
 	}
 	return refs
 }
@@ -79,7 +86,9 @@ func (p *Plugin) checkReferences(ctx context.Context, u user.Info, namespace str
 			User:            u,
 			Verb:            ref.verb,
 			Namespace:       namespace,
+			APIGroup:        ref.group,
 			Resource:        ref.resource,
+			Subresource:     ref.subresource,
 			Name:            ref.name,
 			ResourceRequest: true,
 		}
@@ -95,6 +104,9 @@ func (p *Plugin) checkReferences(ctx context.Context, u user.Info, namespace str
 			why = " (" + reason + ")"
 		}
 		target := ref.resource
+		if ref.subresource != "" {
+			target += "/" + ref.subresource
+		}
 		if ref.name != "" {
 			target += " " + fmt.Sprintf("%q", ref.name)
 		}

@@ -72,6 +72,11 @@ func (in KeySelector) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OutputSelector) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.OutputSelector"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OutputStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.OutputStatus"
 }
@@ -189,4 +194,9 @@ func (in Variable) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in VariableSource) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.VariableSource"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in WorkspaceReference) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.WorkspaceReference"
 }

@@ -448,17 +448,44 @@ func validateVariables(vars []terrarun.Variable, fldPath *field.Path) field.Erro
 // validateVariableSource checks that exactly one key selector is set and valid.
 func validateVariableSource(src *terrarun.VariableSource, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
+	var set []string
+	for name, ok := range map[string]bool{
+		"secretKeyRef": src.SecretKeyRef != nil, "configMapKeyRef": src.ConfigMapKeyRef != nil,
+		"runOutput": src.RunOutput != nil, "workspaceOutput": src.WorkspaceOutput != nil,
+	} {
+		if ok {
+			set = append(set, name)
+		}
+	}
+	slices.Sort(set)
 	switch {
-	case src.SecretKeyRef == nil && src.ConfigMapKeyRef == nil:
-		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of secretKeyRef or configMapKeyRef"))
-	case src.SecretKeyRef != nil && src.ConfigMapKeyRef != nil:
-		allErrs = append(allErrs, field.Forbidden(fldPath, "secretKeyRef and configMapKeyRef are mutually exclusive; set only one of them"))
+	case len(set) == 0:
+		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of secretKeyRef, configMapKeyRef or runOutput"))
+	case len(set) > 1:
+		allErrs = append(allErrs, field.Forbidden(fldPath, fmt.Sprintf("%s are mutually exclusive; set only one of them", strings.Join(set, " and "))))
 	}
 	if src.SecretKeyRef != nil {
 		allErrs = append(allErrs, validateKeySelector(src.SecretKeyRef, "Secret", fldPath.Child("secretKeyRef"))...)
 	}
 	if src.ConfigMapKeyRef != nil {
 		allErrs = append(allErrs, validateKeySelector(src.ConfigMapKeyRef, "ConfigMap", fldPath.Child("configMapKeyRef"))...)
+	}
+	if src.RunOutput != nil {
+		allErrs = append(allErrs, validateOutputSelector(src.RunOutput, fldPath.Child("runOutput"))...)
+	}
+	if src.WorkspaceOutput != nil {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("workspaceOutput"),
+			"only a TerraformWorkspace's spec.template reads a workspace's output; a run reads another run's output with runOutput"))
+	}
+	return allErrs
+}
+
+// validateOutputSelector validates the run or workspace and the output an
+// OutputSelector names.
+func validateOutputSelector(sel *terrarun.OutputSelector, fldPath *field.Path) field.ErrorList {
+	allErrs := validateObjectName(sel.Name, true, fldPath.Child("name"))
+	if !identifierRegexp.MatchString(sel.Output) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("output"), sel.Output, "must be the name of a Terraform output: a letter or '_', then letters, digits, '_' or '-'"))
 	}
 	return allErrs
 }

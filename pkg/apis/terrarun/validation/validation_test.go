@@ -314,7 +314,7 @@ func TestValidateVariables(t *testing.T) {
 		{name: "value and valueFrom", mutate: vars(terrarun.Variable{Name: "a", Value: "x", ValueFrom: secretRef("s", "k")}),
 			want: []string{forbidden("spec.variables[0]")}, detail: "value and valueFrom are mutually exclusive"},
 		{name: "empty valueFrom", mutate: vars(terrarun.Variable{Name: "a", ValueFrom: &terrarun.VariableSource{}}),
-			want: []string{required("spec.variables[0].valueFrom")}, detail: "set exactly one of secretKeyRef or configMapKeyRef"},
+			want: []string{required("spec.variables[0].valueFrom")}, detail: "set exactly one of secretKeyRef, configMapKeyRef or runOutput"},
 		{name: "both key refs", mutate: vars(terrarun.Variable{Name: "a", ValueFrom: &terrarun.VariableSource{
 			SecretKeyRef: &terrarun.KeySelector{Name: "s", Key: "k"}, ConfigMapKeyRef: &terrarun.KeySelector{Name: "c", Key: "k"},
 		}}), want: []string{forbidden("spec.variables[0].valueFrom")}, detail: "mutually exclusive"},

@@ -33,14 +33,14 @@ func ValidateTerraformWorkspace(ws *terrarun.TerraformWorkspace) field.ErrorList
 	if len(ws.Name) > MaxWorkspaceNameLength {
 		allErrs = append(allErrs, field.TooLong(field.NewPath("metadata", "name"), "", MaxWorkspaceNameLength))
 	}
-	return append(allErrs, ValidateTerraformWorkspaceSpec(&ws.Spec, field.NewPath("spec"))...)
+	return append(allErrs, ValidateTerraformWorkspaceSpec(ws.Name, &ws.Spec, field.NewPath("spec"))...)
 }
 
 // ValidateTerraformWorkspaceUpdate validates an update of the main resource:
 // unlike a run's, the spec may change.
 func ValidateTerraformWorkspaceUpdate(newWS, oldWS *terrarun.TerraformWorkspace) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newWS.ObjectMeta, &oldWS.ObjectMeta, field.NewPath("metadata"))
-	return append(allErrs, ValidateTerraformWorkspaceSpec(&newWS.Spec, field.NewPath("spec"))...)
+	return append(allErrs, ValidateTerraformWorkspaceSpec(newWS.Name, &newWS.Spec, field.NewPath("spec"))...)
 }
 
 // ValidateTerraformWorkspaceStatusUpdate validates a write of status.
@@ -56,11 +56,11 @@ func ValidateTerraformWorkspaceStatusUpdate(newWS, oldWS *terrarun.TerraformWork
 	return allErrs
 }
 
-// ValidateTerraformWorkspaceSpec validates a workspace's spec. It expects the
+// ValidateTerraformWorkspaceSpec validates the spec of workspace name. It expects the
 // defaults to have been applied (see the workspace strategy): the template is
 // validated as the spec of the runs it makes, with spec.approval as their
 // approval.
-func ValidateTerraformWorkspaceSpec(spec *terrarun.TerraformWorkspaceSpec, fldPath *field.Path) field.ErrorList {
+func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspaceSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	tPath := fldPath.Child("template")
 	t := spec.Template
@@ -76,7 +76,37 @@ func ValidateTerraformWorkspaceSpec(spec *terrarun.TerraformWorkspaceSpec, fldPa
 	}
 	t.Operation = terrarun.OperationApply
 	t.Approval = spec.Approval
+	// A workspace output is read as a run output by each run.
+	t.Variables = slices.Clone(t.Variables)
+	deps := map[string]bool{}
+	for i, d := range spec.DependsOn {
+		p := fldPath.Child("dependsOn").Index(i).Child("name")
+		allErrs = append(allErrs, validateObjectName(d.Name, true, p)...)
+		switch {
+		case deps[d.Name]:
+			allErrs = append(allErrs, field.Duplicate(p, d.Name))
+		case d.Name != "" && d.Name == name:
+			allErrs = append(allErrs, field.Invalid(p, d.Name, "a workspace cannot depend on itself"))
+		}
+		deps[d.Name] = true
+	}
+	for i, v := range t.Variables {
+		if v.ValueFrom == nil || v.ValueFrom.WorkspaceOutput == nil {
+			continue
+		}
+		sel, p := v.ValueFrom.WorkspaceOutput, tPath.Child("variables").Index(i).Child("valueFrom", "workspaceOutput")
+		if sel.Name != "" && !deps[sel.Name] {
+			allErrs = append(allErrs, field.Invalid(p.Child("name"), sel.Name, "list the workspace in spec.dependsOn too, so that runs wait for it"))
+		}
+		vf := *v.ValueFrom
+		vf.RunOutput, vf.WorkspaceOutput = sel, nil
+		t.Variables[i].ValueFrom = &vf
+	}
 	for _, e := range ValidateTerraformRunSpec(&t, tPath) {
+		if strings.Contains(e.Field, ".valueFrom.runOutput") {
+			// Reported under the name the user wrote.
+			e.Field = strings.Replace(e.Field, ".valueFrom.runOutput", ".valueFrom.workspaceOutput", 1)
+		}
 		// The runs' approval is the workspace's.
 		if rest, ok := strings.CutPrefix(e.Field, tPath.Child("approval").String()); ok {
 			e.Field = fldPath.Child("approval").String() + rest

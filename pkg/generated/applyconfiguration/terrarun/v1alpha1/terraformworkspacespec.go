@@ -50,6 +50,10 @@ type TerraformWorkspaceSpecApplyConfiguration struct {
 	// abandon the resources instead with the annotation
 	// terrarun.dev/abandon-resources: "true".
 	DestroyOnDelete *bool `json:"destroyOnDelete,omitempty"`
+	// dependsOn lists workspaces of the namespace that must be Ready at their
+	// current spec before this workspace starts a run; their outputs can feed
+	// variables (valueFrom.workspaceOutput). A cycle is refused.
+	DependsOn []WorkspaceReferenceApplyConfiguration `json:"dependsOn,omitempty"`
 	// suspend stops the workspace from starting runs; a run already started
 	// goes on.
 	Suspend *bool `json:"suspend,omitempty"`
@@ -101,6 +105,19 @@ func (b *TerraformWorkspaceSpecApplyConfiguration) WithDriftPolicy(value terraru
 // If called multiple times, the DestroyOnDelete field is set to the value of the last call.
 func (b *TerraformWorkspaceSpecApplyConfiguration) WithDestroyOnDelete(value bool) *TerraformWorkspaceSpecApplyConfiguration {
 	b.DestroyOnDelete = &value
+	return b
+}
+
+// WithDependsOn adds the given value to the DependsOn field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the DependsOn field.
+func (b *TerraformWorkspaceSpecApplyConfiguration) WithDependsOn(values ...*WorkspaceReferenceApplyConfiguration) *TerraformWorkspaceSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithDependsOn")
+		}
+		b.DependsOn = append(b.DependsOn, *values[i])
+	}
 	return b
 }
 

@@ -27,6 +27,15 @@ type VariableSourceApplyConfiguration struct {
 	SecretKeyRef *KeySelectorApplyConfiguration `json:"secretKeyRef,omitempty"`
 	// configMapKeyRef selects a key of a ConfigMap in the run's namespace.
 	ConfigMapKeyRef *KeySelectorApplyConfiguration `json:"configMapKeyRef,omitempty"`
+	// runOutput selects an output of a run in the same namespace that has
+	// applied. Its creator must be allowed to read that run's outputs. A
+	// sensitive output stays sensitive.
+	RunOutput *OutputSelectorApplyConfiguration `json:"runOutput,omitempty"`
+	// workspaceOutput selects an output of another workspace of the
+	// namespace, listed in spec.dependsOn: of the run that applied it last.
+	// Only in a TerraformWorkspace's spec.template; each run the workspace
+	// creates reads it as a runOutput.
+	WorkspaceOutput *OutputSelectorApplyConfiguration `json:"workspaceOutput,omitempty"`
 }
 
 // VariableSourceApplyConfiguration constructs a declarative configuration of the VariableSource type for use with
@@ -48,5 +57,21 @@ func (b *VariableSourceApplyConfiguration) WithSecretKeyRef(value *KeySelectorAp
 // If called multiple times, the ConfigMapKeyRef field is set to the value of the last call.
 func (b *VariableSourceApplyConfiguration) WithConfigMapKeyRef(value *KeySelectorApplyConfiguration) *VariableSourceApplyConfiguration {
 	b.ConfigMapKeyRef = value
+	return b
+}
+
+// WithRunOutput sets the RunOutput field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RunOutput field is set to the value of the last call.
+func (b *VariableSourceApplyConfiguration) WithRunOutput(value *OutputSelectorApplyConfiguration) *VariableSourceApplyConfiguration {
+	b.RunOutput = value
+	return b
+}
+
+// WithWorkspaceOutput sets the WorkspaceOutput field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WorkspaceOutput field is set to the value of the last call.
+func (b *VariableSourceApplyConfiguration) WithWorkspaceOutput(value *OutputSelectorApplyConfiguration) *VariableSourceApplyConfiguration {
+	b.WorkspaceOutput = value
 	return b
 }
