@@ -97,3 +97,24 @@ func TestBackendConfigSecrets(t *testing.T) {
 		t.Errorf("a missing file: %v", err)
 	}
 }
+
+// TestJSONToHCL: another run's output reaches terraform as the same value,
+// with no template sequence in a string interpolated.
+func TestJSONToHCL(t *testing.T) {
+	for in, want := range map[string]string{
+		`"plain"`:                        `"plain"`,
+		`"${path.module}"`:               `"$${path.module}"`,
+		`["a", 1, true, null, 1.5e300]`:  `["a", 1, true, null, 1.5e300]`,
+		`{"b": {"x": "%{if}"}, "a": []}`: `{"a" = [], "b" = {"x" = "%%{if}"}}`,
+		`12345678901234567890123456789`:  `12345678901234567890123456789`,
+		`not json`:                       `"not json"`,
+	} {
+		if got := jsonToHCL(in); got != want {
+			t.Errorf("jsonToHCL(%s) = %s, want %s", in, got, want)
+		}
+	}
+	got := string(tfvars([]resolvedVar{{Variable: stage.Variable{Name: "o", JSON: true}, value: `{"k": "v"}`}}))
+	if got != "o = {\"k\" = \"v\"}\n" {
+		t.Errorf("tfvars of a JSON variable = %q", got)
+	}
+}

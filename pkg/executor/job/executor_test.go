@@ -556,3 +556,66 @@ func TestStartForgedJob(t *testing.T) {
 		})
 	}
 }
+
+// TestStartInputs: a plan stage that reads another run's output gets its
+// value in an inputs Secret, mounted as a file, never in the stage file;
+// the apply stage mounts none; a forged inputs Secret is not adopted.
+func TestStartInputs(t *testing.T) {
+	ctx := context.Background()
+	ex := planExecution()
+	ex.Run.Spec.Variables = append(ex.Run.Spec.Variables, v1alpha1.Variable{Name: "vpc",
+		ValueFrom: &v1alpha1.VariableSource{RunOutput: &v1alpha1.OutputSelector{Name: "network-1", Output: "vpc"}}})
+	const value = `{"id":"vpc-S3CRET"}`
+	ex.Inputs = map[string][]byte{"vpc": []byte(value)}
+
+	client := fake.NewClientset()
+	if _, err := NewExecutor(client, testOptions()).Start(ctx, ex); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	inputs, err := client.CoreV1().Secrets("team-a").Get(ctx, "web-plan-2-inputs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(inputs.Data["vpc"]) != value || !ptr.Deref(inputs.Immutable, false) {
+		t.Errorf("inputs Secret %+v, want vpc's value, immutable", inputs)
+	}
+	stageSecret, _ := client.CoreV1().Secrets("team-a").Get(ctx, "web-plan-2-stage", metav1.GetOptions{})
+	if strings.Contains(string(stageSecret.Data[StageKey]), "S3CRET") {
+		t.Errorf("the stage file holds the output's value")
+	}
+	job, _ := client.BatchV1().Jobs("team-a").Get(ctx, "web-plan-2", metav1.GetOptions{})
+	mounted := false
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		mounted = mounted || v.Secret != nil && v.Secret.SecretName == "web-plan-2-inputs"
+	}
+	if !mounted {
+		t.Errorf("the plan Job does not mount its inputs Secret")
+	}
+
+	// Without the value, nothing starts.
+	missing := ex
+	missing.Inputs = nil
+	if _, err := NewExecutor(fake.NewClientset(), testOptions()).Start(ctx, missing); err == nil {
+		t.Errorf("Start without the output's value succeeded")
+	}
+
+	// Someone else's inputs Secret is not adopted.
+	forged := inputs.DeepCopy()
+	forged.Data["vpc"] = []byte(`{"id":"vpc-attacker"}`)
+	client = fake.NewClientset(forged)
+	if _, err := NewExecutor(client, testOptions()).Start(ctx, ex); err == nil {
+		t.Errorf("Start adopted a forged inputs Secret")
+	}
+
+	// The apply stage applies the saved plan: no inputs.
+	apply := executor.Execution{Run: ex.Run, Stage: v1alpha1.StageApply, Attempt: 1}
+	job, _, err = BuildJob(apply, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && strings.HasSuffix(v.Secret.SecretName, "-inputs") {
+			t.Errorf("the apply Job mounts %s", v.Secret.SecretName)
+		}
+	}
+}

@@ -24,7 +24,11 @@ func (g *grants) Authorize(_ context.Context, a authorizer.Attributes) (authoriz
 	if a.GetUser().GetName() == "broken" {
 		return authorizer.DecisionNoOpinion, "", errors.New("the SubjectAccessReview timed out")
 	}
-	q := fmt.Sprintf("%s %s %s/%s", a.GetUser().GetName(), a.GetVerb(), a.GetResource(), a.GetName())
+	res := a.GetResource()
+	if a.GetSubresource() != "" {
+		res += "/" + a.GetSubresource()
+	}
+	q := fmt.Sprintf("%s %s %s/%s", a.GetUser().GetName(), a.GetVerb(), res, a.GetName())
 	g.asked = append(g.asked, a.GetNamespace()+": "+q)
 	if g.allowed[q] || g.allowed[fmt.Sprintf("%s %s %s/*", a.GetUser().GetName(), a.GetVerb(), a.GetResource())] {
 		return authorizer.DecisionAllow, "", nil
@@ -40,6 +44,7 @@ func referencing(r *terrarun.TerraformRun) {
 		{Name: "plain", Value: "x"},
 		{Name: "password", ValueFrom: &terrarun.VariableSource{SecretKeyRef: &terrarun.KeySelector{Name: "db", Key: "password"}}},
 		{Name: "region", ValueFrom: &terrarun.VariableSource{ConfigMapKeyRef: &terrarun.KeySelector{Name: "settings", Key: "region"}}},
+		{Name: "vpc", ValueFrom: &terrarun.VariableSource{RunOutput: &terrarun.OutputSelector{Name: "network", Output: "id"}}},
 	}
 	r.Spec.Backend = &terrarun.Backend{Type: "s3", ConfigSecret: "state-creds"}
 	r.Spec.Source.Git.CredentialsSecret = "git-creds"
@@ -51,6 +56,7 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 	everything := map[string]bool{
 		"alice get secrets/db": true, "alice get configmaps/settings": true, "alice get secrets/state-creds": true,
 		"alice get secrets/git-creds": true, "alice create secrets/infra-outputs": true, "alice create pods/*": true,
+		"alice get terraformruns/outputs/network": true,
 	}
 	for _, tc := range []struct {
 		name    string
@@ -63,6 +69,8 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 			`spec.variables[1].valueFrom.secretKeyRef.name: user "alice" may not get secrets "db" in namespace "dev" (no RBAC policy matched), and a run may use only what its creator may: the run would use Secret "db" with the server's authority`}},
 		{name: "a ConfigMap she may not get", revoke: "alice get configmaps/settings", wantErr: []string{
 			`spec.variables[2].valueFrom.configMapKeyRef.name: user "alice" may not get configmaps "settings"`}},
+		{name: "a run's outputs she may not read", revoke: "alice get terraformruns/outputs/network", wantErr: []string{
+			`spec.variables[3].valueFrom.runOutput.name: user "alice" may not get terraformruns/outputs "network"`, `the outputs of run "network"`}},
 		{name: "a backend Secret", revoke: "alice get secrets/state-creds", wantErr: []string{`spec.backend.configSecret: user "alice" may not get secrets "state-creds"`}},
 		{name: "git credentials", revoke: "alice get secrets/git-creds", wantErr: []string{`spec.source.git.credentialsSecret: user "alice" may not get secrets "git-creds"`}},
 		{name: "the outputs Secret", revoke: "alice create secrets/infra-outputs", wantErr: []string{`spec.outputsSecret: user "alice" may not create secrets "infra-outputs"`}},
