@@ -138,7 +138,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
-	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.DefaultEngine, runs.Run)
+	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.DefaultEngine, extra.Controller.Kube == nil, runs.Run)
 	if err != nil {
 		return nil, err
 	}

@@ -9,11 +9,13 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
 	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
 	workspacecontroller "github.com/terrarun/terrarun/pkg/controller/terraformworkspace"
@@ -57,8 +59,15 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 			klog.FromContext(ctx).Error(err, "Building the run controller")
 			return
 		}
-		wsCtrl, err := workspacecontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformWorkspaces(), runInformer,
-			workspacecontroller.Options{Recorder: opts.Recorder})
+		wsOpts := workspacecontroller.Options{Recorder: opts.Recorder}
+		if kube := c.Controller.Kube; kube != nil {
+			wsOpts.PublishOutputs = func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error {
+				return runcontroller.PublishOutputs(ctx, kube, c.Artifacts, run, ws.Spec.OutputsSecret, metav1.OwnerReference{
+					APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TerraformWorkspace", Name: ws.Name, UID: ws.UID,
+				})
+			}
+		}
+		wsCtrl, err := workspacecontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformWorkspaces(), runInformer, wsOpts)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Building the workspace controller")
 			return

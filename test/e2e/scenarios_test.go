@@ -580,3 +580,78 @@ spec:
 		t.Errorf("Applied condition reason %q, want ExecutorForged", reason)
 	}
 }
+
+// TestWorkspaceInCluster keeps a workspace applied through executor Jobs:
+// its outputs go to a Secret it owns (which alice may name only once she may
+// create Secrets), and deleting it runs a destroy Job before the finalizer
+// lets it go.
+func TestWorkspaceInCluster(t *testing.T) {
+	ns := newNamespace(t)
+	ws := fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
+kind: TerraformWorkspace
+metadata:
+  name: infra
+  namespace: %s
+spec:
+  destroyOnDelete: true
+  outputsSecret: infra-outputs
+  template:
+    workspace: infra
+    source:
+      inline:
+        main.tf: |
+          resource "terraform_data" "hello" {
+            input = "hello"
+          }
+          output "greeting" {
+            value = terraform_data.hello.output
+          }
+`, ns)
+	out, err := cl.kubectlStdin("alice", ws, "create", "-f", "-")
+	if err == nil || !strings.Contains(out+err.Error(), "spec.outputsSecret") {
+		t.Fatalf("alice named an outputs Secret she may not create: %v %s; want it refused naming spec.outputsSecret", err, out)
+	}
+	mustAs(t, "admin", "create", "role", "secret-writer", "-n", ns, "--verb=create,get", "--resource=secrets")
+	mustAs(t, "admin", "create", "rolebinding", "alice-secrets", "-n", ns, "--role=secret-writer", "--user=alice")
+	// terrarun caches the denial it was given for a few seconds.
+	waitFor(t, time.Minute, "alice's workspace to be accepted", func() bool {
+		_, err := cl.kubectlStdin("alice", ws, "create", "-f", "-")
+		return err == nil
+	})
+
+	waitPhase(t, ns, "infra-1", 5*time.Minute, "AwaitingApproval")
+	if out, err := approve(t, "bob", ns, "infra-1"); err != nil {
+		t.Fatalf("approving infra-1: %v %s", err, out)
+	}
+	waitPhase(t, ns, "infra-1", 5*time.Minute, "Succeeded")
+	for _, job := range []string{"infra-1-plan-1", "infra-1-apply-1"} {
+		mustAs(t, "admin", "get", "job", job, "-n", ns)
+	}
+	waitFor(t, time.Minute, "the workspace to be Ready", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "tfws", "infra", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True"
+	})
+	waitFor(t, time.Minute, "the outputs Secret", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "secret", "infra-outputs", "-n", ns, "-o", "jsonpath={.data.greeting}")
+		return decode(out) == "hello"
+	})
+	if owner := mustAs(t, "admin", "get", "secret", "infra-outputs", "-n", ns, "-o", "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"); owner != "TerraformWorkspace/infra" {
+		t.Errorf("the outputs Secret is owned by %q, want the workspace", owner)
+	}
+
+	mustAs(t, "alice", "delete", "tfws", "infra", "-n", ns, "--wait=false")
+	waitPhase(t, ns, "infra-2", 5*time.Minute, "AwaitingApproval")
+	if op := mustAs(t, "admin", "get", "tfr", "infra-2", "-n", ns, "-o", "jsonpath={.spec.operation}"); op != "Destroy" {
+		t.Fatalf("run infra-2 is a %s, want the Destroy run", op)
+	}
+	if out, err := approve(t, "bob", ns, "infra-2"); err != nil {
+		t.Fatalf("approving the destroy: %v %s", err, out)
+	}
+	waitFor(t, 5*time.Minute, "the workspace to be gone", func() bool {
+		_, err := cl.kubectlAs("admin", "get", "tfws", "infra", "-n", ns)
+		return err != nil
+	})
+	if _, err := cl.kubectlAs("admin", "get", "job", "infra-2-apply-1", "-n", ns); err != nil {
+		t.Errorf("no destroy Job infra-2-apply-1: %v", err)
+	}
+}

@@ -77,6 +77,12 @@ type TerraformWorkspaceSpec struct {
 	// goes on.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// outputsSecret names a Secret of the namespace that receives every
+	// output of the last successful apply (cluster mode): string outputs as
+	// they are, others as JSON. It is owned by the workspace. Its creator
+	// must be allowed to create Secrets.
+	// +optional
+	OutputsSecret string `json:"outputsSecret,omitempty"`
 	// historyLimits is how many finished runs the workspace keeps; older ones
 	// are deleted with their plans, logs and outputs.
 	// +optional

@@ -18,62 +18,80 @@ import (
 
 // OutputsSecretPublisher writes a run's outputs to the Secret named by
 // spec.outputsSecret, in the run's namespace of the host cluster, owned by the
-// run so that it is removed with it. String outputs are stored as they are;
-// other outputs as JSON.
+// run so that it is removed with it (see PublishOutputs).
 func OutputsSecretPublisher(client kubernetes.Interface, store *artifacts.Store) func(context.Context, *v1alpha1.TerraformRun) error {
 	return func(ctx context.Context, run *v1alpha1.TerraformRun) error {
 		if run.Spec.OutputsSecret == "" {
 			return nil
 		}
-		outputs, err := readOutputs(ctx, store, run)
-		if err != nil {
-			return err
+		return PublishOutputs(ctx, client, store, run, run.Spec.OutputsSecret, metav1.OwnerReference{
+			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID,
+		})
+	}
+}
+
+// PublishOutputs writes the outputs of run to Secret name in the run's
+// namespace of the host cluster, owned by owner, labeled with the run: string
+// outputs as they are, others as JSON. A Secret of that name that owner does
+// not own is left alone, with an error; one that already holds run's
+// outputs is not written again.
+func PublishOutputs(ctx context.Context, client kubernetes.Interface, store *artifacts.Store, run *v1alpha1.TerraformRun, name string, owner metav1.OwnerReference) error {
+	secrets := client.CoreV1().Secrets(run.Namespace)
+	existing, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+	case err != nil:
+		return err
+	}
+	if existing != nil {
+		owned := false
+		for _, ref := range existing.OwnerReferences {
+			owned = owned || ref.UID == owner.UID
 		}
-		data := make(map[string][]byte, len(outputs))
-		for name, value := range outputs {
-			var s string
-			if err := json.Unmarshal(value, &s); err == nil {
-				data[name] = []byte(s)
-			} else {
-				data[name] = []byte(value)
-			}
+		if !owned {
+			return fmt.Errorf("secret %s/%s exists and is not owned by %s %s; choose another outputsSecret or delete it", run.Namespace, name, owner.Kind, owner.Name)
 		}
-		secret := &corev1.Secret{
+		if existing.Labels[outputsRunLabel] == run.Name {
+			return nil
+		}
+	}
+	outputs, err := readOutputs(ctx, store, run)
+	if err != nil {
+		return err
+	}
+	data := make(map[string][]byte, len(outputs))
+	for name, value := range outputs {
+		var s string
+		if err := json.Unmarshal(value, &s); err == nil {
+			data[name] = []byte(s)
+		} else {
+			data[name] = []byte(value)
+		}
+	}
+	if existing == nil {
+		_, err = secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:      run.Spec.OutputsSecret,
-				Namespace: run.Namespace,
-				Labels:    map[string]string{"terrarun.dev/run": run.Name},
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: v1alpha1.SchemeGroupVersion.String(),
-					Kind:       "TerraformRun",
-					Name:       run.Name,
-					UID:        run.UID,
-				}},
+				Name: name, Namespace: run.Namespace,
+				Labels:          map[string]string{outputsRunLabel: run.Name},
+				OwnerReferences: []metav1.OwnerReference{owner},
 			},
 			Type: corev1.SecretTypeOpaque,
 			Data: data,
-		}
-		secrets := client.CoreV1().Secrets(run.Namespace)
-		existing, err := secrets.Get(ctx, secret.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
-			return err
-		case err != nil:
-			return err
-		}
-		owned := false
-		for _, ref := range existing.OwnerReferences {
-			owned = owned || ref.UID == run.UID
-		}
-		if !owned {
-			return fmt.Errorf("secret %s/%s exists and is not owned by this run; choose another spec.outputsSecret or delete it", run.Namespace, secret.Name)
-		}
-		existing.Data = data
-		_, err = secrets.Update(ctx, existing, metav1.UpdateOptions{})
+		}, metav1.CreateOptions{})
 		return err
 	}
+	existing.Data = data
+	if existing.Labels == nil {
+		existing.Labels = map[string]string{}
+	}
+	existing.Labels[outputsRunLabel] = run.Name
+	_, err = secrets.Update(ctx, existing, metav1.UpdateOptions{})
+	return err
 }
+
+// outputsRunLabel names the run whose outputs an outputs Secret holds.
+const outputsRunLabel = "terrarun.dev/run"
 
 // readOutputs returns the values of a run's outputs, as JSON, by name.
 func readOutputs(ctx context.Context, store *artifacts.Store, run *v1alpha1.TerraformRun) (map[string]json.RawMessage, error) {

@@ -63,6 +63,10 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Clock is the controller's clock; nil means the real one.
 	Clock clock.Clock
+	// PublishOutputs writes the outputs of run, the workspace's last
+	// successful apply, to the Secret spec.outputsSecret names (cluster
+	// mode); nil where there is no cluster.
+	PublishOutputs func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error
 }
 
 // Controller reconciles TerraformWorkspaces.
@@ -276,15 +280,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	ws := cached.DeepCopy()
 	r := &reconciler{c: c, ws: ws, h: h, now: c.opts.Clock.Now()}
 	after, err := r.reconcile(ctx)
-	if err != nil {
-		return 0, err
-	}
+	// What was observed is written even when acting on it failed.
 	if !apiequality.Semantic.DeepEqual(ws.Status, cached.Status) && !r.gone {
-		if _, err := c.client.TerrarunV1alpha1().TerraformWorkspaces(namespace).UpdateStatus(ctx, ws, metav1.UpdateOptions{}); err != nil {
-			return 0, err
+		if _, uerr := c.client.TerrarunV1alpha1().TerraformWorkspaces(namespace).UpdateStatus(ctx, ws, metav1.UpdateOptions{}); uerr != nil && err == nil {
+			err = uerr
 		}
 	}
-	return after, nil
+	return after, err
 }
 
 func (c *Controller) deleteRun(ctx context.Context, run *v1alpha1.TerraformRun) error {
@@ -323,6 +325,9 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 
 	if ws.DeletionTimestamp != nil {
 		return r.reconcileDeletion(ctx)
+	}
+	if err := r.publishOutputs(ctx); err != nil {
+		return 0, err
 	}
 
 	active := r.h.active()
@@ -472,6 +477,24 @@ func (r *reconciler) observeResults() {
 	if iv := r.ws.Spec.Interval; iv != nil && !last.IsZero() {
 		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv.Duration)}
 	}
+}
+
+// publishOutputs writes the outputs of the last applied run to
+// spec.outputsSecret.
+func (r *reconciler) publishOutputs(ctx context.Context) error {
+	ws := r.ws
+	if ws.Spec.OutputsSecret == "" || ws.Status.LastAppliedRun == "" || r.c.opts.PublishOutputs == nil {
+		return nil
+	}
+	applied := r.h.newest(func(run *v1alpha1.TerraformRun) bool { return run.Name == ws.Status.LastAppliedRun })
+	if applied == nil {
+		return nil
+	}
+	if err := r.c.opts.PublishOutputs(ctx, ws, applied); err != nil {
+		r.c.opts.Recorder.Eventf(ws, "Warning", "OutputsNotPublished", "Could not write the outputs of run %s to Secret %s: %v", applied.Name, ws.Spec.OutputsSecret, err)
+		return err
+	}
+	return nil
 }
 
 // lastApplied names the last applied run of workspace name in the

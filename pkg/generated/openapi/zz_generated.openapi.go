@@ -1994,6 +1994,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.Referen
 							Format:      "",
 						},
 					},
+					"outputsSecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "outputsSecret names a Secret of the namespace that receives every output of the last successful apply (cluster mode): string outputs as they are, others as JSON. It is owned by the workspace. Its creator must be allowed to create Secrets.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"historyLimits": {
 						SchemaProps: spec.SchemaProps{
 							Description: "historyLimits is how many finished runs the workspace keeps; older ones are deleted with their plans, logs and outputs.",

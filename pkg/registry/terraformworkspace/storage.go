@@ -44,8 +44,10 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 
 // NewStorage builds the store of terraformworkspaces and its subresources.
 // runs lists the runs that a rerun waits for.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, engine terrarun.EngineBinary, runs rest.Lister) (*Storage, error) {
+// Without a host cluster (noHostCluster), spec.outputsSecret is refused.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, engine terrarun.EngineBinary, noHostCluster bool, runs rest.Lister) (*Storage, error) {
 	s := newStrategy(scheme, engine)
+	s.noHostCluster = noHostCluster
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &terrarun.TerraformWorkspace{} },
 		NewListFunc:               func() runtime.Object { return &terrarun.TerraformWorkspaceList{} },

@@ -30,6 +30,8 @@ type strategy struct {
 	names.NameGenerator
 	engine terrarun.EngineBinary
 	deps   *dependencies
+	// noHostCluster refuses spec.outputsSecret: no cluster holds Secrets.
+	noHostCluster bool
 }
 
 func newStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) strategy {
@@ -109,7 +111,15 @@ func syncFinalizer(ws *terrarun.TerraformWorkspace) {
 // Validate validates a new workspace, and refuses a dependency cycle.
 func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
 	ws := obj.(*terrarun.TerraformWorkspace)
-	return append(validation.ValidateTerraformWorkspace(ws), s.deps.checkCycle(ctx, ws)...)
+	return append(append(validation.ValidateTerraformWorkspace(ws), s.deps.checkCycle(ctx, ws)...), s.checkOutputsSecret(ws)...)
+}
+
+func (s strategy) checkOutputsSecret(ws *terrarun.TerraformWorkspace) field.ErrorList {
+	if !s.noHostCluster || ws.Spec.OutputsSecret == "" {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(field.NewPath("spec", "outputsSecret"),
+		"this server has no Kubernetes cluster (standalone mode, or no --kubeconfig), so no Secret can receive the outputs; omit it and read them from status.outputs or the runs' outputs subresource")}
 }
 
 // WarningsOnCreate returns no warnings.
@@ -127,7 +137,7 @@ func (strategy) Canonicalize(obj runtime.Object) {}
 // ValidateUpdate validates an update, and refuses a dependency cycle.
 func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	ws := obj.(*terrarun.TerraformWorkspace)
-	return append(validation.ValidateTerraformWorkspaceUpdate(ws, old.(*terrarun.TerraformWorkspace)), s.deps.checkCycle(ctx, ws)...)
+	return append(append(validation.ValidateTerraformWorkspaceUpdate(ws, old.(*terrarun.TerraformWorkspace)), s.deps.checkCycle(ctx, ws)...), s.checkOutputsSecret(ws)...)
 }
 
 // WarningsOnUpdate returns no warnings.

@@ -49,11 +49,16 @@ func New(cfg *policy.Config) *Plugin {
 	if cfg == nil {
 		cfg = &policy.Config{}
 	}
-	return &Plugin{Handler: admission.NewHandler(admission.Create), cfg: cfg}
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), cfg: cfg}
 }
 
 // Admit implements admission.MutationInterface.
 func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if ws, ok := a.GetObject().(*terrarun.TerraformWorkspace); ok && a.GetSubresource() == "" &&
+		(a.GetOperation() == admission.Create || a.GetOperation() == admission.Update) {
+		applyWorkspaceDefaults(p.cfg, ws)
+		return nil
+	}
 	if a.GetOperation() != admission.Create ||
 		a.GetResource().GroupResource() != terrarun.Resource("terraformruns") ||
 		a.GetSubresource() != "" {
@@ -104,4 +109,18 @@ func copyDuration(d *metav1.Duration) *metav1.Duration {
 	}
 	c := *d
 	return &c
+}
+
+// applyWorkspaceDefaults sets the policy defaults on the template of a
+// workspace, as on the runs it makes: spec.approval is their approval.
+func applyWorkspaceDefaults(cfg *policy.Config, ws *terrarun.TerraformWorkspace) {
+	if ws.Spec.Template.Approval != (terrarun.Approval{}) {
+		return // refused by validation: approval is spec.approval
+	}
+	run := &terrarun.TerraformRun{Spec: ws.Spec.Template}
+	run.Spec.Approval = ws.Spec.Approval
+	ApplyDefaults(cfg, run)
+	ws.Spec.Approval = run.Spec.Approval
+	run.Spec.Approval = terrarun.Approval{}
+	ws.Spec.Template = run.Spec
 }

@@ -180,6 +180,9 @@ type violation struct {
 
 // Validate implements admission.ValidationInterface.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() == terrarun.Resource("terraformworkspaces") && a.GetSubresource() == "" {
+		return p.validateWorkspace(ctx, a)
+	}
 	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") {
 		return nil
 	}
@@ -231,12 +234,63 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	if namespace == "" {
 		namespace = run.Namespace
 	}
+	return deny(a, append(vs, p.checkRun(ctx, creator, namespace, run)...))
+}
+
+// checkRun applies the cluster policy to a run that creator makes the server
+// run in namespace.
+func (p *Plugin) checkRun(ctx context.Context, creator user.Info, namespace string, run *terrarun.TerraformRun) []violation {
+	var vs []violation
 	vs = append(vs, p.checkGitHost(run)...)
 	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
 	vs = append(vs, p.checkAllowedLists(run)...)
 	vs = append(vs, p.checkReferences(ctx, creator, namespace, run)...)
+	return vs
+}
+
+// validateWorkspace applies the cluster policy, at create and at every
+// change of spec, to the runs a workspace would create, as the requester
+// (who becomes their creator): a workspace cannot hold what its runs could
+// not. Each run is checked again when it is created.
+func (p *Plugin) validateWorkspace(ctx context.Context, a admission.Attributes) error {
+	ws, ok := a.GetObject().(*terrarun.TerraformWorkspace)
+	if !ok || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
+		return nil
+	}
+	if old, ok := a.GetOldObject().(*terrarun.TerraformWorkspace); ok && a.GetOperation() == admission.Update {
+		oldSpec, newSpec := old.Spec.DeepCopy(), ws.Spec.DeepCopy()
+		oldSpec.Template.Creator, newSpec.Template.Creator = nil, nil
+		if apiequality.Semantic.DeepEqual(oldSpec, newSpec) {
+			return nil
+		}
+	}
+	run := &terrarun.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: ws.Name, Namespace: ws.Namespace}, Spec: *ws.Spec.Template.DeepCopy()}
+	run.Spec.Approval = ws.Spec.Approval
+	run.Spec.OutputsSecret = ws.Spec.OutputsSecret
+	for i := range run.Spec.Variables {
+		if vf := run.Spec.Variables[i].ValueFrom; vf != nil && vf.WorkspaceOutput != nil {
+			// Some run of the dependency: reading outputs in the namespace.
+			vf.RunOutput, vf.WorkspaceOutput = &terrarun.OutputSelector{Output: vf.WorkspaceOutput.Output}, nil
+		}
+	}
+	namespace := a.GetNamespace()
+	if namespace == "" {
+		namespace = ws.Namespace
+	}
+	vs := p.checkRun(ctx, a.GetUserInfo(), namespace, run)
+	for i, v := range vs {
+		// The run's fields, where the workspace holds them.
+		path := v.path.String()
+		switch {
+		case strings.HasPrefix(path, "spec.approval"), strings.HasPrefix(path, "spec.outputsSecret"):
+		case strings.HasPrefix(path, "spec."):
+			path = "spec.template." + strings.TrimPrefix(path, "spec.")
+		}
+		path = strings.Replace(path, ".valueFrom.runOutput", ".valueFrom.workspaceOutput", 1)
+		vs[i].path = field.NewPath(path)
+	}
 	return deny(a, vs)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -182,4 +184,35 @@ allowedBackends: [kubernetes, s3]
 			checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", tc.mutate), alice), nil), tc.wantErr...)
 		})
 	}
+}
+
+// TestWorkspaceIsCheckedAsItsRuns: a workspace is refused at create, and at
+// a change of spec, for what its runs could not use, with the workspace's
+// field paths; an unchanged spec is not checked again.
+func TestWorkspaceIsCheckedAsItsRuns(t *testing.T) {
+	g := &grants{allowed: map[string]bool{"alice get configmaps/settings": true, "alice get secrets/state-creds": true,
+		"alice get secrets/git-creds": true, "alice create pods/*": true, "alice get terraformruns/outputs/network": true}}
+	p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	run := newRun("dev", referencing)
+	ws := &terrarun.TerraformWorkspace{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "dev"},
+		Spec:       terrarun.TerraformWorkspaceSpec{Template: run.Spec, OutputsSecret: "infra-outputs"},
+	}
+	ws.Spec.Template.OutputsSecret = ""
+	ws.Spec.Template.Variables[3].ValueFrom = &terrarun.VariableSource{WorkspaceOutput: &terrarun.OutputSelector{Name: "network", Output: "id"}}
+	gvr := terrarun.SchemeGroupVersion.WithResource("terraformworkspaces")
+	gvk := terrarun.SchemeGroupVersion.WithKind("TerraformWorkspace")
+	attrs := func(ws, old *terrarun.TerraformWorkspace, op admission.Operation) admission.Attributes {
+		return admission.NewAttributesRecord(ws, old, gvk, ws.Namespace, ws.Name, gvr, "", op, nil, false, alice)
+	}
+	checkResult(t, p.Validate(context.Background(), attrs(ws, nil, admission.Create), nil),
+		`spec.template.variables[1].valueFrom.secretKeyRef.name: user "alice" may not get secrets "db"`,
+		`spec.outputsSecret: user "alice" may not create secrets "infra-outputs"`,
+		`spec.template.variables[3].valueFrom.workspaceOutput.name: user "alice" may not get terraformruns/outputs in namespace "dev"`)
+
+	// A label change is not a new spec.
+	labeled := ws.DeepCopy()
+	labeled.Labels = map[string]string{"team": "a"}
+	checkResult(t, p.Validate(context.Background(), attrs(labeled, ws, admission.Update), nil))
 }

@@ -72,8 +72,9 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("approval"), "set the approval of the workspace's runs in spec.approval"))
 	}
 	if t.OutputsSecret != "" {
-		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "workspaces do not publish outputs to a Secret yet; read them from status.outputs or the runs' outputs subresource"))
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "set it in spec.outputsSecret: the workspace, not each run, keeps the outputs of its last apply"))
 	}
+	allErrs = append(allErrs, validateObjectName(spec.OutputsSecret, false, fldPath.Child("outputsSecret"))...)
 	t.Operation = terrarun.OperationApply
 	t.Approval = spec.Approval
 	// A workspace output is read as a run output by each run.

@@ -57,6 +57,11 @@ type TerraformWorkspaceSpecApplyConfiguration struct {
 	// suspend stops the workspace from starting runs; a run already started
 	// goes on.
 	Suspend *bool `json:"suspend,omitempty"`
+	// outputsSecret names a Secret of the namespace that receives every
+	// output of the last successful apply (cluster mode): string outputs as
+	// they are, others as JSON. It is owned by the workspace. Its creator
+	// must be allowed to create Secrets.
+	OutputsSecret *string `json:"outputsSecret,omitempty"`
 	// historyLimits is how many finished runs the workspace keeps; older ones
 	// are deleted with their plans, logs and outputs.
 	HistoryLimits *HistoryLimitsApplyConfiguration `json:"historyLimits,omitempty"`
@@ -126,6 +131,14 @@ func (b *TerraformWorkspaceSpecApplyConfiguration) WithDependsOn(values ...*Work
 // If called multiple times, the Suspend field is set to the value of the last call.
 func (b *TerraformWorkspaceSpecApplyConfiguration) WithSuspend(value bool) *TerraformWorkspaceSpecApplyConfiguration {
 	b.Suspend = &value
+	return b
+}
+
+// WithOutputsSecret sets the OutputsSecret field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OutputsSecret field is set to the value of the last call.
+func (b *TerraformWorkspaceSpecApplyConfiguration) WithOutputsSecret(value string) *TerraformWorkspaceSpecApplyConfiguration {
+	b.OutputsSecret = &value
 	return b
 }
 
