@@ -82,6 +82,9 @@ type ControllerConfig struct {
 	// Kube is the host cluster, where Events are recorded and outputs
 	// Secrets written; nil in standalone mode.
 	Kube kubernetes.Interface
+	// ConfigMapData reads the ConfigMaps whose content is part of a
+	// workspace's hash, where the executor reads them.
+	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
 }
 
 // Config is the configuration of a terrarun API server.

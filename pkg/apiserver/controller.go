@@ -59,7 +59,7 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 			klog.FromContext(ctx).Error(err, "Building the run controller")
 			return
 		}
-		wsOpts := workspacecontroller.Options{Recorder: opts.Recorder}
+		wsOpts := workspacecontroller.Options{Recorder: opts.Recorder, ConfigMapData: c.Controller.ConfigMapData}
 		if kube := c.Controller.Kube; kube != nil {
 			wsOpts.PublishOutputs = func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error {
 				return runcontroller.PublishOutputs(ctx, kube, c.Artifacts, run, ws.Spec.OutputsSecret, metav1.OwnerReference{

@@ -515,3 +515,33 @@ output "seen" {
 		t.Errorf("a dependency cycle: %v %s, want it refused naming spec.dependsOn[0].name and the cycle", err, out)
 	}
 }
+
+// TestWorkspaceConfigMap changes the content of a ConfigMap that a
+// workspace's variable reads: the content is part of the hash, so one run
+// applies the new value.
+func TestWorkspaceConfigMap(t *testing.T) {
+	e := newRunEnv(t)
+	dir := filepath.Join(e.DataDir, "values", "default", "configmaps", "settings")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "greeting"), "from-configmap-1")
+	e.create(t, strings.Replace(workspaceManifest("configured", workspaceTF, "  approval:\n    mode: Auto\n  interval: 10s\n"), "  template:\n",
+		"  template:\n    variables:\n    - name: greeting\n      valueFrom:\n        configMapKeyRef: {name: settings, key: greeting}\n", 1))
+	got := e.readyAt(t, "configured", "configured-1")
+	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"from-configmap-1"` {
+		t.Fatalf("outputs %+v, want the ConfigMap's value", got.Status.Outputs)
+	}
+	writeFile(t, filepath.Join(dir, "greeting"), "from-configmap-2")
+	got = e.waitWorkspace(t, "configured", "the new ConfigMap content applied", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return len(ws.Status.Outputs) == 1 && ws.Status.Outputs[0].Value == `"from-configmap-2"` &&
+			meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
+	})
+	run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), got.Status.LastAppliedRun, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerSpecChange) {
+		t.Errorf("run %s was started by %q, want SpecChange", run.Name, run.Annotations[v1alpha1.AnnotationTrigger])
+	}
+}

@@ -212,6 +212,9 @@ const (
 	AnnotationSpecHash = "terrarun.dev/spec-hash"
 	// AnnotationTrigger says why a workspace created a run (a Trigger).
 	AnnotationTrigger = "terrarun.dev/trigger"
+	// AnnotationConfigMapDigest is the digest of the ConfigMaps a run reads,
+	// as they were when the workspace created it.
+	AnnotationConfigMapDigest = "terrarun.dev/configmap-digest"
 	// AnnotationRerunRequest is the status.rerunRequests that a rerun run
 	// serves.
 	AnnotationRerunRequest = "terrarun.dev/rerun-request"

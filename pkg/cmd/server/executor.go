@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -400,4 +402,26 @@ func (o *ExecutorOptions) defaultEngine() terrarun.EngineBinary {
 		}
 	}
 	return terrarun.EngineTerraform
+}
+
+// configMapData reads ConfigMaps where the executor reads them: the host
+// cluster's for Jobs, the data directory's files for the local executor.
+func (o *ExecutorOptions) configMapData(kube kubernetes.Interface, root string) func(ctx context.Context, namespace, name string) (map[string]string, error) {
+	if o.Kind == "local" || kube == nil {
+		return local.FileValues{Root: filepath.Join(root, "values")}.ConfigMapData
+	}
+	return func(ctx context.Context, namespace, name string) (map[string]string, error) {
+		cm, err := kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		data := maps.Clone(cm.Data)
+		if data == nil {
+			data = map[string]string{}
+		}
+		for k, v := range cm.BinaryData {
+			data[k] = string(v)
+		}
+		return data, nil
+	}
 }

@@ -248,11 +248,12 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,
 			Controller: apiserver.ControllerConfig{
-				Enabled:     o.Executor.RunController,
-				Etcd:        etcdClient,
-				Workers:     o.Executor.Workers,
-				CancelGrace: o.Executor.CancelGrace,
-				Kube:        kube,
+				Enabled:       o.Executor.RunController,
+				Etcd:          etcdClient,
+				Workers:       o.Executor.Workers,
+				CancelGrace:   o.Executor.CancelGrace,
+				Kube:          kube,
+				ConfigMapData: o.Executor.configMapData(kube, o.workRoot()),
 			},
 		},
 	}, cleanup, nil

@@ -43,18 +43,19 @@ const (
 
 // Reasons of the workspace's conditions.
 const (
-	ReasonApplied            = "Applied"
-	ReasonRunning            = "RunInProgress"
-	ReasonWaiting            = "WaitingForRun"
-	ReasonRunFailed          = "RunFailed"
-	ReasonSuspended          = "Suspended"
-	ReasonNoChanges          = "NoChanges"
-	ReasonChangesFound       = "ChangesFound"
-	ReasonSuperseded         = "Superseded"
-	ReasonDestroyRunning     = "DestroyInProgress"
-	ReasonDestroyFailed      = "DestroyFailed"
-	ReasonRunCreateFailed    = "RunCreateFailed"
-	ReasonDependencyNotReady = "DependencyNotReady"
+	ReasonApplied             = "Applied"
+	ReasonRunning             = "RunInProgress"
+	ReasonWaiting             = "WaitingForRun"
+	ReasonRunFailed           = "RunFailed"
+	ReasonSuspended           = "Suspended"
+	ReasonNoChanges           = "NoChanges"
+	ReasonChangesFound        = "ChangesFound"
+	ReasonSuperseded          = "Superseded"
+	ReasonDestroyRunning      = "DestroyInProgress"
+	ReasonDestroyFailed       = "DestroyFailed"
+	ReasonRunCreateFailed     = "RunCreateFailed"
+	ReasonDependencyNotReady  = "DependencyNotReady"
+	ReasonConfigMapUnreadable = "ConfigMapUnreadable"
 )
 
 // Options tune the controller.
@@ -67,7 +68,14 @@ type Options struct {
 	// successful apply, to the Secret spec.outputsSecret names (cluster
 	// mode); nil where there is no cluster.
 	PublishOutputs func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error
+	// ConfigMapData reads the data of a ConfigMap that a workspace's runs
+	// read, whose content is part of the hash; nil ignores their content.
+	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
 }
+
+// configMapRecheck is how often the ConfigMaps a workspace reads are read
+// again, when its interval is not shorter.
+const configMapRecheck = time.Minute
 
 // Controller reconciles TerraformWorkspaces.
 type Controller struct {
@@ -307,6 +315,8 @@ type reconciler struct {
 	now time.Time
 	// gone is set when the workspace's finalizer was removed: it is deleted.
 	gone bool
+	// configMaps is the digest of the ConfigMaps the runs read.
+	configMaps string
 }
 
 func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, reason, msg string) {
@@ -318,7 +328,13 @@ func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, rea
 func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	ws, st := r.ws, &r.ws.Status
 	spec := runSpec(ws, v1alpha1.OperationApply, r.lastApplied)
-	hash := Hash(spec, r.observedRevision(&spec))
+	digest, err := configMapDigest(ctx, &spec, ws.Namespace, r.c.opts.ConfigMapData)
+	if err != nil && ws.DeletionTimestamp == nil {
+		r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonConfigMapUnreadable, err.Error()+"; create it, or fix the reference")
+		return configMapRecheck, nil
+	}
+	r.configMaps = digest
+	hash := Hash(spec, r.observedRevision(&spec), digest)
 	st.DesiredHash = hash
 	st.ObservedGeneration = ws.Generation
 	r.observeResults()
@@ -379,7 +395,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 			return 0, r.prune(ctx)
 		}
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerSpecChange
-		if st.LastAppliedHash != "" && Hash(spec, st.LastAppliedRevision) == st.LastAppliedHash {
+		if st.LastAppliedHash != "" && Hash(spec, st.LastAppliedRevision, digest) == st.LastAppliedHash {
 			// The same spec at another revision: the git ref moved.
 			why = v1alpha1.TriggerNewRevision
 		}
@@ -405,10 +421,22 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	if err := r.prune(ctx); err != nil {
 		return 0, err
 	}
+	var after time.Duration
 	if why == "" && st.NextDriftCheck != nil {
-		return max(st.NextDriftCheck.Sub(r.now), time.Second), nil
+		after = max(st.NextDriftCheck.Sub(r.now), time.Second)
 	}
-	return 0, nil
+	if len(configMapNames(&spec)) > 0 {
+		// ConfigMaps are not watched: their content is read again every
+		// minute, or every interval when that is shorter.
+		recheck := configMapRecheck
+		if interval > 0 {
+			recheck = min(recheck, interval)
+		}
+		if after == 0 || after > recheck {
+			after = recheck
+		}
+	}
+	return after, nil
 }
 
 // observeResults derives, from the finished runs, what was applied last,
@@ -575,6 +603,9 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 	annotations := map[string]string{
 		v1alpha1.AnnotationSpecHash: ws.Status.DesiredHash,
 		v1alpha1.AnnotationTrigger:  string(why),
+	}
+	if r.configMaps != "" {
+		annotations[v1alpha1.AnnotationConfigMapDigest] = r.configMaps
 	}
 	if why == v1alpha1.TriggerRerun {
 		annotations[v1alpha1.AnnotationRerunRequest] = strconv.FormatInt(ws.Status.RerunRequests, 10)

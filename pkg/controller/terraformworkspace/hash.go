@@ -1,9 +1,13 @@
 package terraformworkspace
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
@@ -11,12 +15,14 @@ import (
 )
 
 // Hash is the hash of what a run with spec makes terraform do: the spec
-// after defaulting, whatever its operation and creator, and for a git source
+// after defaulting, whatever its operation and creator, for a git source
 // the revision its ref resolved to (revision may be empty before any run has
-// resolved it). A workspace's desired hash is Hash of its runs' spec and the
-// newest revision its runs saw; a run's is Hash of its spec and its
-// revision. Metadata and status never change it.
-func Hash(spec v1alpha1.TerraformRunSpec, revision string) string {
+// resolved it), and the digest of the ConfigMaps it reads (configMaps). A
+// workspace's desired hash is Hash of its runs' spec, the newest revision
+// its runs saw and its ConfigMaps' content now; a run's is Hash of its
+// spec, its revision and the digest it was created with. Metadata and
+// status never change it.
+func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
 	spec = *spec.DeepCopy()
 	spec.Operation = v1alpha1.OperationApply
 	spec.Creator = nil
@@ -24,9 +30,10 @@ func Hash(spec v1alpha1.TerraformRunSpec, revision string) string {
 		revision = "" // an inline or ConfigMap source is in the spec
 	}
 	b, err := json.Marshal(struct {
-		Spec     v1alpha1.TerraformRunSpec `json:"spec"`
-		Revision string                    `json:"revision,omitempty"`
-	}{spec, revision})
+		Spec       v1alpha1.TerraformRunSpec `json:"spec"`
+		Revision   string                    `json:"revision,omitempty"`
+		ConfigMaps string                    `json:"configMaps,omitempty"`
+	}{spec, revision, configMaps})
 	if err != nil {
 		// A spec the API server stored always encodes.
 		panic(err)
@@ -37,7 +44,44 @@ func Hash(spec v1alpha1.TerraformRunSpec, revision string) string {
 
 // runHash is the hash of what run did, or does.
 func runHash(run *v1alpha1.TerraformRun) string {
-	return Hash(run.Spec, revisionOf(run))
+	return Hash(run.Spec, revisionOf(run), run.Annotations[v1alpha1.AnnotationConfigMapDigest])
+}
+
+// configMapNames lists the ConfigMaps a run with spec reads.
+func configMapNames(spec *v1alpha1.TerraformRunSpec) []string {
+	var names []string
+	if c := spec.Source.ConfigMap; c != nil {
+		names = append(names, c.Name)
+	}
+	for _, v := range spec.Variables {
+		if v.ValueFrom != nil && v.ValueFrom.ConfigMapKeyRef != nil {
+			names = append(names, v.ValueFrom.ConfigMapKeyRef.Name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// configMapDigest is the digest of the content of the ConfigMaps a run
+// with spec reads, as read reads them; "" when it reads none.
+func configMapDigest(ctx context.Context, spec *v1alpha1.TerraformRunSpec, namespace string, read func(ctx context.Context, namespace, name string) (map[string]string, error)) (string, error) {
+	names := configMapNames(spec)
+	if len(names) == 0 || read == nil {
+		return "", nil
+	}
+	h := sha256.New()
+	for _, name := range names {
+		data, err := read(ctx, namespace, name)
+		if err != nil {
+			return "", fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)
+		}
+		keys := slices.Sorted(maps.Keys(data))
+		fmt.Fprintf(h, "%q:%d\n", name, len(keys))
+		for _, k := range keys {
+			fmt.Fprintf(h, "%q=%q\n", k, data[k])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
 func revisionOf(run *v1alpha1.TerraformRun) string {
