@@ -545,3 +545,46 @@ func TestWorkspaceConfigMap(t *testing.T) {
 		t.Errorf("run %s was started by %q, want SpecChange", run.Name, run.Annotations[v1alpha1.AnnotationTrigger])
 	}
 }
+
+// TestReadmeWorkspace runs the README's Workspaces commands, with its
+// example files, as they are written there.
+func TestReadmeWorkspace(t *testing.T) {
+	e := newRunEnv(t)
+	kc := e.Kubeconfig
+	w := "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformworkspaces/greeter"
+	approve := func(run string) {
+		t.Helper()
+		got := e.waitPhase(t, run, 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		approval := filepath.Join(t.TempDir(), "approval.yaml")
+		writeFile(t, approval, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+got.Status.Plan.Digest+`","comment":"lgtm"}`)
+		mustKubectl(t, e.bob, "create", "--raw", raw(run, "approve"), "-f", approval)
+	}
+
+	mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "workspace.yaml"))
+	if out := mustKubectl(t, kc, "get", "tfws", "greeter"); !strings.Contains(out, "LAST-RUN") {
+		t.Errorf("kubectl get tfws greeter:\n%s", out)
+	}
+	approve("greeter-1")
+	e.readyAt(t, "greeter", "greeter-1")
+	if out := mustKubectl(t, kc, "get", "tfr", "-l", "terrarun.dev/workspace=greeter"); !strings.Contains(out, "greeter-1") {
+		t.Errorf("the workspace's runs:\n%s", out)
+	}
+	mustKubectl(t, kc, "patch", "tfws", "greeter", "--type=merge", "-p", `{"spec":{"template":{"variables":[{"name":"greeting","value":"hi"}]}}}`)
+	approve("greeter-2")
+	got := e.readyAt(t, "greeter", "greeter-2")
+	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"hi"` {
+		t.Errorf("outputs after the patch: %+v", got.Status.Outputs)
+	}
+	if out := mustKubectl(t, kc, "create", "--raw", w+"/rerun", "-f", harness.RepoPath("artifacts", "examples", "rerun.json")); !strings.Contains(out, `"greeter-3"`) {
+		t.Errorf("rerun answered:\n%s", out)
+	}
+	e.waitPhase(t, "greeter-3", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+	mustKubectl(t, kc, "delete", "tfws", "greeter", "--wait=false")
+	approve("greeter-4")
+	if err := harness.Poll(ctxT(t), 200*time.Millisecond, 3*time.Minute, "greeter to be gone", func(ctx context.Context) bool {
+		_, err := kubectl(t, kc, "get", "tfws", "greeter")
+		return err != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
