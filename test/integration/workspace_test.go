@@ -337,7 +337,7 @@ metadata:
 spec:
   approval:
     mode: Auto
-  interval: 10s
+  sourceInterval: 10s
   template:
     engine:
       binary: %s

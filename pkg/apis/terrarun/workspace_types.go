@@ -55,6 +55,12 @@ type TerraformWorkspaceSpec struct {
 	// plan-only run. Off when empty; at least 10s.
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
+	// sourceInterval is how often a git source's ref is resolved again, when
+	// that should be more often than interval (or without drift checks):
+	// it is resolved by a plan-only run, which reports drift too. At least
+	// 10s.
+	// +optional
+	SourceInterval *metav1.Duration `json:"sourceInterval,omitempty"`
 	// driftPolicy is what a drift check that finds changes does: Report (the
 	// default) sets the Drifted condition; Apply starts an apply run, through
 	// approval when it is Manual.

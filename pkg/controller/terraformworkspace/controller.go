@@ -372,10 +372,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 
 	newest := r.h.newest(func(*v1alpha1.TerraformRun) bool { return true })
 	lastDrift := r.h.newest(func(run *v1alpha1.TerraformRun) bool { return trigger(run) == v1alpha1.TriggerDriftCheck })
-	interval := time.Duration(0)
-	if ws.Spec.Interval != nil {
-		interval = ws.Spec.Interval.Duration
-	}
+	interval := checkInterval(&ws.Spec)
 	var op v1alpha1.Operation
 	var why v1alpha1.Trigger
 	switch {
@@ -502,8 +499,8 @@ func (r *reconciler) observeResults() {
 		}
 	}
 	st.NextDriftCheck = nil
-	if iv := r.ws.Spec.Interval; iv != nil && !last.IsZero() {
-		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv.Duration)}
+	if iv := checkInterval(&r.ws.Spec); iv > 0 && !last.IsZero() {
+		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv)}
 	}
 }
 
@@ -777,4 +774,16 @@ func phaseOf(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
 		return v1alpha1.RunPhasePending
 	}
 	return run.Status.Phase
+}
+
+// checkInterval is how often a plan-only run checks for drift and resolves a
+// git ref again: the shorter of interval and sourceInterval, 0 for never.
+func checkInterval(spec *v1alpha1.TerraformWorkspaceSpec) time.Duration {
+	var d time.Duration
+	for _, iv := range []*metav1.Duration{spec.Interval, spec.SourceInterval} {
+		if iv != nil && (d == 0 || iv.Duration < d) {
+			d = iv.Duration
+		}
+	}
+	return d
 }

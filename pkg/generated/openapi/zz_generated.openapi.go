@@ -1951,6 +1951,12 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.Referen
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"sourceInterval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "sourceInterval is how often a git source's ref is resolved again, when that should be more often than interval (or without drift checks): it is resolved by a plan-only run, which reports drift too. At least 10s.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
 					"driftPolicy": {
 						SchemaProps: spec.SchemaProps{
 							Description: "driftPolicy is what a drift check that finds changes does: Report (the default) sets the Drifted condition; Apply starts an apply run, through approval when it is Manual.\n\nPossible enum values:\n - `\"Apply\"` starts an apply run to repair the drift.\n - `\"Report\"` sets the Drifted condition and does nothing else.",

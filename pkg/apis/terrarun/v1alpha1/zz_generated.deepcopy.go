@@ -847,6 +847,11 @@ func (in *TerraformWorkspaceSpec) DeepCopyInto(out *TerraformWorkspaceSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.SourceInterval != nil {
+		in, out := &in.SourceInterval, &out.SourceInterval
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.DependsOn != nil {
 		in, out := &in.DependsOn, &out.DependsOn
 		*out = make([]WorkspaceReference, len(*in))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -114,9 +115,17 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 		}
 		allErrs = append(allErrs, e)
 	}
-	if d := spec.Interval; d != nil && (d.Duration < MinDriftInterval || d.Duration > MaxDriftInterval) {
-		allErrs = append(allErrs, field.Invalid(fldPath.Child("interval"), d.Duration.String(),
-			fmt.Sprintf("must be between %s and %s, such as 10m or 1h; omit it to check for drift never", formatDuration(MinDriftInterval), formatDuration(MaxDriftInterval))))
+	for _, iv := range []struct {
+		name string
+		d    *metav1.Duration
+	}{{"interval", spec.Interval}, {"sourceInterval", spec.SourceInterval}} {
+		if d := iv.d; d != nil && (d.Duration < MinDriftInterval || d.Duration > MaxDriftInterval) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child(iv.name), d.Duration.String(),
+				fmt.Sprintf("must be between %s and %s, such as 10m or 1h; omit it to check never", formatDuration(MinDriftInterval), formatDuration(MaxDriftInterval))))
+		}
+	}
+	if spec.SourceInterval != nil && spec.Template.Source.Git == nil {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("sourceInterval"), "only a git source has a ref to resolve again; omit it"))
 	}
 	if spec.DriftPolicy != "" && !slices.Contains(supportedDriftPolicies, spec.DriftPolicy) {
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("driftPolicy"), spec.DriftPolicy, supportedDriftPolicies))

@@ -41,6 +41,11 @@ type TerraformWorkspaceSpecApplyConfiguration struct {
 	// interval is how often the workspace plans again to detect drift, as a
 	// plan-only run. Off when empty; at least 10s.
 	Interval *v1.Duration `json:"interval,omitempty"`
+	// sourceInterval is how often a git source's ref is resolved again, when
+	// that should be more often than interval (or without drift checks):
+	// it is resolved by a plan-only run, which reports drift too. At least
+	// 10s.
+	SourceInterval *v1.Duration `json:"sourceInterval,omitempty"`
 	// driftPolicy is what a drift check that finds changes does: Report (the
 	// default) sets the Drifted condition; Apply starts an apply run, through
 	// approval when it is Manual.
@@ -94,6 +99,14 @@ func (b *TerraformWorkspaceSpecApplyConfiguration) WithApproval(value *ApprovalA
 // If called multiple times, the Interval field is set to the value of the last call.
 func (b *TerraformWorkspaceSpecApplyConfiguration) WithInterval(value v1.Duration) *TerraformWorkspaceSpecApplyConfiguration {
 	b.Interval = &value
+	return b
+}
+
+// WithSourceInterval sets the SourceInterval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SourceInterval field is set to the value of the last call.
+func (b *TerraformWorkspaceSpecApplyConfiguration) WithSourceInterval(value v1.Duration) *TerraformWorkspaceSpecApplyConfiguration {
+	b.SourceInterval = &value
 	return b
 }
 
