@@ -183,8 +183,8 @@ func TestWorkspace(t *testing.T) {
 		e.waitPhase(t, ws+"-5", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 		e.patchWorkspace(t, ws, `{"spec":{"template":{"variables":[{"name":"greeting","value":"e"}]}}}`)
 		old := e.waitPhase(t, ws+"-5", time.Minute, v1alpha1.RunPhaseDiscarded)
-		if !strings.Contains(old.Status.Message, "Superseded") {
-			t.Errorf("the superseded run's message %q does not say Superseded", old.Status.Message)
+		if c := meta.FindStatusCondition(old.Status.Conditions, v1alpha1.ConditionApplied); !strings.Contains(old.Status.Message, "Superseded") || c == nil || c.Reason != "Superseded" {
+			t.Errorf("the superseded run's message %q, Applied condition %+v: want reason Superseded", old.Status.Message, c)
 		}
 		run := e.waitPhase(t, ws+"-6", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 		approval := filepath.Join(t.TempDir(), "approval.yaml")

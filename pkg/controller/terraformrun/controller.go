@@ -488,10 +488,14 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionDiscardRequested); cond != nil && cond.Status == metav1.ConditionTrue {
 		// The discard subresource refuses an approved plan, and approve a
 		// discarded one: the request stands alone.
-		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonDiscarded, cond.Message)
-		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonDiscarded, "The plan was discarded and will not be applied.")
+		reason := v1alpha1.ReasonDiscarded
+		if cond.Reason != v1alpha1.ReasonDiscardRequested {
+			reason = cond.Reason // the discard's own, such as Superseded
+		}
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, reason, cond.Message)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, reason, "The plan was discarded and will not be applied.")
 		c.finish(run, v1alpha1.RunPhaseDiscarded, cond.Message)
-		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDiscarded, cond.Message)
+		return 0, c.writeStatus(ctx, run, reason, cond.Message)
 	}
 	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) || run.DeletionTimestamp != nil {
 		// startStage ends a run being deleted instead.

@@ -649,7 +649,8 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 
 // discard discards a plan that waits for approval.
 func (r *reconciler) discard(ctx context.Context, run *v1alpha1.TerraformRun, comment string) error {
-	_, err := r.c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Discard(ctx, run.Name, &v1alpha1.TerraformRunDiscard{Comment: comment}, metav1.CreateOptions{})
+	_, err := r.c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Discard(ctx, run.Name,
+		&v1alpha1.TerraformRunDiscard{Comment: comment, Reason: ReasonSuperseded}, metav1.CreateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // approved or ended meanwhile; the next sync sees it
 	}

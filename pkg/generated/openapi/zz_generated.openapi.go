@@ -1269,6 +1269,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunDiscard(ref common.ReferenceC
 							Format:      "",
 						},
 					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason is an optional CamelCase word for why, the reason of the run's final conditions (Discarded when empty); a workspace discards a plan that its newer spec supersedes with Superseded.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

@@ -43,8 +43,13 @@ func discard(run *terrarun.TerraformRun, body *terrarun.TerraformRunDiscard, who
 		msg = fmt.Sprintf("Plan discarded by %s: %s", who, body.Comment)
 	}
 	// The controller ends the run Discarded; it owns every phase change.
+	// The reason, when the body gives one, is the run's final reason.
+	reason := terrarun.ReasonDiscardRequested
+	if body.Reason != "" {
+		reason = body.Reason
+	}
 	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
-		Type: terrarun.ConditionDiscardRequested, Status: metav1.ConditionTrue, Reason: terrarun.ReasonDiscardRequested,
+		Type: terrarun.ConditionDiscardRequested, Status: metav1.ConditionTrue, Reason: reason,
 		Message: msg, ObservedGeneration: run.Generation,
 	})
 	run.Status.Message = msg

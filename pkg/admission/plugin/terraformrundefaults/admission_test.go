@@ -189,8 +189,30 @@ func TestIgnoresOtherRequests(t *testing.T) {
 			}
 		})
 	}
-	if p.Handles(admission.Update) || p.Handles(admission.Delete) || !p.Handles(admission.Create) {
-		t.Errorf("plugin must handle Create only")
+	// Update only for workspaces, whose template may change.
+	if !p.Handles(admission.Update) || p.Handles(admission.Delete) || !p.Handles(admission.Create) {
+		t.Errorf("plugin must handle Create and Update only")
+	}
+}
+
+// TestWorkspaceTemplateDefaults: a workspace's template gets the policy's
+// defaults, and its runs' approval is spec.approval.
+func TestWorkspaceTemplateDefaults(t *testing.T) {
+	p := New(loadPolicy(t, testPolicy))
+	ws := &terrarun.TerraformWorkspace{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "dev"}}
+	gvr := terrarun.SchemeGroupVersion.WithResource("terraformworkspaces")
+	for _, op := range []admission.Operation{admission.Create, admission.Update} {
+		w := ws.DeepCopy()
+		a := admission.NewAttributesRecord(w, ws, terrarun.SchemeGroupVersion.WithKind("TerraformWorkspace"), "dev", "app", gvr, "", op, nil, false, alice)
+		if err := p.Admit(context.Background(), a, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := newRun(nil)
+		ApplyDefaults(p.cfg, want)
+		if w.Spec.Template.Engine != want.Spec.Engine || w.Spec.Approval.Mode != want.Spec.Approval.Mode || w.Spec.Template.Approval != (terrarun.Approval{}) {
+			t.Errorf("%s: template engine %+v, approval %+v (template %+v); want the policy's %+v, %+v in spec.approval",
+				op, w.Spec.Template.Engine, w.Spec.Approval, w.Spec.Template.Approval, want.Spec.Engine, want.Spec.Approval)
+		}
 	}
 }
 

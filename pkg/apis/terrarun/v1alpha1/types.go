@@ -615,6 +615,11 @@ type TerraformRunDiscard struct {
 	// comment is an optional note recorded in status.message.
 	// +optional
 	Comment string `json:"comment,omitempty"`
+	// reason is an optional CamelCase word for why, the reason of the run's
+	// final conditions (Discarded when empty); a workspace discards a plan
+	// that its newer spec supersedes with Superseded.
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

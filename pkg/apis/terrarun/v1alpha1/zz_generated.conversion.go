@@ -856,6 +856,7 @@ func Convert_terrarun_TerraformRunCancel_To_v1alpha1_TerraformRunCancel(in *terr
 func autoConvert_v1alpha1_TerraformRunDiscard_To_terrarun_TerraformRunDiscard(in *TerraformRunDiscard, out *terrarun.TerraformRunDiscard, s conversion.Scope) error {
 	out.ObjectMeta = in.ObjectMeta
 	out.Comment = in.Comment
+	out.Reason = in.Reason
 	return nil
 }
 
@@ -867,6 +868,7 @@ func Convert_v1alpha1_TerraformRunDiscard_To_terrarun_TerraformRunDiscard(in *Te
 func autoConvert_terrarun_TerraformRunDiscard_To_v1alpha1_TerraformRunDiscard(in *terrarun.TerraformRunDiscard, out *TerraformRunDiscard, s conversion.Scope) error {
 	out.ObjectMeta = in.ObjectMeta
 	out.Comment = in.Comment
+	out.Reason = in.Reason
 	return nil
 }
 

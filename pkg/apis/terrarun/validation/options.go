@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"regexp"
 	"slices"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -90,8 +91,14 @@ func validateAttempt(attempt *int32, required bool, hint string) field.ErrorList
 // ValidateTerraformRunDiscard validates the body of a POST to the discard
 // subresource.
 func ValidateTerraformRunDiscard(d *terrarun.TerraformRunDiscard) field.ErrorList {
-	return validateComment(d.Comment)
+	allErrs := validateComment(d.Comment)
+	if d.Reason != "" && !reasonRegexp.MatchString(d.Reason) {
+		allErrs = append(allErrs, field.Invalid(field.NewPath("reason"), d.Reason, "must be a CamelCase word of at most 64 letters and digits, such as Superseded"))
+	}
+	return allErrs
 }
+
+var reasonRegexp = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
 
 // ValidateTerraformRunCancel validates the body of a POST to the cancel
 // subresource.

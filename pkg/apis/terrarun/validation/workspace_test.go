@@ -55,3 +55,13 @@ func TestValidateTerraformWorkspace(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateDiscardReason: a discard's reason is a CamelCase word.
+func TestValidateDiscardReason(t *testing.T) {
+	for reason, ok := range map[string]bool{"": true, "Superseded": true, "superseded": false, "Two words": false, strings.Repeat("A", 65): false} {
+		errs := ValidateTerraformRunDiscard(&terrarun.TerraformRunDiscard{Reason: reason})
+		if ok != (len(errs) == 0) || !ok && errs[0].Field != "reason" {
+			t.Errorf("reason %q: %v", reason, errs)
+		}
+	}
+}
