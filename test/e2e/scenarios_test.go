@@ -647,11 +647,13 @@ spec:
 	if out, err := approve(t, "bob", ns, "infra-2"); err != nil {
 		t.Fatalf("approving the destroy: %v %s", err, out)
 	}
+	// The destroy Job lives until its run goes with the workspace.
+	waitFor(t, 5*time.Minute, "the destroy Job", func() bool {
+		_, err := cl.kubectlAs("admin", "get", "job", "infra-2-apply-1", "-n", ns)
+		return err == nil
+	})
 	waitFor(t, 5*time.Minute, "the workspace to be gone", func() bool {
 		_, err := cl.kubectlAs("admin", "get", "tfws", "infra", "-n", ns)
 		return err != nil
 	})
-	if _, err := cl.kubectlAs("admin", "get", "job", "infra-2-apply-1", "-n", ns); err != nil {
-		t.Errorf("no destroy Job infra-2-apply-1: %v", err)
-	}
 }
