@@ -5,6 +5,7 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -18,6 +19,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
@@ -196,16 +198,40 @@ func (c CompletedConfig) New() (*Server, error) {
 // withoutProtobuf offers the group's types in JSON and YAML only: they have
 // no protobuf encoding, and a client that accepts protobuf or JSON, as many
 // Kubernetes clients say they do, must get JSON rather than 406 Not
-// Acceptable.
+// Acceptable. Its JSON decoder reads YAML too (yamlTolerantJSON).
 type withoutProtobuf struct{ runtime.NegotiatedSerializer }
 
 // SupportedMediaTypes is the embedded serializer's media types but protobuf.
 func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
 	var out []runtime.SerializerInfo
 	for _, info := range s.NegotiatedSerializer.SupportedMediaTypes() {
-		if info.MediaType != runtime.ContentTypeProtobuf {
-			out = append(out, info)
+		switch info.MediaType {
+		case runtime.ContentTypeProtobuf:
+			continue
+		case runtime.ContentTypeJSON:
+			info.Serializer = yamlTolerantJSON{info.Serializer}
+			if info.StrictSerializer != nil {
+				info.StrictSerializer = yamlTolerantJSON{info.StrictSerializer}
+			}
 		}
+		out = append(out, info)
 	}
 	return out
+}
+
+// yamlTolerantJSON decodes a body sent as JSON that is YAML, as `kubectl
+// create --raw -f file.yaml` sends a file whatever it holds: the action
+// subresources' bodies are small documents users write by hand. JSON is
+// decoded as it is; anything else is converted from YAML first, and still
+// refused when it is neither.
+type yamlTolerantJSON struct{ runtime.Serializer }
+
+// Decode implements runtime.Decoder.
+func (s yamlTolerantJSON) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] != '{' {
+		if js, err := yaml.YAMLToJSON(data); err == nil {
+			data = js
+		}
+	}
+	return s.Serializer.Decode(data, defaults, into)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -269,4 +270,29 @@ func engineDefault() string {
 		return "tofu"
 	}
 	return "terraform"
+}
+
+// TestYAMLActionBodies sends action bodies written in YAML, as kubectl
+// create --raw -f sends a file: with a JSON content type, whatever the file
+// holds. They are read as the YAML they are.
+func TestYAMLActionBodies(t *testing.T) {
+	e := newRunEnv(t)
+	e.create(t, runManifest("yaml-body", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "")))
+	run := e.waitPhase(t, "yaml-body", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+	approval := filepath.Join(t.TempDir(), "approval.yaml")
+	writeFile(t, approval, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRunApproval\nplanDigest: "+run.Status.Plan.Digest+"\ncomment: lgtm # a YAML comment\n")
+	out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve"), "-f", approval)
+	if err != nil {
+		t.Fatalf("approving with a YAML body: %v\n%s", err, out)
+	}
+	got := e.waitPhase(t, "yaml-body", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+	if got.Status.Approval == nil || got.Status.Approval.Comment != "lgtm" {
+		t.Errorf("approval %+v, want the YAML body's comment", got.Status.Approval)
+	}
+	// A body that is neither JSON nor YAML of the kind is still refused,
+	// saying so.
+	writeFile(t, approval, "planDigest: [unclosed\n")
+	if out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve"), "-f", approval); err == nil || !strings.Contains(out, "BadRequest") {
+		t.Errorf("a malformed body: %v\n%s", err, out)
+	}
 }
