@@ -31,6 +31,13 @@ func TestKubectl(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl version parses the server's", func(t *testing.T) {
+		out := mustKubectl(t, kc, "version")
+		if !regexp.MustCompile(`(?m)^Server Version: v1\.\d+\.0\+terrarun\.`).MatchString(out) {
+			t.Errorf("kubectl version:\n%s", out)
+		}
+	})
+
 	t.Run("apply the examples", func(t *testing.T) {
 		out := mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
 		if !strings.Contains(out, "terraformrun.terrarun.dev/hello created") {

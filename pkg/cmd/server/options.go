@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 
 	"github.com/spf13/pflag"
@@ -107,9 +108,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Complete records which flags fs says the user set, and fills in what
-// follows from the mode.
+// follows from the mode: a relative --data-dir is made absolute, as the
+// stages' sandbox and the kubeconfig files name it.
 func (o *Options) Complete(fs *pflag.FlagSet) error {
 	o.bindAddressSet = fs.Changed("bind-address")
+	if o.DataDir != "" {
+		abs, err := filepath.Abs(o.DataDir)
+		if err != nil {
+			return fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
+		}
+		o.DataDir = abs
+	}
 	return nil
 }
 
@@ -193,7 +202,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	config.OpenAPIV3Config.Info.Title = "terrarun"
 	config.OpenAPIV3Config.Info.Version = "v1alpha1"
 	config.FeatureGate = utilfeature.DefaultFeatureGate
-	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	config.EffectiveVersion = serverVersion{compatibility.DefaultBuildEffectiveVersion()}
 	setLongRunning(config)
 	if err := recommended.ApplyTo(config); err != nil {
 		return nil, cleanup, fmt.Errorf("applying options: %w", err)

@@ -1,13 +1,18 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/util/compatibility"
 )
 
 // parse returns options parsed from args as the command parses them.
@@ -137,5 +142,33 @@ func snapshot(o *Options) optionsSnapshot {
 		executorURL:                o.Executor.ServerURL,
 		executorCA:                 o.Executor.CAFile,
 		extraAdmissionInitializers: r.ExtraAdmissionInitializers != nil,
+	}
+}
+
+// TestRelativeDataDir: `--data-dir .terrarun`, as a user types it, is the
+// directory under the working directory, absolute from then on (the
+// sandbox and the kubeconfig files need absolute paths).
+func TestRelativeDataDir(t *testing.T) {
+	t.Chdir(t.TempDir())
+	o := parse(t, "--standalone", "--data-dir", ".terrarun")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(wd, ".terrarun"); o.DataDir != want {
+		t.Errorf("DataDir = %q, want %q", o.DataDir, want)
+	}
+}
+
+// TestServerVersionParses: /version's gitVersion is semver, as `kubectl
+// version` requires, at the API level served.
+func TestServerVersionParses(t *testing.T) {
+	info := serverVersion{compatibility.DefaultBuildEffectiveVersion()}.Info()
+	v, err := utilversion.ParseSemantic(info.GitVersion)
+	if err != nil {
+		t.Fatalf("gitVersion %q: %v", info.GitVersion, err)
+	}
+	if fmt.Sprint(v.Major()) != info.Major || fmt.Sprint(v.Minor()) != info.Minor || !strings.Contains(info.GitVersion, "+terrarun.") {
+		t.Errorf("gitVersion %q for API level %s.%s", info.GitVersion, info.Major, info.Minor)
 	}
 }
