@@ -403,6 +403,10 @@ func TestRunFailures(t *testing.T) {
 		t.Errorf("Planned condition of the run with a missing Secret: %+v", c)
 	}
 
+	// kubectl wait ends on a failure as on a failed Job, not at its timeout.
+	if out, err := kubectl(t, e.Kubeconfig, "wait", "tfr/syntax", "--for=condition=Failed", "--timeout=3m"); err != nil {
+		t.Errorf("kubectl wait --for=condition=Failed on a failing run: %v\n%s", err, out)
+	}
 	syntax := e.waitPhase(t, "syntax", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
 	if syntax.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(syntax.Status.Message, "Error") {
 		t.Errorf("syntax error run: %s: %q", syntax.Status.Phase, syntax.Status.Message)

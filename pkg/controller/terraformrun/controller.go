@@ -546,11 +546,20 @@ func (c *Controller) completeStage(ctx context.Context, run *v1alpha1.TerraformR
 	}
 }
 
+// finish ends the run in phase, with the conditions that tools wait on: a
+// Job's Complete or Failed, and Ready.
 func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase, msg string) {
 	now := metav1.NewTime(c.opts.Clock.Now())
 	run.Status.Phase = phase
 	run.Status.Message = msg
 	run.Status.CompletionTime = &now
+	if phase == v1alpha1.RunPhaseSucceeded {
+		c.setCondition(run, v1alpha1.ConditionComplete, metav1.ConditionTrue, string(phase), msg)
+		c.setCondition(run, v1alpha1.ConditionReady, metav1.ConditionTrue, string(phase), msg)
+		return
+	}
+	c.setCondition(run, v1alpha1.ConditionFailed, metav1.ConditionTrue, string(phase), msg)
+	c.setCondition(run, v1alpha1.ConditionReady, metav1.ConditionFalse, string(phase), msg)
 }
 
 func (c *Controller) setCondition(run *v1alpha1.TerraformRun, typ string, status metav1.ConditionStatus, reason, msg string) {

@@ -806,6 +806,9 @@ func TestSyncDiscardRequested(t *testing.T) {
 	}
 	expectCondition(t, run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonDiscarded)
 	expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonDiscarded)
+	// Any end but success: kubectl wait --for=condition=Failed ends too.
+	expectCondition(t, run, v1alpha1.ConditionFailed, metav1.ConditionTrue, "Discarded")
+	expectCondition(t, run, v1alpha1.ConditionReady, metav1.ConditionFalse, "Discarded")
 	if h.world.calls(applyJob1) != 0 {
 		t.Errorf("a discarded plan was applied")
 	}
@@ -1285,6 +1288,12 @@ func TestSyncApplied(t *testing.T) {
 		t.Errorf("phase %q message %q", run.Status.Phase, run.Status.Message)
 	}
 	expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied)
+	// As a Job's: kubectl wait --for=condition=Complete, and Ready.
+	expectCondition(t, run, v1alpha1.ConditionComplete, metav1.ConditionTrue, "Succeeded")
+	expectCondition(t, run, v1alpha1.ConditionReady, metav1.ConditionTrue, "Succeeded")
+	if meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionFailed) != nil {
+		t.Errorf("a succeeded run has a Failed condition")
+	}
 	if h.applied.Load() != 2 {
 		t.Errorf("OnApplied called %d times, want 2", h.applied.Load())
 	}

@@ -370,6 +370,17 @@ const (
 	// approval was requested through the discard subresource; the controller
 	// then ends the run Discarded.
 	ConditionDiscardRequested = "DiscardRequested"
+	// ConditionComplete is True once the run has Succeeded, as a Job's
+	// Complete is: kubectl wait --for=condition=Complete.
+	ConditionComplete = "Complete"
+	// ConditionFailed is True once the run has ended any other way (Failed,
+	// Canceled or Discarded, the reason says which), as a Job's Failed is:
+	// kubectl wait --for=condition=Failed.
+	ConditionFailed = "Failed"
+	// ConditionReady is set when the run ends: True when it Succeeded,
+	// False with the final phase as reason otherwise, for tools that read
+	// Ready (kstatus, Flux, Argo CD).
+	ConditionReady = "Ready"
 )
 
 // AutoApprover is status.approval.approvedBy of a run approved by its
