@@ -138,6 +138,9 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 				if v.HCL {
 					secrets.add(hclStringLiterals(v.value)...)
 				}
+				if v.JSON {
+					secrets.add(jsonStrings(v.value)...)
+				}
 			}
 		}
 		secrets.add(backendValues...)

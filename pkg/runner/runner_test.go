@@ -515,6 +515,37 @@ variable "token" {
 	}
 }
 
+// TestOutputInErrorIsRedacted: a variable read from another run's output
+// (a JSON value) is redacted as the strings it holds, not only as its JSON
+// text, when terraform prints it declassified in an error.
+func TestOutputInErrorIsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "Upstr3amOutputValue"
+	h := newHarness(t, map[string]string{"main.tf": `
+variable "conn" {
+  type = object({ password = string })
+  validation {
+    condition     = length(var.conn.password) > 100
+    error_message = "The password ${nonsensitive(var.conn.password)} is too short."
+  }
+}
+`})
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Variables = []stage.Variable{{Name: "conn", File: h.secretFile(`{"password":"` + secret + `"}`), Secret: true, JSON: true}}
+	err := h.run(context.Background(), plan)
+	if err == nil {
+		t.Fatal("plan succeeded")
+	}
+	if !strings.Contains(err.Error(), "The password "+Redacted+" is too short") {
+		t.Errorf("error lacks terraform's message: %v", err)
+	}
+	for name, b := range map[string]string{"error": err.Error(), "log": h.srv.allLogs(), "stdout": h.stdout.String()} {
+		if strings.Contains(b, secret) {
+			t.Errorf("%s holds the output's value:\n%s", name, b)
+		}
+	}
+}
+
 func TestSyntaxError(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, map[string]string{"main.tf": "resource \"terraform_data\" \"x\" {\n  input = \n"})

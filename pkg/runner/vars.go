@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -175,10 +176,8 @@ func hclStringLiterals(expr string) []string {
 // strings quoted by hclQuote (so that no "${" is interpolated), objects and
 // arrays element by element. A value that is not JSON is taken as a string.
 func jsonToHCL(value string) string {
-	var v any
-	d := json.NewDecoder(strings.NewReader(value))
-	d.UseNumber()
-	if err := d.Decode(&v); err != nil {
+	v, err := decodeJSON(value)
+	if err != nil {
 		return hclQuote(value)
 	}
 	var b strings.Builder
@@ -222,4 +221,45 @@ func jsonToHCL(value string) string {
 	}
 	render(v)
 	return b.String()
+}
+
+// decodeJSON decodes a JSON value, numbers as json.Number.
+func decodeJSON(value string) (any, error) {
+	var v any
+	d := json.NewDecoder(strings.NewReader(value))
+	d.UseNumber()
+	err := d.Decode(&v)
+	return v, err
+}
+
+// jsonStrings returns the strings and numbers a JSON value holds (object
+// keys are names, not values), as terraform prints them: the values to
+// redact beside the JSON text itself. Like the lines of a multi-line secret,
+// parts shorter than minLineLen are left out: redacting "a" or "1" would
+// mask every one in the log.
+func jsonStrings(value string) []string {
+	v, err := decodeJSON(value)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case string:
+			out = append(out, x)
+		case json.Number:
+			out = append(out, x.String())
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return slices.DeleteFunc(out, func(s string) bool { return len(s) < minLineLen })
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,5 +117,17 @@ func TestJSONToHCL(t *testing.T) {
 	got := string(tfvars([]resolvedVar{{Variable: stage.Variable{Name: "o", JSON: true}, value: `{"k": "v"}`}}))
 	if got != "o = {\"k\" = \"v\"}\n" {
 		t.Errorf("tfvars of a JSON variable = %q", got)
+	}
+}
+
+// TestJSONStrings: the parts of a JSON value that are redacted.
+func TestJSONStrings(t *testing.T) {
+	got := jsonStrings(`{"password": "S3cretValue", "zones": ["a", "b"], "port": 5432, "pin": 12345678, "nested": {"k": ["Another1"]}}`)
+	slices.Sort(got)
+	if want := []string{"12345678", "Another1", "S3cretValue"}; !slices.Equal(got, want) {
+		t.Errorf("jsonStrings = %q, want %q", got, want)
+	}
+	if got := jsonStrings("not json"); got != nil {
+		t.Errorf("jsonStrings of a non-JSON value = %q", got)
 	}
 }
