@@ -178,6 +178,29 @@ func TestWorkspace(t *testing.T) {
 		e.readyAt(t, ws, ws+"-4")
 	})
 
+	t.Run("no run joins a history it was not created in", func(t *testing.T) {
+		// A user who may create or label runs, but not change the workspace,
+		// must not make a run of hers count as its apply (its outputs would
+		// reach status, the outputs Secret and dependent workspaces), nor
+		// have the workspace delete someone else's run.
+		uid := string(e.workspace(t, ws).UID)
+		forged := runManifest(ws+"-99", inline(map[string]string{"main.tf": workspaceTF}, "  workspace: "+ws+"\n"))
+		forged = strings.Replace(forged, "  name: "+ws+"-99\n", "  name: "+ws+"-99\n  labels:\n    terrarun.dev/workspace: "+ws+
+			"\n  ownerReferences:\n  - {apiVersion: terrarun.dev/v1alpha1, kind: TerraformWorkspace, name: "+ws+", uid: "+uid+", controller: true}\n", 1)
+		path := filepath.Join(t.TempDir(), "forged.yaml")
+		writeFile(t, path, forged)
+		if out, err := kubectl(t, e.Kubeconfig, "create", "-f", path); err == nil || !strings.Contains(out, "metadata.labels[terrarun.dev/workspace]") {
+			t.Errorf("a run created into a workspace's history: %v\n%s", err, out)
+		}
+		e.create(t, runManifest("bystander", inline(map[string]string{"main.tf": workspaceTF}, "")))
+		if out, err := kubectl(t, e.Kubeconfig, "label", "tfr", "bystander", "terrarun.dev/workspace="+ws); err == nil || !strings.Contains(out, "metadata.labels[terrarun.dev/workspace]") {
+			t.Errorf("a run labeled into a workspace's history: %v\n%s", err, out)
+		}
+		if out, err := kubectl(t, e.Kubeconfig, "label", "tfr", ws+"-4", "terrarun.dev/workspace-"); err == nil {
+			t.Errorf("a workspace's run taken out of its history: %s", out)
+		}
+	})
+
 	t.Run("superseded", func(t *testing.T) {
 		e.patchWorkspace(t, ws, `{"spec":{"approval":{"mode":"Manual"},"template":{"variables":[{"name":"greeting","value":"d"}]}}}`)
 		e.waitPhase(t, ws+"-5", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)

@@ -626,16 +626,11 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 			// Created by an earlier sync whose run the cache does not show yet.
 			return nil, err
 		}
+		// Refused (by admission, say): said in status, which sync writes
+		// with the error, and retried with backoff, as rights may change.
 		msg := fmt.Sprintf("Could not create a run (%s): %v", why, err)
 		r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonRunCreateFailed, msg)
 		r.c.opts.Recorder.Event(ws, "Warning", ReasonRunCreateFailed, msg)
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			// The spec, or its creator's rights, must change first: the
-			// update (or a rerun) brings the workspace back.
-			if _, uerr := r.c.client.TerrarunV1alpha1().TerraformWorkspaces(ws.Namespace).UpdateStatus(ctx, ws, metav1.UpdateOptions{}); uerr != nil {
-				return nil, uerr
-			}
-		}
 		return nil, err
 	}
 	if why == v1alpha1.TriggerRerun {

@@ -8,6 +8,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,6 +104,49 @@ func (s runStrategy) Validate(ctx context.Context, obj runtime.Object) field.Err
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "outputsSecret"),
 			"this server has no Kubernetes cluster (standalone mode, or no --kubeconfig), so no Secret can receive the outputs; omit it and read them from the outputs subresource"))
 	}
+	return append(allErrs, checkWorkspaceMarks(ctx, run, nil)...)
+}
+
+// checkWorkspaceMarks refuses a change, by anyone but the server, of what
+// makes a run part of a workspace's history: the terrarun.dev/workspace
+// label and an ownerReference to a TerraformWorkspace. The workspace
+// controller trusts its history (its last apply's outputs reach the
+// workspace's status, its outputs Secret and its dependents) and deletes
+// the runs of a workspace that is gone, so only the runs it creates may
+// carry them. oldRun is nil on create.
+func checkWorkspaceMarks(ctx context.Context, run, oldRun *terrarun.TerraformRun) field.ErrorList {
+	if u, _ := genericapirequest.UserFrom(ctx); terrarun.CreatesOnBehalf(u) {
+		return nil
+	}
+	label := func(r *terrarun.TerraformRun) (string, bool) {
+		if r == nil {
+			return "", false
+		}
+		v, ok := r.Labels[terrarun.LabelWorkspace]
+		return v, ok
+	}
+	owners := func(r *terrarun.TerraformRun) []metav1.OwnerReference {
+		if r == nil {
+			return nil
+		}
+		var refs []metav1.OwnerReference
+		for _, ref := range r.OwnerReferences {
+			if ref.Kind == "TerraformWorkspace" {
+				refs = append(refs, ref)
+			}
+		}
+		return refs
+	}
+	const msg = "is set by the server on the runs a TerraformWorkspace creates, and cannot be set, changed or removed otherwise; to run again, rerun the workspace"
+	var allErrs field.ErrorList
+	newValue, newOK := label(run)
+	oldValue, oldOK := label(oldRun)
+	if newValue != oldValue || newOK != oldOK {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "labels").Key(terrarun.LabelWorkspace), msg))
+	}
+	if !apiequality.Semantic.DeepEqual(owners(run), owners(oldRun)) {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "ownerReferences"), "an ownerReference to a TerraformWorkspace "+msg))
+	}
 	return allErrs
 }
 
@@ -118,9 +162,11 @@ func (runStrategy) AllowUnconditionalUpdate(context.Context) bool { return true 
 // Canonicalize does nothing.
 func (runStrategy) Canonicalize(obj runtime.Object) {}
 
-// ValidateUpdate refuses any change of spec.
+// ValidateUpdate refuses any change of spec, and of what ties a run to a
+// workspace.
 func (runStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateTerraformRunUpdate(obj.(*terrarun.TerraformRun), old.(*terrarun.TerraformRun))
+	run, oldRun := obj.(*terrarun.TerraformRun), old.(*terrarun.TerraformRun)
+	return append(validation.ValidateTerraformRunUpdate(run, oldRun), checkWorkspaceMarks(ctx, run, oldRun)...)
 }
 
 // WarningsOnUpdate returns no warnings.
