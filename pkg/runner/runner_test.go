@@ -830,6 +830,12 @@ func TestWorkspace(t *testing.T) {
 		if v := string(h.outputs()["ws"].Value); v != `"staging"` {
 			t.Errorf("workspace = %s", v)
 		}
+		// Selecting the workspace starts no engine command of its own.
+		for _, log := range []string{h.srv.log(v1alpha1.StagePlan, attempt), h.srv.log(v1alpha1.StageApply, attempt)} {
+			if strings.Contains(log, " workspace new") || strings.Contains(log, " workspace select") || !strings.Contains(log, "terrarun: workspace staging selected") {
+				t.Errorf("the stage ran workspace commands:\n%s", log)
+			}
+		}
 	}
 }
 

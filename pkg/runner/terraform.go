@@ -152,24 +152,39 @@ func (r *runner) initAndWorkspace(ctx context.Context, tf *tfexec.Terraform) err
 	if err := r.step("init", func() error { return tf.Init(ctx, opts...) }); err != nil {
 		return err
 	}
-	ws := r.spec.Workspace
+	if err := selectWorkspace(tf.WorkingDir(), r.spec.Workspace); err != nil {
+		return err
+	}
+	if ws := r.spec.Workspace; ws != "" && ws != "default" {
+		r.logf("terrarun: workspace %s selected", ws)
+	}
+	return nil
+}
+
+// selectWorkspace makes ws the workspace of the initialized configuration in
+// dir without starting the engine: it writes the name where `workspace
+// select` does, the data directory's environment file, and the backend
+// creates a workspace that does not exist yet when the plan first uses its
+// state. (TF_WORKSPACE would do the same, but terraform-exec refuses it, and
+// init would refuse a workspace that does not exist yet.)
+func selectWorkspace(dir, ws string) error {
 	if ws == "" || ws == "default" {
 		return nil
 	}
-	var list []string
-	err := r.quietly(tf, io.Discard, func() (err error) {
-		list, _, err = tf.WorkspaceList(ctx)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s workspace list: %w", r.engine, err)
+	dataDir := os.Getenv("TF_DATA_DIR")
+	if dataDir == "" {
+		dataDir = ".terraform"
 	}
-	for _, w := range list {
-		if w == ws {
-			return r.step("workspace select", func() error { return tf.WorkspaceSelect(ctx, ws) })
-		}
+	if !filepath.IsAbs(dataDir) {
+		dataDir = filepath.Join(dir, dataDir)
 	}
-	return r.step("workspace new", func() error { return tf.WorkspaceNew(ctx, ws) })
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("selecting workspace %q: %w", ws, err)
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "environment"), []byte(ws), 0o600); err != nil {
+		return fmt.Errorf("selecting workspace %q: %w", ws, err)
+	}
+	return nil
 }
 
 func (r *runner) secretVariableNames() []string {
