@@ -161,6 +161,26 @@ func StageTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Dura
 	return d.Duration
 }
 
+// AppliesAfterPlan says whether run's plan stage goes on to apply its own
+// plan in the same process once the controller grants it the apply stage
+// (stage.Spec.ApplyAfterPlan): for a run approved automatically, so that one
+// engine, initialized once, plans and applies. The apply stage it carries is
+// recorded in status.stages with the plan execution's name.
+func AppliesAfterPlan(run *v1alpha1.TerraformRun) bool {
+	return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && run.Spec.Operation != v1alpha1.OperationPlan
+}
+
+// ExecutionTimeout is how long an execution of run's stage may run in all:
+// its StageTimeout, and for a plan stage that carries the apply, the apply's
+// too. The controller still holds each stage to its own timeout.
+func ExecutionTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Duration {
+	d := StageTimeout(run, name)
+	if name == v1alpha1.StagePlan && AppliesAfterPlan(run) {
+		d += StageTimeout(run, v1alpha1.StageApply)
+	}
+	return d
+}
+
 // StageSpec returns the part of an execution's stage.Spec that comes from the
 // run: identity, engine, operation, workspace and terraform flags, which the
 // registry strategy has defaulted when the run was created. The backend fills in where the stage finds the server, its token,
@@ -182,6 +202,7 @@ func StageSpec(ex Execution) stage.Spec {
 		Refresh:     run.Spec.Refresh,
 		PlanDigest:  ex.PlanDigest,
 	}
+	spec.ApplyAfterPlan = ex.Stage == v1alpha1.StagePlan && AppliesAfterPlan(run)
 	if p := run.Status.Plan; ex.Stage == v1alpha1.StageApply && p != nil && p.Parts != nil {
 		parts := *p.Parts
 		spec.PlanParts = &parts

@@ -32,7 +32,10 @@ func (r *runner) apply(ctx context.Context) error {
 	}
 	r.logf("terrarun: downloading the planned configuration")
 	archive := filepath.Join(filepath.Dir(r.planPath), "source.tar.gz")
-	if err := r.download(ctx, v1alpha1.PlanFormatSource, archive, "configuration", parts.Source); err != nil {
+	get := func(ctx context.Context) (io.ReadCloser, error) {
+		return r.client.GetPlan(ctx, v1alpha1.PlanFormatSource)
+	}
+	if err := r.download(ctx, get, archive, "configuration", parts.Source); err != nil {
 		return err
 	}
 	f, err := os.Open(archive)
@@ -64,6 +67,43 @@ func (r *runner) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return r.applyPlan(ctx, tf, tfDir)
+}
+
+// carriedApply is what a plan stage that goes on to apply keeps for it.
+type carriedApply struct {
+	// result is the plan's Result document, uploaded last: it records the plan.
+	result []byte
+	// tf is the engine that made the plan, initialized in dir.
+	tf  *tfexec.Terraform
+	dir string
+	// file is the plan file's digest, and attempt the plan stage's.
+	file    string
+	attempt int32
+}
+
+// carryApply records the plan, waits until the server grants this process
+// the run's apply stage, and applies the plan it made, which the server must
+// have approved: the approved plan file it serves must be this one.
+func (r *runner) carryApply(ctx context.Context, log *stageLog) error {
+	c := r.carry
+	if err := r.client.PutPlanPart(ctx, r.spec.Attempt, v1alpha1.PlanPartResult, bytes.NewReader(c.result)); err != nil {
+		return err
+	}
+	if err := r.download(ctx, r.client.AwaitApply, r.planPath, "plan file", c.file); err != nil {
+		return err
+	}
+	r.spec.Stage, r.spec.Attempt = v1alpha1.StageApply, 1
+	log.start(r.spec.Stage, r.spec.Attempt)
+	r.logf("terrarun: apply stage, attempt 1, of run %s/%s, in the process of plan attempt %d, with its engine and working directory",
+		r.spec.Namespace, r.spec.Name, c.attempt)
+	r.logf("terrarun: plan file %s is the approved plan", c.file)
+	return r.applyPlan(ctx, c.tf, c.dir)
+}
+
+// applyPlan applies the plan file with tf, initialized in tfDir, and
+// uploads the outputs.
+func (r *runner) applyPlan(ctx context.Context, tf *tfexec.Terraform, tfDir string) error {
 	// A saved plan carries its variables: apply takes none.
 	opts := []tfexec.ApplyOption{tfexec.DirOrPlan(r.planPath)}
 	if r.spec.Parallelism != nil {
@@ -76,7 +116,7 @@ func (r *runner) apply(ctx context.Context) error {
 	}
 
 	var outputs map[string]tfexec.OutputMeta
-	err = r.quietly(tf, io.Discard, func() (err error) {
+	err := r.quietly(tf, io.Discard, func() (err error) {
 		outputs, err = tf.Output(ctx)
 		return err
 	})
@@ -106,17 +146,20 @@ func (r *runner) apply(ctx context.Context) error {
 // downloadPlanFile downloads the plan file and refuses it unless its digest
 // is want, the approved plan's.
 func (r *runner) downloadPlanFile(ctx context.Context, want string) error {
-	if err := r.download(ctx, v1alpha1.PlanFormatFile, r.planPath, "plan file", want); err != nil {
+	get := func(ctx context.Context) (io.ReadCloser, error) {
+		return r.client.GetPlan(ctx, v1alpha1.PlanFormatFile)
+	}
+	if err := r.download(ctx, get, r.planPath, "plan file", want); err != nil {
 		return err
 	}
 	r.logf("terrarun: plan file %s matches the approved plan %s", want, r.spec.PlanDigest)
 	return nil
 }
 
-// download writes the plan part in format to path (0600), and removes it and
-// fails unless its digest is want.
-func (r *runner) download(ctx context.Context, format, path, what, want string) error {
-	body, err := r.client.GetPlan(ctx, format)
+// download writes the plan part that get downloads to path (0600), and
+// removes it and fails unless its digest is want.
+func (r *runner) download(ctx context.Context, get func(context.Context) (io.ReadCloser, error), path, what, want string) error {
+	body, err := get(ctx)
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,10 @@ type Client interface {
 	PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error
 	// GetPlan downloads the approved plan as "file" or "source".
 	GetPlan(ctx context.Context, format string) (io.ReadCloser, error)
+	// AwaitApply waits until the server grants this plan stage the run's
+	// apply stage (stage.Spec.ApplyAfterPlan), and downloads the approved
+	// plan file then.
+	AwaitApply(ctx context.Context) (io.ReadCloser, error)
 	// PutOutputs uploads the JSON of `terraform output -json`.
 	PutOutputs(ctx context.Context, attempt int32, r io.Reader) error
 }
@@ -335,6 +339,15 @@ func (c *HTTPClient) PutOutputs(ctx context.Context, attempt int32, r io.Reader)
 // GetPlan implements Client.
 func (c *HTTPClient) GetPlan(ctx context.Context, format string) (io.ReadCloser, error) {
 	resp, err := c.do(ctx, "download plan "+format, http.MethodGet, "plan", url.Values{"format": {format}}, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// AwaitApply implements Client.
+func (c *HTTPClient) AwaitApply(ctx context.Context) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, "wait for the apply stage", http.MethodGet, "plan", url.Values{"format": {v1alpha1.PlanFormatFile}, "wait": {"true"}}, nil, "")
 	if err != nil {
 		return nil, err
 	}

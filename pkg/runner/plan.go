@@ -134,7 +134,7 @@ func (r *runner) plan(ctx context.Context) error {
 	}
 	r.logf("terrarun: plan %s: %d to add, %d to change, %d to destroy, %d to import", digestOf(planFile), result.Add, result.Change, result.Destroy, result.Import)
 
-	for _, part := range []struct {
+	parts := []struct {
 		name string
 		body []byte
 	}{
@@ -143,7 +143,14 @@ func (r *runner) plan(ctx context.Context) error {
 		{v1alpha1.PlanPartText, redactedText},
 		{v1alpha1.PlanPartJSON, redactedJSON},
 		{v1alpha1.PlanPartResult, resultJSON},
-	} {
+	}
+	if r.spec.ApplyAfterPlan && result.HasChanges {
+		// The result, which records the plan, is uploaded once this stage's
+		// log has ended (carryApply).
+		r.carry = &carriedApply{result: resultJSON, tf: tf, dir: tfDir, file: digestOf(planFile), attempt: r.spec.Attempt}
+		parts = parts[:len(parts)-1]
+	}
+	for _, part := range parts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -82,11 +83,16 @@ type runner struct {
 	out     *redactWriter
 	vars    []resolvedVar
 
+	stdout     io.Writer
 	engine     string // "terraform" or "tofu", for messages
 	binary     string
 	privateDir string
 	configRoot string
 	planPath   string
+
+	// carry is set by a plan stage that goes on to apply (ApplyAfterPlan):
+	// what it has not uploaded yet, and the engine it planned with.
+	carry *carriedApply
 }
 
 // Run runs the stage spec describes and returns nil when it succeeded. Its
@@ -115,14 +121,18 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 	// SIGINT must reach the server too.
 	logCtx, cancelLog := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelLog()
-	sink := newLogSink(logCtx, client, spec.Stage, spec.Attempt, func(err error) { cancel(err) })
+	log := &stageLog{open: func(stageName v1alpha1.StageName, attempt int32) *logSink {
+		return newLogSink(logCtx, client, stageName, attempt, func(err error) { cancel(err) })
+	}}
+	log.start(spec.Stage, spec.Attempt)
 
 	r := &runner{
 		spec:    spec,
 		client:  client,
 		cfg:     cfg,
 		secrets: secrets,
-		out:     newRedactWriter(secrets, io.MultiWriter(sink, lenientWriter{stdout})),
+		out:     newRedactWriter(secrets, io.MultiWriter(log, lenientWriter{stdout})),
+		stdout:  stdout,
 	}
 	// Nothing is written before every secret is known.
 	vars, err := readVariables(spec.Variables)
@@ -146,21 +156,70 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		secrets.add(backendValues...)
 		err = r.run(runCtx)
 	}
-	_ = r.out.Flush()
-	err = r.classify(ctx, runCtx, err)
-
-	final := fmt.Sprintf("terrarun: stage %s attempt %d succeeded\n", spec.Stage, spec.Attempt)
-	if err != nil {
-		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", spec.Stage, spec.Attempt, err.Error())
+	if err == nil && r.carry != nil {
+		// The plan stage ends here, and this process goes on with the
+		// apply stage once the server grants it.
+		if err = r.end(ctx, runCtx, log, nil); err == nil {
+			err = r.carryApply(runCtx, log)
+		}
 	}
-	_, _ = sink.Write([]byte(final))
-	if logErr := sink.Close(logCloseTimeout); logErr != nil {
-		fmt.Fprintf(stdout, "terrarun: warning: %s\n", secrets.redactString(logErr.Error()))
+	return r.end(ctx, runCtx, log, err)
+}
+
+// end writes the final line of the current stage's log, closes the log, and
+// returns err as Run returns it.
+func (r *runner) end(parent, runCtx context.Context, log *stageLog, err error) error {
+	_ = r.out.Flush()
+	err = r.classify(parent, runCtx, err)
+	final := fmt.Sprintf("terrarun: stage %s attempt %d succeeded\n", r.spec.Stage, r.spec.Attempt)
+	if err != nil {
+		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", r.spec.Stage, r.spec.Attempt, err.Error())
+	}
+	if logErr := log.end([]byte(final), logCloseTimeout); logErr != nil {
+		fmt.Fprintf(r.stdout, "terrarun: warning: %s\n", r.secrets.redactString(logErr.Error()))
 		if err == nil && errors.Is(logErr, ErrForbidden) {
-			err = r.classify(ctx, ctx, logErr)
+			err = r.classify(parent, parent, logErr)
 		}
 	}
 	return err
+}
+
+// stageLog is the log stream of the stage the process runs now: the plan's,
+// then the apply's when the plan stage carries the apply.
+type stageLog struct {
+	open func(v1alpha1.StageName, int32) *logSink
+	mu   sync.Mutex
+	sink *logSink
+}
+
+func (l *stageLog) start(stageName v1alpha1.StageName, attempt int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sink = l.open(stageName, attempt)
+}
+
+// Write writes to the current stage's stream; after end, to none.
+func (l *stageLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	sink := l.sink
+	l.mu.Unlock()
+	if sink == nil {
+		return len(p), nil
+	}
+	return sink.Write(p)
+}
+
+// end writes final to the current stream, closes it and returns its error.
+func (l *stageLog) end(final []byte, timeout time.Duration) error {
+	l.mu.Lock()
+	sink := l.sink
+	l.sink = nil
+	l.mu.Unlock()
+	if sink == nil {
+		return nil
+	}
+	_, _ = sink.Write(final)
+	return sink.Close(timeout)
 }
 
 // lenientWriter ignores the errors of w, so a closed stdout does not stop

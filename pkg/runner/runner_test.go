@@ -945,3 +945,37 @@ func TestGitCredentialsStayWithTheirHost(t *testing.T) {
 		t.Errorf("the bound host never received the credentials: %q", bound.auth)
 	}
 }
+
+// TestApplyAfterPlan: a plan stage with ApplyAfterPlan records its plan,
+// waits for the apply stage (here the fake server grants it at once), and
+// applies with the engine it planned with: one init, the apply stage's own
+// log and outputs.
+func TestApplyAfterPlan(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {
+  input = "v"
+}
+output "x" {
+  value = terraform_data.x.output
+}`})
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Workspace = "carried"
+	plan.Backend.Config["workspace_dir"] = filepath.Join(h.stateDir, "ws")
+	plan.ApplyAfterPlan = true
+	if err := h.run(context.Background(), plan); err != nil {
+		t.Fatalf("run: %v\n%s", err, h.stdout.String())
+	}
+	planLog, applyLog := h.srv.log(v1alpha1.StagePlan, 1), h.srv.log(v1alpha1.StageApply, 1)
+	if !strings.HasSuffix(planLog, "terrarun: stage plan attempt 1 succeeded\n") {
+		t.Errorf("plan log:\n%s", planLog)
+	}
+	if !strings.Contains(applyLog, "Apply complete! Resources: 1 added") || !strings.HasSuffix(applyLog, "terrarun: stage apply attempt 1 succeeded\n") {
+		t.Errorf("apply log:\n%s", applyLog)
+	}
+	if n := strings.Count(planLog+applyLog, " init\n"); n != 1 {
+		t.Errorf("init ran %d times:\n%s\n%s", n, planLog, applyLog)
+	}
+	if v := string(h.outputs()["x"].Value); v != `"v"` {
+		t.Errorf("output x = %s", v)
+	}
+}

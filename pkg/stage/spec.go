@@ -25,7 +25,9 @@
 //	                                      json (redacted terraform show -json), or source
 //	                                      (tar.gz of the configuration directory)
 //	POST /plan?attempt=N&part=result      JSON Result; last write of a plan stage
-//	GET  /plan?format=file                apply stage only: the approved plan file
+//	GET  /plan?format=file                apply stage only: the approved plan file; with
+//	                                      &wait=true, a plan stage with ApplyAfterPlan waits
+//	                                      until it is granted the apply stage (or refused)
 //	GET  /plan?format=source              apply stage only: the planned configuration
 //	POST /outputs?attempt=N               JSON of `terraform output -json`
 //
@@ -85,6 +87,15 @@ type Spec struct {
 	Replace     []string `json:"replace,omitempty"`
 	Parallelism *int32   `json:"parallelism,omitempty"`
 	Refresh     *bool    `json:"refresh,omitempty"`
+
+	// ApplyAfterPlan says that a plan stage with changes goes on to apply its
+	// own plan (an automatically approved run): after uploading the plan it
+	// waits for the server to grant it the run's apply stage, which it
+	// learns by downloading the approved plan file (GET /plan?format=file&wait=true),
+	// and then writes the apply stage's logs (stage=apply, attempt 1) and
+	// outputs with its own identity. The plan's engine, initialized once,
+	// applies it.
+	ApplyAfterPlan bool `json:"applyAfterPlan,omitempty"`
 
 	// PlanDigest is the approved plan's digest (apply stage), and PlanParts
 	// the digests of its parts it was computed from (PlanDigest): the executor

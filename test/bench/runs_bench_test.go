@@ -447,7 +447,7 @@ func startSlowRun(ctx context.Context, rs *runServer, namespace, name string) (*
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	token, err := harness.StageToken(tctx, rs.DataDir, run, "apply-1", time.Hour)
+	token, err := harness.StageToken(tctx, rs.DataDir, run, "plan-1", time.Hour) // an Auto run applies in its plan execution
 	if err != nil {
 		return nil, "", err
 	}

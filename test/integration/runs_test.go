@@ -179,6 +179,10 @@ func TestRunLifecycle(t *testing.T) {
 	// Follow the plan logs right away: the follow waits for the log to appear
 	// and ends when the plan stage ends.
 	logs := startFollow(t, e.Kubeconfig, raw("hello", "logs?follow=true&stage=plan"))
+	// A reader may wait for the plan, through the server's watch cache.
+	if waited := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "plan?wait=true"), "--request-timeout=2m"); !strings.Contains(waited, "1 to add") {
+		t.Errorf("plan?wait=true answered:\n%s", waited)
+	}
 	run := e.waitPhase(t, "hello", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed)
 	if run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
 		t.Fatalf("run failed: %s", run.Status.Message)
@@ -362,6 +366,58 @@ func TestApprovalRules(t *testing.T) {
 	}
 }
 
+// TestAutoRunInOneProcess: an automatically approved run plans and applies
+// in one executor process, with one engine initialized once: the apply stage
+// is recorded with the plan execution's name, the apply log holds no second
+// init, and everything else is as with two stages (logs per stage, outputs,
+// redaction).
+func TestAutoRunInOneProcess(t *testing.T) {
+	e := newRunEnv(t)
+	e.secret(t, "default", "db", "password", dbPassword)
+	e.create(t, runManifest("auto1", inline(map[string]string{"main.tf": helloTF}, `  approval:
+    mode: Auto
+  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef:
+        name: db
+        key: password
+`)))
+	applyLogs := startFollow(t, e.Kubeconfig, raw("auto1", "logs?follow=true&stage=apply"))
+	run := e.waitPhase(t, "auto1", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("run ended %s: %s", run.Status.Phase, run.Status.Message)
+	}
+	if len(run.Status.Stages) != 2 || run.Status.Stages[1].Name != v1alpha1.StageApply || run.Status.Stages[0].Job != run.Status.Stages[1].Job {
+		t.Errorf("the apply stage is not carried by the plan execution: %+v", run.Status.Stages)
+	}
+	planLog := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("auto1", "logs?stage=plan"))
+	applyLog := waitFollow(t, applyLogs)
+	if !strings.Contains(applyLog, "Apply complete! Resources: 1 added") || !strings.Contains(applyLog, "in the process of plan attempt 1") ||
+		!strings.HasSuffix(strings.TrimSpace(applyLog), "stage apply attempt 1 succeeded") {
+		t.Errorf("apply log:\n%s", applyLog)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(planLog), "stage plan attempt 1 succeeded") {
+		t.Errorf("plan log:\n%s", planLog)
+	}
+	engine := " " + engineName + " "
+	for what, want := range map[string]int{"running" + engine + "init": 1, "terrarun:" + engine: 1} {
+		if n := strings.Count(planLog+applyLog, what); n != want {
+			t.Errorf("%q appears %d times in the logs, want %d:\n%s\n%s", what, n, want, planLog, applyLog)
+		}
+	}
+	outputs := map[string]v1alpha1.OutputStatus{}
+	for _, o := range run.Status.Outputs {
+		outputs[o.Name] = o
+	}
+	if outputs["greeting"].Value != `"hello"` || !outputs["connection"].Sensitive {
+		t.Errorf("status.outputs = %+v", run.Status.Outputs)
+	}
+	if strings.Contains(planLog+applyLog, dbPassword) {
+		t.Error("the secret value appears in the logs")
+	}
+}
+
 func applyStages(run *v1alpha1.TerraformRun) int {
 	n := 0
 	for _, s := range run.Status.Stages {
@@ -429,8 +485,12 @@ func TestRunFailures(t *testing.T) {
 	slow := e.waitPhase(t, "slow", 3*time.Minute, v1alpha1.RunPhaseApplying)
 	victim := e.waitPhase(t, "victim", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 
-	// The slow run's apply executor holds a token for its own run only.
-	token := readToken(t, e.DataDir, slow, "apply-1")
+	// The slow run's apply executor holds a token for its own run only. An
+	// Auto run's plan execution carries its apply stage.
+	if len(slow.Status.Stages) != 2 || slow.Status.Stages[1].Job != slow.Status.Stages[0].Job {
+		t.Errorf("the Auto run's apply is not carried by its plan execution: %+v", slow.Status.Stages)
+	}
+	token := readToken(t, e.DataDir, slow, "plan-1")
 	for _, path := range []string{raw("victim", "plan?attempt=1&part=text"), raw("victim", "logs?stage=plan&attempt=1"), raw("victim", "outputs?attempt=1")} {
 		code, body := postWithToken(t, e.Config, token, path, "forged")
 		if code != http.StatusForbidden || !strings.Contains(body, "executor of run default/slow") || !strings.Contains(body, "may only write") {
@@ -447,6 +507,7 @@ func TestRunFailures(t *testing.T) {
 		{http.MethodGet, raw("victim", "outputs"), ""},
 		{http.MethodGet, raw("slow", "outputs"), ""},
 		{http.MethodGet, raw("victim", "plan?format=file"), ""},
+		{http.MethodGet, raw("victim", "plan?format=file&wait=true"), ""},
 		{http.MethodPatch, raw("slow", "status"), `{"status":{"message":"x"}}`},
 	} {
 		code, body, err := harness.RequestAs(ctxT(t), e.Config, token, req.method, req.path, strings.NewReader(req.body))

@@ -58,7 +58,7 @@ resource "terraform_data" "slow" {
   }
 }`}, "  approval:\n    mode: Auto\n  variables:\n  - name: password\n    valueFrom:\n      secretKeyRef:\n        name: victim\n        key: password\n")))
 	victim := e.waitPhase(t, "victim", 3*time.Minute, v1alpha1.RunPhaseApplying)
-	victimVar := filepath.Join(data, "work", "default", "victim", string(victim.UID), "apply-1", "variables", "password")
+	victimVar := filepath.Join(data, "work", "default", "victim", string(victim.UID), "plan-1", "variables", "password") // an Auto run applies in its plan execution
 	if err := harness.Poll(ctxT(t), 50*time.Millisecond, time.Minute, victimVar, func(context.Context) bool {
 		_, err := os.Stat(victimVar)
 		return err == nil
@@ -114,7 +114,7 @@ resource "terraform_data" "probe" {
 	if thief.Status.Phase != v1alpha1.RunPhaseApplying {
 		t.Fatalf("the attacking run is %s, not applying: %s", thief.Status.Phase, thief.Status.Message)
 	}
-	token := readToken(t, data, thief, "apply-1")
+	token := readToken(t, data, thief, "plan-1") // an Auto run applies in its plan execution
 	thief = e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	if thief.Status.Phase != v1alpha1.RunPhaseSucceeded {
 		t.Fatalf("the attacking run ended %s: %s", thief.Status.Phase, thief.Status.Message)

@@ -184,7 +184,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
 			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
 		}
-		return c.startStage(ctx, run, v1alpha1.StagePlan, 1)
+		return c.startStage(ctx, run, v1alpha1.StagePlan, 1, "")
 	case v1alpha1.RunPhasePlanning:
 		return c.syncStage(ctx, run, v1alpha1.StagePlan)
 	case v1alpha1.RunPhaseAwaitingApproval:
@@ -199,8 +199,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 // startStage records a new stage attempt in status, then starts it. Recording
 // first means the write that wins the resourceVersion race is the only one
 // that starts: a second controller or a restarted one sees the recorded
-// attempt and adopts it instead of starting another.
-func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32) (time.Duration, error) {
+// attempt and adopts it instead of starting another. The stage is carried by
+// the running execution named carrier when that is not empty: the apply
+// stage of a plan execution that goes on to apply (executor.AppliesAfterPlan).
+func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32, carrier string) (time.Duration, error) {
 	if run.DeletionTimestamp != nil {
 		msg := fmt.Sprintf("The run is being deleted: its %s stage does not start.", stageName)
 		if stageName == v1alpha1.StagePlan {
@@ -211,10 +213,14 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, msg)
 	}
 	now := metav1.NewTime(c.opts.Clock.Now())
+	job := carrier
+	if job == "" {
+		job = c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt})
+	}
 	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
 		Name:      stageName,
 		Attempt:   attempt,
-		Job:       c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt}),
+		Job:       job,
 		StartTime: &now,
 	})
 	if run.Status.StartTime == nil {
@@ -285,12 +291,22 @@ func (c *Controller) markRunning(run *v1alpha1.TerraformRun, stageName v1alpha1.
 	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonApplying, "The apply stage is running.")
 }
 
-func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) executor.Execution {
+// execution returns the execution that runs st, and whether it is a plan
+// execution that carries st, an apply stage.
+func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) (executor.Execution, bool) {
 	ex := executor.Execution{Run: run, Stage: st.Name, Attempt: st.Attempt}
 	if run.Status.Approval != nil {
 		ex.PlanDigest = run.Status.Approval.PlanDigest
 	}
-	return ex
+	if st.Name == v1alpha1.StageApply && st.Job != "" {
+		for _, plan := range run.Status.Stages {
+			if plan.Name == v1alpha1.StagePlan && plan.Job == st.Job {
+				ex.Stage, ex.Attempt = v1alpha1.StagePlan, plan.Attempt
+				return ex, true
+			}
+		}
+	}
+	return ex, false
 }
 
 // syncStage observes the current execution of stageName and acts on its end.
@@ -298,9 +314,9 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	st := currentStage(run, stageName)
 	if st == nil {
 		// The phase says the stage runs but none is recorded: record attempt 1.
-		return c.startStage(ctx, run, stageName, 1)
+		return c.startStage(ctx, run, stageName, 1, "")
 	}
-	ex := c.execution(run, st)
+	ex, carried := c.execution(run, st)
 	status, err := c.exec.Status(ctx, ex)
 	if err != nil {
 		return 0, err
@@ -332,6 +348,11 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 
 	switch status.State {
 	case executor.StateRunning:
+		if stageName == v1alpha1.StagePlan && executor.AppliesAfterPlan(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
+			// The plan is recorded and its execution waits to apply it.
+			c.completeStage(ctx, run, st, executor.Status{State: executor.StateSucceeded}, executor.ReasonCompleted)
+			return c.planned(ctx, run, st.Job)
+		}
 		timeout := executor.StageTimeout(run, stageName)
 		elapsed := c.opts.Clock.Since(st.StartTime.Time)
 		if elapsed < timeout && status.Reason != "" {
@@ -363,7 +384,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonDeadlineExceeded, msg)
 
 	case executor.StateUnknown:
-		if status.Startable() {
+		if status.Startable() && !carried {
 			// Recorded and not started yet (or a crash between the two): start it.
 			if stageName == v1alpha1.StagePlan {
 				var err error
@@ -393,7 +414,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if stageName == v1alpha1.StagePlan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
 			c.opts.Recorder.Eventf(run, "Warning", reason, "The plan stage attempt %d %s; retrying", st.Attempt, what)
-			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1)
+			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1, "")
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d %s. ", stageName, st.Attempt, what)
 		if stageName == v1alpha1.StageApply {
@@ -431,15 +452,17 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	case executor.StateSucceeded:
 		c.completeStage(ctx, run, st, status, executor.ReasonCompleted)
 		if stageName == v1alpha1.StagePlan {
-			return c.planned(ctx, run)
+			return c.planned(ctx, run, "")
 		}
 		return c.applied(ctx, run)
 	}
 	return 0, fmt.Errorf("unknown execution state %q", status.State)
 }
 
-// planned decides what follows a successful plan.
-func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (time.Duration, error) {
+// planned decides what follows a successful plan. An automatically approved
+// apply is carried by the execution named carrier, which is still running,
+// when that is not empty.
+func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, carrier string) (time.Duration, error) {
 	p := run.Status.Plan
 	if p == nil || p.Digest == "" {
 		msg := "The plan stage ended without uploading a plan; see the plan stage's logs."
@@ -468,7 +491,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun) (t
 		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: v1alpha1.AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
-		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
+		return c.startStage(ctx, run, v1alpha1.StageApply, 1, carrier)
 	default:
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingApproval,
@@ -499,7 +522,7 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	}
 	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) || run.DeletionTimestamp != nil {
 		// startStage ends a run being deleted instead.
-		return c.startStage(ctx, run, v1alpha1.StageApply, 1)
+		return c.startStage(ctx, run, v1alpha1.StageApply, 1, "")
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil

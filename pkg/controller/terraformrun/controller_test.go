@@ -1833,3 +1833,71 @@ func TestSyncStageHeldBeforeStart(t *testing.T) {
 		t.Errorf("after the timeout: phase %q message %q, want Failed", run.Status.Phase, run.Status.Message)
 	}
 }
+
+// TestAutoApplyCarriedByThePlanExecution: the plan execution of an
+// automatically approved run goes on to apply (executor.AppliesAfterPlan).
+// Once its plan is recorded, the controller approves it and records the
+// apply stage under the plan execution's name, starts nothing, and ends the
+// run when that execution ends. A manually approved run's plan stage ends
+// only with its execution.
+func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		end       func(w *execWorld)
+		wantPhase v1alpha1.RunPhase
+		wantApply string // reason of Applied
+	}{
+		{"applied", func(w *execWorld) { w.succeed(planJob1) }, v1alpha1.RunPhaseSucceeded, v1alpha1.ReasonApplied},
+		{"apply failed", func(w *execWorld) {
+			w.script(planJob1, executor.Status{State: executor.StateFailed, Reason: executor.ReasonError, ExitCode: ptr.To[int32](1), Message: "Error: boom"})
+		}, v1alpha1.RunPhaseFailed, v1alpha1.ReasonApplyFailed},
+		{"lost while applying", func(w *execWorld) { w.lose(planJob1) }, v1alpha1.RunPhaseFailed, v1alpha1.ReasonExecutorLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, newRun(planning, withPlan, autoMode))
+			h.world.markStarted(planJob1)
+			h.clock.SetTime(t0.Add(time.Minute))
+
+			h.mustSync()
+			run := h.get()
+			if run.Status.Phase != v1alpha1.RunPhaseApplying {
+				t.Fatalf("phase = %s (%s), want Applying", run.Status.Phase, run.Status.Message)
+			}
+			expectCondition(t, run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved)
+			plan, applies := stagesOf(run, v1alpha1.StagePlan), stagesOf(run, v1alpha1.StageApply)
+			if len(plan) != 1 || plan[0].CompletionTime == nil || plan[0].Reason != executor.ReasonCompleted {
+				t.Errorf("plan stage = %+v, want it completed", plan)
+			}
+			if len(applies) != 1 || applies[0].Job != planJob1 {
+				t.Fatalf("apply stages = %+v, want attempt 1 carried by %s", applies, planJob1)
+			}
+			h.mustSync() // still running: nothing changes, nothing starts
+			if got := h.get().Status.Phase; got != v1alpha1.RunPhaseApplying || h.world.calls(applyJob1) != 0 || h.world.realStarts(planJob1) != 1 {
+				t.Fatalf("phase %s, apply start calls %d, plan starts %d", got, h.world.calls(applyJob1), h.world.realStarts(planJob1))
+			}
+
+			tc.end(h.world)
+			h.mustSync()
+			run = h.get()
+			if run.Status.Phase != tc.wantPhase {
+				t.Fatalf("phase = %s (%s), want %s", run.Status.Phase, run.Status.Message, tc.wantPhase)
+			}
+			c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionApplied)
+			if c == nil || c.Reason != tc.wantApply {
+				t.Errorf("Applied = %+v, want reason %s", c, tc.wantApply)
+			}
+			if h.world.calls(applyJob1) != 0 || len(stagesOf(run, v1alpha1.StageApply)) != 1 {
+				t.Errorf("an apply execution was started (%d calls) or recorded again: %+v", h.world.calls(applyJob1), run.Status.Stages)
+			}
+		})
+	}
+
+	t.Run("a manually approved run waits for its plan execution to end", func(t *testing.T) {
+		h := newHarness(t, newRun(planning, withPlan))
+		h.world.markStarted(planJob1)
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || stagesOf(run, v1alpha1.StagePlan)[0].CompletionTime != nil {
+			t.Errorf("phase %s, stages %+v: the plan stage ended before its execution", run.Status.Phase, run.Status.Stages)
+		}
+	})
+}

@@ -114,11 +114,16 @@ func identityOf(u user.Info) (executor.Identity, bool, error) {
 }
 
 // runnerAccess is what the runner of a stage does: the resource request
-// attributes of each of its requests, by stage.
+// attributes of each of its requests, by stage. A plan stage that goes on to
+// apply (stage.Spec.ApplyAfterPlan) does what an apply stage does too; the
+// handlers allow it only once the run's apply stage is recorded as carried by
+// its execution.
 var runnerAccess = map[v1alpha1.StageName][]struct{ verb, subresource string }{
 	v1alpha1.StagePlan: {
 		{"create", "logs"},
-		{"create", "plan"}, // the plan file, text, JSON, source and result
+		{"create", "plan"},    // the plan file, text, JSON, source and result
+		{"get", "plan"},       // the approved plan file, when it carries the apply
+		{"create", "outputs"}, // when it carries the apply
 	},
 	v1alpha1.StageApply: {
 		{"create", "logs"},

@@ -143,8 +143,11 @@ func TestAuthorizer(t *testing.T) {
 	}{
 		{"plan writes its logs", "stage", nil, run("create", "web", "logs"), authorizer.DecisionAllow},
 		{"plan uploads its plan", "stage", nil, run("create", "web", "plan"), authorizer.DecisionAllow},
-		{"plan may not read the plan file", "stage", nil, run("get", "web", "plan"), authorizer.DecisionDeny},
-		{"plan may not upload outputs", "stage", nil, run("create", "web", "outputs"), authorizer.DecisionDeny},
+		// A plan stage that carries the apply reads the approved plan file
+		// and uploads outputs; the handlers allow only that one
+		// (pkg/registry/terraformrun TestCarriedApply).
+		{"plan asks for the plan file, to the handler", "stage", nil, run("get", "web", "plan"), authorizer.DecisionAllow},
+		{"plan uploads outputs, to the handler", "stage", nil, run("create", "web", "outputs"), authorizer.DecisionAllow},
 		{"no other run's logs", "stage", nil, run("create", "db", "logs"), authorizer.DecisionDeny},
 		{"no run of another namespace", "stage", nil, other(run("create", "web", "logs")), authorizer.DecisionDeny},
 		{"no reading outputs", "stage", nil, run("get", "web", "outputs"), authorizer.DecisionDeny},

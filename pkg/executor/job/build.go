@@ -150,7 +150,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		return nil, nil, err
 	}
 
-	timeout := executor.StageTimeout(run, ex.Stage)
+	timeout := executor.ExecutionTimeout(run, ex.Stage)
 
 	podAnnotations := maps.Clone(annotations)
 	podAnnotations[defaultContainerAnnotationKey] = ContainerName

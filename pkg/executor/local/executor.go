@@ -378,7 +378,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	started = true
 	e.mu.Lock()
 	p.cmd = cmd
-	timeout := executor.StageTimeout(ex.Run, ex.Stage)
+	timeout := executor.ExecutionTimeout(ex.Run, ex.Stage)
 	p.deadline = time.AfterFunc(timeout, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()

@@ -36,7 +36,9 @@ const maxResultBytes = 64 << 10
 // sensitive value redacted; ?wait=true blocks until the plan exists or the plan
 // stage fails. The binary plan file (?format=file) and the planned
 // configuration (?format=source) hold secrets and are served only to the
-// executor of the run's apply stage. POST ?attempt=N&part=P is the plan
+// executor of the run's apply stage; a plan stage that is to carry the apply
+// asks for the file with ?wait=true and is answered once it has the apply
+// stage. POST ?attempt=N&part=P is the plan
 // stage's upload of one part; part=result comes last and records the plan in
 // status.plan.
 type PlanREST struct {
@@ -80,7 +82,21 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 	format := planFormats[opts.Format]
 	if format.kind == artifacts.PlanFile || format.kind == artifacts.PlanSource {
 		if err := checkExecutor(ctx, run, terrarun.StageApply, 0, "plan"); err != nil {
-			return nil, err
+			if !opts.Wait || format.kind != artifacts.PlanFile || !awaitsApply(ctx, run) {
+				return nil, err
+			}
+			// The plan stage of an automatically approved run asks for
+			// the apply stage it is to carry: wait until the controller
+			// grants it.
+			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				granted, err := r.waitForApply(ctx, run)
+				if err == nil {
+					err = r.serve(ctx, granted, format, w)
+				}
+				if err != nil {
+					responder.Error(err)
+				}
+			}), nil
 		}
 	}
 	if !hasPlan(run) && !opts.Wait {
@@ -204,6 +220,47 @@ func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) 
 	return nil, notFound(run.Name, "plan", fmt.Sprintf("run %q ended %s without a plan: %s", run.Name, run.Status.Phase, run.Status.Message))
 }
 
+// awaitsApply says whether the request is from the executor of the current
+// plan stage of a run whose plan stage goes on to apply (approval mode Auto,
+// operation other than Plan: executor.AppliesAfterPlan). The run read for
+// the request may not show the plan just recorded yet: the wait sees it.
+func awaitsApply(ctx context.Context, run *terrarun.TerraformRun) bool {
+	return run.Spec.Approval.Mode == terrarun.ApprovalModeAuto && run.Spec.Operation != terrarun.OperationPlan &&
+		checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") == nil
+}
+
+// waitForApply watches the run until the controller grants the requesting
+// plan executor the run's apply stage, and returns the run then; or an error
+// once the plan stage has ended without it (the run was canceled or
+// deleted), or after planWaitTimeout.
+func (r *PlanREST) waitForApply(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
+	waitCtx, done, err := r.waiters.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(waitCtx, planWaitTimeout)
+	defer cancel()
+	name := run.Name
+	granted := func(run *terrarun.TerraformRun) bool {
+		return checkExecutor(ctx, run, terrarun.StageApply, 0, "plan") == nil
+	}
+	run, err = r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
+		return granted(run) || checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") != nil
+	})
+	switch {
+	case err != nil && errors.Is(context.Cause(waitCtx), errShuttingDown):
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before run %q starts its apply; wait again", name))
+	case err != nil && ctx.Err() != nil:
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q did not start its apply within %s; try again", name, planWaitTimeout), 5)
+	case err != nil:
+		return nil, err
+	case granted(run):
+		return run, nil
+	}
+	return nil, conflict(name, "the plan stage ended without the apply stage (the run is %s: %s); this executor does not apply", phaseOrPending(run), run.Status.Message)
+}
+
 // planFailed is the Planned condition of a run whose plan stage ended
 // without a plan, or nil.
 func planFailed(run *terrarun.TerraformRun) *metav1.Condition {
@@ -224,11 +281,18 @@ func nextRunEvent(ctx context.Context, w watch.Interface) (*terrarun.TerraformRu
 			if !ok {
 				return nil, fmt.Errorf("watch closed")
 			}
+			obj := ev.Object
+			if c, ok := obj.(runtime.CacheableObject); ok {
+				// The watch cache wraps what it sends to several watchers.
+				obj = c.GetObject()
+			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				if run, ok := ev.Object.(*terrarun.TerraformRun); ok {
-					return run, nil
+				run, ok := obj.(*terrarun.TerraformRun)
+				if !ok {
+					return nil, fmt.Errorf("the run's watch sent a %T", obj)
 				}
+				return run, nil
 			case watch.Deleted:
 				return nil, apierrors.NewGone("the run was deleted")
 			case watch.Error:

@@ -14,7 +14,9 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -277,4 +279,89 @@ func TestPlanIsImmutableOnceRecorded(t *testing.T) {
 	if w.Body.String() != testPlan["text"] {
 		t.Errorf("the plan text is %q, want the recorded %q", w.Body.String(), testPlan["text"])
 	}
+}
+
+// TestCarriedApply: the plan stage of an automatically approved run goes on
+// to apply in its own process (stage.Spec.ApplyAfterPlan). It waits for the
+// apply stage with GET ?format=file&wait=true, is answered once the
+// controller records the apply stage with its execution's name, and then
+// writes for that apply stage; no other executor does, and the plan stage of
+// a run approved by people never gets the plan file.
+func TestCarriedApply(t *testing.T) {
+	env := newTestEnv(t)
+	auto := func(spec *terrarun.TerraformRunSpec) { spec.Approval.Mode = terrarun.ApprovalModeAuto }
+	planRunning := func(name string) func(*terrarun.TerraformRunStatus) {
+		return func(st *terrarun.TerraformRunStatus) {
+			now := metav1.Now()
+			st.Phase = terrarun.RunPhasePlanning
+			st.Stages = []terrarun.StageStatus{{Name: terrarun.StagePlan, Attempt: 1, Job: name + "-plan-1", StartTime: &now}}
+		}
+	}
+	// What the controller writes when it grants the apply to the plan execution.
+	grant := func(st *terrarun.TerraformRunStatus) {
+		now := metav1.Now()
+		st.Stages[0].CompletionTime = &now
+		st.Phase = terrarun.RunPhaseApplying
+		st.Stages = append(st.Stages, terrarun.StageStatus{Name: terrarun.StageApply, Attempt: 1, Job: st.Stages[0].Job, StartTime: &now})
+	}
+	setup := func(name string, spec func(*terrarun.TerraformRunSpec)) *terrarun.TerraformRun {
+		run := env.createRunWith(t, name, spec, planRunning(name))
+		env.identities.ids[planStage.Name] = executor.Identity{Namespace: run.Namespace, Name: name, UID: string(run.UID), Stage: v1alpha1.StagePlan, Attempt: 1}
+		uploadPlan(t, env, name)
+		return run
+	}
+
+	t.Run("a manually approved run's plan stage is refused at once", func(t *testing.T) {
+		setup("manual", nil)
+		w := connect(t, env.storage.Plan, planStage, http.MethodGet, "manual", "format=file&wait=true", nil)
+		expectStatus(t, w, http.StatusForbidden, "not the run's current apply stage")
+	})
+
+	t.Run("granted", func(t *testing.T) {
+		run := setup("auto", auto)
+		done := make(chan *httptest.ResponseRecorder)
+		go func() {
+			done <- connect(t, env.storage.Plan, planStage, http.MethodGet, "auto", "format=file&wait=true", nil)
+		}()
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case w := <-done:
+			t.Fatalf("answered before the apply stage was granted: %d %s", w.Code, w.Body)
+		default:
+		}
+		// Before the grant, the plan stage writes no apply log.
+		expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "auto", "stage=apply&attempt=1", strings.NewReader("early\n")), http.StatusForbidden)
+		env.setStatus(t, "auto", grant)
+		w := <-done
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != testPlan["file"] || w.Header().Get("X-Terrarun-Plan-Digest") != env.getRun(t, "auto").Status.Plan.Digest {
+			t.Errorf("served %q %v", w.Body.String(), w.Header())
+		}
+		// The carrier writes the apply stage's log and outputs.
+		expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "auto", "stage=apply&attempt=1", strings.NewReader("Apply complete!\n")), http.StatusNoContent)
+		// No executor of apply attempt 1 but the carrier writes for it.
+		env.identities.ids[applyStage.Name] = executor.Identity{Namespace: run.Namespace, Name: "auto", UID: string(run.UID), Stage: v1alpha1.StageApply, Attempt: 1}
+		expectStatus(t, connect(t, env.storage.Outputs, applyStage, http.MethodPost, "auto", "attempt=1", strings.NewReader(testOutputs)), http.StatusForbidden,
+			"carried by the executor of plan attempt 1")
+		expectStatus(t, connect(t, env.storage.Plan, applyStage, http.MethodGet, "auto", "format=file", nil), http.StatusForbidden)
+		expectStatus(t, connect(t, env.storage.Outputs, planStage, http.MethodPost, "auto", "attempt=1", strings.NewReader(testOutputs)), http.StatusNoContent)
+		// Nor does it write the plan stage's any more.
+		expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "auto", "stage=plan&attempt=1", strings.NewReader("late\n")), http.StatusForbidden)
+	})
+
+	t.Run("ended without the apply", func(t *testing.T) {
+		setup("stopped", auto)
+		done := make(chan *httptest.ResponseRecorder)
+		go func() {
+			done <- connect(t, env.storage.Plan, planStage, http.MethodGet, "stopped", "format=file&wait=true", nil)
+		}()
+		time.Sleep(200 * time.Millisecond)
+		env.setStatus(t, "stopped", func(st *terrarun.TerraformRunStatus) {
+			now := metav1.Now()
+			st.Stages[0].CompletionTime = &now
+			st.Phase = terrarun.RunPhaseCanceled
+			st.Message = "Canceled by alice."
+		})
+		expectStatus(t, <-done, http.StatusConflict, "the plan stage ended without the apply stage (the run is Canceled: Canceled by alice.)")
+	})
 }
