@@ -30,6 +30,9 @@ func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terrafor
 	}
 	env = tfexec.CleanEnv(env)
 	env["CHECKPOINT_DISABLE"] = "1"
+	if r.spec.PluginCacheDir != "" && pluginCacheLocking {
+		env["TF_PLUGIN_CACHE_DIR"] = r.spec.PluginCacheDir
+	}
 	if err := tf.SetEnv(env); err != nil {
 		return nil, err
 	}
@@ -148,6 +151,13 @@ func (r *runner) initAndWorkspace(ctx context.Context, tf *tfexec.Terraform) err
 	}
 	if r.spec.Backend.ConfigFile != "" {
 		opts = append(opts, tfexec.BackendConfig(r.spec.Backend.ConfigFile))
+	}
+	if r.usesPluginCache(tf.WorkingDir()) {
+		unlock, err := lockPluginCache(ctx, r.spec.PluginCacheDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	if err := r.step("init", func() error { return tf.Init(ctx, opts...) }); err != nil {
 		return err

@@ -81,6 +81,13 @@ type Spec struct {
 	Backend Backend `json:"backend"`
 	// Workspace is the Terraform workspace to select or create.
 	Workspace string `json:"workspace"`
+	// PluginCacheDir, when set, is the provider plugin cache
+	// (TF_PLUGIN_CACHE_DIR) that the stage shares with other runs of its
+	// namespace on this host. The engine uses a cached provider only when the
+	// dependency lock file records its checksum (as from the plan stage for
+	// the apply stage, or a lock file in the configuration); the runner
+	// serializes the inits that may write to it.
+	PluginCacheDir string `json:"pluginCacheDir,omitempty"`
 
 	// Targets, Replace, Parallelism and Refresh are the usual terraform flags.
 	Targets     []string `json:"targets,omitempty"`

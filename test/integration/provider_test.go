@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
@@ -68,9 +71,13 @@ output "content" {
   value = testing_file.f.content
 }
 `, file)
-		manifest := func(runName, extra string) string {
+		manifestIn := func(workspace, runName, extra string) string {
 			return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n%s", runName, ns,
-				strings.Replace(inline(map[string]string{"main.tf": config}, "  workspace: provider\n"+extra), "binary: "+engineName, "binary: "+name, 1))
+				strings.Replace(inline(map[string]string{"main.tf": config}, "  workspace: "+workspace+"\n"+extra), "binary: "+engineName, "binary: "+name, 1))
+		}
+		manifest := func(runName, extra string) string { return manifestIn("provider", runName, extra) }
+		logOf := func(runName, stage string) string {
+			return mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+runName+"/logs?stage="+stage)
 		}
 		path := filepath.Join(t.TempDir(), "run.yaml")
 		writeFile(t, path, manifest(run, "  approval:\n    mode: Auto\n"))
@@ -84,11 +91,40 @@ output "content" {
 				mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=plan"))
 		}
 		log := mustKubectl(t, e.Kubeconfig, "get", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns/"+run+"/logs?stage=apply")
-		if !strings.Contains(log, "terrarun/testing") || !strings.Contains(log, "testing_file.f: Creation complete") {
-			t.Errorf("the apply log does not show the provider installed and the file created:\n%s", log)
+		if !strings.Contains(log, "testing_file.f: Creation complete") {
+			t.Errorf("the apply log does not show the file created:\n%s", log)
 		}
 		if b, err := os.ReadFile(file); err != nil || string(b) != "v1" {
 			t.Fatalf("the provider's file: %q, %v", b, err)
+		}
+		// The Auto run planned and applied in one process: one init, which
+		// installed the provider.
+		// tofu names the provider with its registry's host, terraform without.
+		installing := regexp.MustCompile(`Installing (registry\.terraform\.io/)?terrarun/testing`)
+		if l := logOf(run, "plan"); len(installing.FindAllString(l+log, -1)) != 1 {
+			t.Errorf("the provider was not installed exactly once:\nplan log:\n%s\napply log:\n%s", l, log)
+		}
+
+		// A manually approved run's apply stage runs in a process of its own,
+		// and takes the provider from the namespace's plugin cache: the plan's
+		// lock file records its checksum.
+		writeFile(t, path, manifestIn("provider-manual", "manual", ""))
+		mustKubectl(t, e.Kubeconfig, "create", "-f", path)
+		manual, err := harness.WaitForPhase(ctxT(t), e.client, ns, "manual", 4*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed)
+		if err != nil || manual.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
+			t.Fatalf("the manual run: %v %+v", err, manual.Status)
+		}
+		_, bob := e.user(t, "bob")
+		if _, err := bob.TerrarunV1alpha1().TerraformRuns(ns).Approve(ctxT(t), "manual", &v1alpha1.TerraformRunApproval{PlanDigest: manual.Status.Plan.Digest}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("approving: %v", err)
+		}
+		manual, err = harness.WaitForPhase(ctxT(t), e.client, ns, "manual", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if err != nil || manual.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Fatalf("the manual run: %v %s: %s", err, manual.Status.Phase, manual.Status.Message)
+		}
+		cached := regexp.MustCompile(`Using (registry\.terraform\.io/)?terrarun/testing v0\.1\.0 from the shared cache directory`)
+		if l := logOf("manual", "apply"); !cached.MatchString(l) || installing.MatchString(l) {
+			t.Errorf("the apply stage did not take the provider from the plugin cache:\n%s", l)
 		}
 
 		// Drift: the file changes behind terraform's back.

@@ -68,7 +68,8 @@ func (e *runEnv) waitWorkspace(t *testing.T, name, what string, ok func(*v1alpha
 	})
 	if err != nil {
 		out, _ := kubectl(t, e.Kubeconfig, "get", "tfws", name, "-o", "yaml")
-		runs, _ := kubectl(t, e.Kubeconfig, "get", "tfr", "-l", v1alpha1.LabelWorkspace+"="+name)
+		runs, _ := kubectl(t, e.Kubeconfig, "get", "tfr", "-l", v1alpha1.LabelWorkspace+"="+name,
+			"-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,STAGES:.status.stages[*].name,MESSAGE:.status.message")
 		t.Fatalf("%v\n%s\n%s", err, out, runs)
 	}
 	return ws

@@ -301,15 +301,16 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 		// etcd's data, not values, other runs' work or other namespaces' state.
 		so.Hidden = []string{root}
 		l, err := local.New(local.Options{
-			ExecutorBinary: o.executorBinary(),
-			WorkRoot:       filepath.Join(root, "work"),
-			StateRoot:      filepath.Join(root, "state"),
-			ValuesRoot:     filepath.Join(root, "values"),
-			ServerURL:      serverURL,
-			CAFile:         caFile,
-			Etcd:           etcd,
-			Sandbox:        so,
-			Env:            o.LocalEnv,
+			ExecutorBinary:  o.executorBinary(),
+			WorkRoot:        filepath.Join(root, "work"),
+			StateRoot:       filepath.Join(root, "state"),
+			PluginCacheRoot: filepath.Join(root, "plugin-cache"),
+			ValuesRoot:      filepath.Join(root, "values"),
+			ServerURL:       serverURL,
+			CAFile:          caFile,
+			Etcd:            etcd,
+			Sandbox:         so,
+			Env:             o.LocalEnv,
 		})
 		if err != nil {
 			if o.LocalSandbox {

@@ -45,6 +45,10 @@ type Options struct {
 	WorkRoot string
 	// StateRoot is the root of the default (local) backend: <data-dir>/state.
 	StateRoot string
+	// PluginCacheRoot, when set, is the root of the provider plugin caches:
+	// <PluginCacheRoot>/<namespace> is the TF_PLUGIN_CACHE_DIR of the runs of
+	// a namespace, shared by them and only them. Empty: no cache.
+	PluginCacheRoot string
 	// ValuesRoot is the standalone stand-in for Secrets and ConfigMaps:
 	// <ValuesRoot>/<namespace>/{secrets,configmaps}/<name>/<key> files. It is
 	// used when ValueSource is nil.
@@ -113,7 +117,8 @@ type Executor struct {
 
 var _ executor.Executor = (*Executor)(nil)
 
-// New returns a local executor. It creates WorkRoot and StateRoot (0700).
+// New returns a local executor. It creates WorkRoot, StateRoot and
+// PluginCacheRoot (0700).
 func New(opts Options) (*Executor, error) {
 	if opts.Etcd == nil {
 		return nil, errors.New("local executor: an etcd client is required")
@@ -132,9 +137,13 @@ func New(opts Options) (*Executor, error) {
 		return nil, errors.New("local executor: the API server URL is required")
 	}
 	for _, d := range []struct {
-		name string
-		path *string
-	}{{"work root", &opts.WorkRoot}, {"state root", &opts.StateRoot}} {
+		name     string
+		path     *string
+		optional bool
+	}{{"work root", &opts.WorkRoot, false}, {"state root", &opts.StateRoot, false}, {"plugin cache root", &opts.PluginCacheRoot, true}} {
+		if *d.path == "" && d.optional {
+			continue
+		}
 		if *d.path == "" {
 			return nil, fmt.Errorf("local executor: a %s is required", d.name)
 		}

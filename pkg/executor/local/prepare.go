@@ -123,6 +123,15 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	}
 	spec.Backend = backend
 
+	// The namespace's provider plugin cache: shared by its runs only, so that
+	// no tenant's run can plant a provider another tenant's run executes.
+	if cache := e.pluginCache(run.Namespace); cache != "" {
+		if err := os.MkdirAll(cache, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("creating the plugin cache: %w", err)
+		}
+		spec.PluginCacheDir = cache
+	}
+
 	// Token: a file only the server reads, handed to the stage as descriptor
 	// tokenFD. In a sandbox the file is hidden, so that terraform and its
 	// children, which run as the stage's user, cannot read it.

@@ -25,6 +25,9 @@ func (e *Executor) baseSandbox() sandbox.Config {
 		UserNamespace: os.Getuid() != 0,
 		Masks:         append([]string{e.opts.WorkRoot, e.opts.StateRoot}, o.Hidden...),
 	}
+	if e.opts.PluginCacheRoot != "" {
+		c.Masks = append(c.Masks, e.opts.PluginCacheRoot)
+	}
 	if c.UserNamespace {
 		// Only the server's own user exists in its user namespace.
 		c.UID, c.GID = uint32(os.Getuid()), uint32(os.Getgid())
@@ -82,8 +85,8 @@ func (e *Executor) checkSandbox() error {
 }
 
 // stageSandbox is the sandbox of execution p of a run in namespace ns: the
-// base sandbox with p's work directory and its namespace's state directory
-// read-write. Both are handed to the stages' user.
+// base sandbox with p's work directory, its namespace's state directory and
+// plugin cache read-write. They are handed to the stages' user.
 func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	c := e.baseSandbox()
 	c.Root = p.dir + ".root"
@@ -94,9 +97,11 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	// provider plugins (made in TMPDIR) fit their 108 bytes.
 	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true},
 		sandbox.Mount{Source: filepath.Join(p.dir, "tmp"), Target: sandboxTmp, Writable: true})
-	if state := filepath.Join(e.opts.StateRoot, ns); dirExists(state) {
-		owned = append(owned, state)
-		c.Mounts = append(c.Mounts, sandbox.Mount{Source: state, Writable: true})
+	for _, d := range []string{filepath.Join(e.opts.StateRoot, ns), e.pluginCache(ns)} {
+		if d != "" && dirExists(d) {
+			owned = append(owned, d)
+			c.Mounts = append(c.Mounts, sandbox.Mount{Source: d, Writable: true})
+		}
 	}
 	if err := os.Mkdir(c.Root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return c, err
@@ -109,6 +114,15 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// pluginCache is the provider plugin cache of the runs of namespace ns, or
+// "" when there is none.
+func (e *Executor) pluginCache(ns string) string {
+	if e.opts.PluginCacheRoot == "" {
+		return ""
+	}
+	return filepath.Join(e.opts.PluginCacheRoot, ns)
 }
 
 // sandboxTmp is where a sandboxed stage sees its tmp directory, and its
