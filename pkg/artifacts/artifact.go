@@ -105,6 +105,31 @@ func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Me
 	var stored, chunks int64
 	truncated := false
 	buf := make([]byte, s.chunkSize)
+	// The last chunk is written in the transaction that commits the meta, so
+	// that an artifact of one chunk (most plan parts, every outputs
+	// document) costs one transaction.
+	var pendingKey, pending string
+	hasPending := false
+	flush := func() error {
+		if !hasPending {
+			return nil
+		}
+		written = true
+		_, err := s.client.Put(ctx, pendingKey, pending, clientv3.WithLease(leaseID))
+		if isLeaseNotFound(err) {
+			// The cached lease expired or was revoked by DeleteRun on
+			// another replica. Before the first chunk nothing is lost:
+			// retry with a new lease.
+			s.forgetLease(base, leaseID)
+			if pendingKey == chunkKey(genPrefix, 0) {
+				if leaseID, err = s.lease(ctx, base); err == nil {
+					_, err = s.client.Put(ctx, pendingKey, pending, clientv3.WithLease(leaseID))
+				}
+			}
+		}
+		hasPending = false
+		return err
+	}
 	for !truncated {
 		if err := ctx.Err(); err != nil {
 			cleanup()
@@ -126,29 +151,17 @@ func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Me
 				data = append(append(make([]byte, 0, keep+int64(len(TruncationMarker))+20), buf[:keep]...), marker(limit)...)
 				truncated = true
 			}
+			if err := flush(); err != nil {
+				cleanup()
+				return Meta{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, run, err)
+			}
 			key := chunkKey(genPrefix, chunks)
 			sealed, err := s.seal(ctx, key, data)
 			if err != nil {
 				cleanup()
 				return Meta{}, err
 			}
-			written = true
-			_, err = s.client.Put(ctx, key, sealed, clientv3.WithLease(leaseID))
-			if isLeaseNotFound(err) {
-				// The cached lease expired or was revoked by DeleteRun on
-				// another replica. Before the first chunk nothing is lost:
-				// retry with a new lease.
-				s.forgetLease(base, leaseID)
-				if chunks == 0 {
-					if leaseID, err = s.lease(ctx, base); err == nil {
-						_, err = s.client.Put(ctx, key, sealed, clientv3.WithLease(leaseID))
-					}
-				}
-			}
-			if err != nil {
-				cleanup()
-				return Meta{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, run, err)
-			}
+			pendingKey, pending, hasPending = key, sealed, true
 			h.Write(data)
 			stored += int64(len(data))
 			chunks++
@@ -178,15 +191,19 @@ func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Me
 	// The Get runs before the Put within the transaction, so it returns the
 	// meta being replaced.
 	swap := func() (*clientv3.TxnResponse, error) {
-		return s.client.Txn(ctx).Then(
+		ops := []clientv3.Op{
 			clientv3.OpGet(keys.meta),
 			clientv3.OpPut(keys.meta, sealed, clientv3.WithLease(leaseID)),
-		).Commit()
+		}
+		if hasPending {
+			ops = append(ops, clientv3.OpPut(pendingKey, pending, clientv3.WithLease(leaseID)))
+		}
+		return s.client.Txn(ctx).Then(ops...).Commit()
 	}
 	resp, err := swap()
 	if isLeaseNotFound(err) {
 		s.forgetLease(base, leaseID)
-		if chunks == 0 { // an empty artifact: nothing was lost with the lease
+		if !written { // no chunk was written apart: nothing was lost with the lease
 			if leaseID, err = s.lease(ctx, base); err == nil {
 				resp, err = swap()
 			}

@@ -1071,3 +1071,40 @@ func TestLogBudgets(t *testing.T) {
 		t.Fatalf("after deleting runs, a new log of %d bytes: %q", len(got), got[max(len(got)-160, 0):])
 	}
 }
+
+// TestPutTransactions: an artifact of n chunks costs n transactions, its last
+// chunk committed with its meta; one of a single chunk, as most plan parts
+// and every outputs document are, costs one.
+func TestPutTransactions(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	s := New(cli, Options{ChunkSize: 1024})
+	revision := func() int64 {
+		resp, err := cli.Get(ctx, "revision")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	// The run's lease is granted by the first Put.
+	if _, err := s.Put(ctx, testRun, PlanText, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind Kind
+		size int
+		want int64
+	}{{PlanJSON, 100, 1}, {PlanFile, 1024, 1}, {PlanSource, 3*1024 + 1, 4}, {Outputs, 0, 1}} {
+		before := revision()
+		data := randomBytes(t, tc.size)
+		if _, err := s.Put(ctx, testRun, tc.kind, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		if got := revision() - before; got != tc.want {
+			t.Errorf("%s of %d bytes: %d transactions, want %d", tc.kind, tc.size, got, tc.want)
+		}
+		if got, _ := readAll(t, s, ctx, testRun, tc.kind); !bytes.Equal(got, data) {
+			t.Errorf("%s of %d bytes reads back as %d bytes", tc.kind, tc.size, len(got))
+		}
+	}
+}
