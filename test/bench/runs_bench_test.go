@@ -219,6 +219,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 
 	var direct, api, apiWS []time.Duration
 	var pending, planning, applying []time.Duration
+	var txns []int64
 	steps := map[string][]time.Duration{}
 	seq := 0
 	arms := []struct {
@@ -238,8 +239,19 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		{"api", func(measured bool) error {
 			seq++
 			ns := fmt.Sprintf("overhead-%d", seq)
+			before, err := rs.revision(ctx)
+			if err != nil {
+				return err
+			}
 			d, seen, start, err := apiRun(ctx, rs, ns, "run", "", trivialTF, nil)
 			if err == nil && measured {
+				// The run's transactions: the etcd revision, which objects
+				// and artifacts share, once the run has ended.
+				after, err := rs.revision(ctx)
+				if err != nil {
+					return err
+				}
+				txns = append(txns, after-before)
 				api = append(api, d)
 				pl, ap, ok := seen[v1alpha1.RunPhasePlanning], seen[v1alpha1.RunPhaseApplying], seen[v1alpha1.RunPhaseSucceeded]
 				if !pl.IsZero() && !ap.IsZero() {
@@ -288,6 +300,11 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		b.ReportMetric(ms(median(applying)), "api-applying-ms")
 	}
 	reportMean(b, api)
+	if len(txns) > 0 {
+		slices.Sort(txns)
+		b.ReportMetric(float64(txns[len(txns)/2]), "etcd-txns-per-run")
+		detail(b, "etcd transactions per api run: %v", txns)
+	}
 	detail(b, "direct (ms): %v", msList(direct))
 	detail(b, "api    (ms): %v", msList(api))
 	detail(b, "api-ws (ms): %v", msList(apiWS))

@@ -172,6 +172,17 @@ func (rs *runServer) watchRun(ctx context.Context, namespace, name, rv string, u
 }
 
 // runPath is the API path of a run's subresource, with a query.
+// revision is the etcd revision the server has seen: the resourceVersion of
+// a list of runs. Objects and artifacts share the standalone etcd, so its
+// growth counts every transaction of a run.
+func (rs *runServer) revision(ctx context.Context) (int64, error) {
+	list, err := rs.runs("default").List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(list.ResourceVersion, 10, 64)
+}
+
 func (rs *runServer) runPath(namespace, name, sub string) string {
 	return fmt.Sprintf("%s/apis/terrarun.dev/v1alpha1/namespaces/%s/terraformruns/%s/%s", rs.Config.Host, namespace, name, sub)
 }
