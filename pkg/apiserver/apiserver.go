@@ -78,6 +78,9 @@ type ControllerConfig struct {
 	Etcd *clientv3.Client
 	// Workers is the number of runs reconciled in parallel.
 	Workers int
+	// MaxStages and MaxStagesPerNamespace bound the stages that run at
+	// once, in all and in one namespace; 0 is no bound.
+	MaxStages, MaxStagesPerNamespace int
 	// CancelGrace is how long a canceled, timed-out or shut-down stage gets
 	// after SIGINT before it is killed.
 	CancelGrace time.Duration

@@ -41,7 +41,11 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 	}
 	// In cluster mode, Events go to the host cluster (kubectl describe shows
 	// them) and outputs can be published to a Secret there.
-	opts := runcontroller.Options{CancelGrace: c.Controller.CancelGrace}
+	opts := runcontroller.Options{
+		CancelGrace:                     c.Controller.CancelGrace,
+		MaxConcurrentStages:             c.Controller.MaxStages,
+		MaxConcurrentStagesPerNamespace: c.Controller.MaxStagesPerNamespace,
+	}
 	if kube := c.Controller.Kube; kube != nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(hook))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})

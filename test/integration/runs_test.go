@@ -562,3 +562,55 @@ func postWithToken(t *testing.T, cfg *rest.Config, token, path, body string) (in
 	}
 	return code, out
 }
+
+// TestQueuedRuns: with --max-concurrent-stages=1, runs beyond the first wait
+// in phase Queued, with their position, and run one after the other in the
+// order they were created.
+func TestQueuedRuns(t *testing.T) {
+	e := newRunEnv(t, "--max-concurrent-stages=1")
+	slow := map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "sleep 1"
+  }
+}`}
+	names := []string{"q1", "q2", "q3"}
+	for _, name := range names {
+		e.create(t, runManifest(name, inline(slow, "  approval:\n    mode: Auto\n")))
+	}
+	sawQueued := ""
+	err := harness.Poll(ctxT(t), 100*time.Millisecond, 3*time.Minute, "the queued runs to succeed", func(ctx context.Context) bool {
+		done := 0
+		for _, name := range names {
+			run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			if run.Status.Phase == v1alpha1.RunPhaseQueued && sawQueued == "" {
+				sawQueued = name + ": " + run.Status.Message
+			}
+			if run.Status.Phase == v1alpha1.RunPhaseSucceeded {
+				done++
+			}
+		}
+		return done == len(names)
+	})
+	if err != nil {
+		t.Fatal(err, "\n", mustKubectl(t, e.Kubeconfig, "get", "tfr"))
+	}
+	if !strings.Contains(sawQueued, "Queued at position") || !strings.Contains(sawQueued, "1 stage (--max-concurrent-stages)") {
+		t.Errorf("no run was seen Queued with its position (%q)", sawQueued)
+	}
+	// One stage at a time, first in first out: each run started after the
+	// one before it ended.
+	var prev *v1alpha1.TerraformRun
+	for _, name := range names {
+		run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev != nil && run.Status.StartTime.Before(prev.Status.CompletionTime) {
+			t.Errorf("%s started at %s, before %s ended at %s", name, run.Status.StartTime, prev.Name, prev.Status.CompletionTime)
+		}
+		prev = run
+	}
+}

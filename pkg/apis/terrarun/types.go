@@ -330,6 +330,11 @@ type RunPhase string
 const (
 	// RunPhasePending means the run is accepted and waits for its plan stage.
 	RunPhasePending RunPhase = "Pending"
+	// RunPhaseQueued means the run waits for a stage slot: the server runs at
+	// most --max-concurrent-stages stages at once (and per namespace, at most
+	// --max-concurrent-stages-per-namespace), and starts waiting runs in the
+	// order they were created; status.message gives its position.
+	RunPhaseQueued RunPhase = "Queued"
 	// RunPhasePlanning means the plan stage is running.
 	RunPhasePlanning RunPhase = "Planning"
 	// RunPhaseAwaitingApproval means a plan with changes waits for an approval.
@@ -382,6 +387,7 @@ const AutoApprover = "auto"
 // Condition reasons of a TerraformRun.
 const (
 	ReasonPending          = "Pending"
+	ReasonQueued           = "Queued"
 	ReasonPlanning         = "Planning"
 	ReasonPlanned          = "Planned"
 	ReasonNoChanges        = "NoChanges"

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,10 @@ type ExecutorOptions struct {
 	CAFile string
 	// Workers is the number of run controller workers.
 	Workers int
+	// MaxConcurrentStages bounds the stages that run at once (-1: the
+	// default of the executor, maxStagesDefault), and
+	// MaxConcurrentStagesPerNamespace those of one namespace; 0 is no bound.
+	MaxConcurrentStages, MaxConcurrentStagesPerNamespace int
 	// CancelGrace is how long a stopped stage gets between SIGINT and a kill.
 	CancelGrace time.Duration
 	// ArtifactRetention is the lease of every artifact.
@@ -88,14 +93,47 @@ type ExecutorOptions struct {
 
 func newExecutorOptions() *ExecutorOptions {
 	return &ExecutorOptions{
-		Kind:              "local",
-		RunController:     true,
-		Workers:           4,
-		CancelGrace:       20 * time.Second,
-		ArtifactRetention: 30 * 24 * time.Hour,
-		LocalSandbox:      true,
-		LocalUser:         "65532:65532",
+		Kind:                "local",
+		RunController:       true,
+		Workers:             4,
+		MaxConcurrentStages: -1,
+		CancelGrace:         20 * time.Second,
+		ArtifactRetention:   30 * 24 * time.Hour,
+		LocalSandbox:        true,
+		LocalUser:           "65532:65532",
 	}
+}
+
+// maxStages is the bound on concurrent stages: the flag's, or by default,
+// with the local executor, two stages per CPU of this host and at most one
+// per 512 MiB of its memory (a stage is an engine with its providers), and
+// with Jobs none: the cluster's scheduler and quotas bound them.
+func (o *ExecutorOptions) maxStages() int {
+	if o.MaxConcurrentStages >= 0 || o.Kind != "local" {
+		return max(o.MaxConcurrentStages, 0)
+	}
+	n := 2 * runtime.NumCPU()
+	if mem := memTotal(); mem > 0 {
+		n = min(n, int(mem/(512<<20)))
+	}
+	return max(n, 1)
+}
+
+// memTotal is the host's memory in bytes, or 0 when unknown.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // AddFlags adds the executor flags.
@@ -120,6 +158,9 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.RunController, "run-controller", o.RunController, "Run the run controller (leader-elected through etcd, so several replicas are safe). "+
 		"false serves the API only and leaves runs Pending: for API-only replicas and API benchmarks.")
 	fs.IntVar(&o.Workers, "controller-workers", o.Workers, "Runs reconciled in parallel by the run controller.")
+	fs.IntVar(&o.MaxConcurrentStages, "max-concurrent-stages", o.MaxConcurrentStages, "Stages that run at once; more runs wait in phase Queued and start first in, first out. "+
+		"-1: with the local executor two per CPU, at most one per 512 MiB of memory; with Jobs, no bound. 0: no bound.")
+	fs.IntVar(&o.MaxConcurrentStagesPerNamespace, "max-concurrent-stages-per-namespace", o.MaxConcurrentStagesPerNamespace, "Stages of one namespace that run at once; 0: no bound.")
 	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
 	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
 	fs.Int64Var(&o.MaxLogBytes, "max-log-bytes", o.MaxLogBytes, "Size cap of one stage attempt's log; past it the log ends with a truncation marker. 0: 64 MiB.")
@@ -155,6 +196,12 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
+	}
+	if o.MaxConcurrentStages < -1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-stages must be -1 (the executor's default), 0 (no bound) or more, not %d", o.MaxConcurrentStages))
+	}
+	if o.MaxConcurrentStagesPerNamespace < 0 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-stages-per-namespace must be 0 (no bound) or more, not %d", o.MaxConcurrentStagesPerNamespace))
 	}
 	for name, v := range map[string]int64{"--max-log-bytes": o.MaxLogBytes, "--max-plan-bytes": o.MaxPlanBytes,
 		"--max-run-log-bytes": o.MaxRunLogBytes, "--max-namespace-log-bytes": o.MaxNamespaceLogBytes, "--max-total-log-bytes": o.MaxTotalLogBytes} {

@@ -51,6 +51,11 @@ type Options struct {
 	OnApplied func(ctx context.Context, run *v1alpha1.TerraformRun) error
 	// Clock is the controller's clock; nil is the real clock.
 	Clock clock.Clock
+	// MaxConcurrentStages bounds the stages that run at once, and
+	// MaxConcurrentStagesPerNamespace those of one namespace; runs wait in
+	// phase Queued for a slot, first in first out. 0 is no bound.
+	MaxConcurrentStages             int
+	MaxConcurrentStagesPerNamespace int
 }
 
 // Controller reconciles TerraformRuns.
@@ -62,6 +67,7 @@ type Controller struct {
 	exec      executor.Executor
 	artifacts *artifacts.Store
 	opts      Options
+	slots     slots
 }
 
 // New returns a controller for the runs of informer.
@@ -86,10 +92,23 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		exec:      exec,
 		artifacts: store,
 		opts:      opts,
+		slots:     slots{admitted: map[string]bool{}, written: map[string]time.Time{}},
 	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, obj interface{}) {
+			c.enqueue(obj)
+			o, n := old.(*v1alpha1.TerraformRun), obj.(*v1alpha1.TerraformRun)
+			if holdsSlot(phaseOf(o)) && !holdsSlot(phaseOf(n)) {
+				c.released()
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if run, ok := obj.(*v1alpha1.TerraformRun); ok && !holdsSlot(phaseOf(run)) {
+				return
+			}
+			c.released()
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -176,13 +195,22 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// flight, which may be canceled, but starts no other.
 	run := cached.DeepCopy()
 	switch run.Status.Phase {
-	case "", v1alpha1.RunPhasePending:
+	case "", v1alpha1.RunPhasePending, v1alpha1.RunPhaseQueued:
 		if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested); cond != nil && cond.Status == metav1.ConditionTrue {
 			// Canceled before any stage started.
 			c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
 			c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled, "Nothing was applied.")
 			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
 			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
+		}
+		if run.DeletionTimestamp == nil {
+			admitted, ahead, err := c.admit(run)
+			if err != nil {
+				return 0, err
+			}
+			if !admitted {
+				return c.queued(ctx, run, ahead)
+			}
 		}
 		return c.startStage(ctx, run, v1alpha1.StagePlan, 1, "")
 	case v1alpha1.RunPhasePlanning:

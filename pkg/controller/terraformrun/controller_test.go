@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -1898,6 +1899,109 @@ func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || stagesOf(run, v1alpha1.StagePlan)[0].CompletionTime != nil {
 			t.Errorf("phase %s, stages %+v: the plan stage ended before its execution", run.Status.Phase, run.Status.Stages)
+		}
+	})
+}
+
+// TestStageSlots: with a bound on concurrent stages, a run waits in phase
+// Queued with its position, runs start first in, first out, and a waiting
+// run starts once a slot is free; per namespace likewise.
+func TestStageSlots(t *testing.T) {
+	other := func(ns, name string, created time.Time, phase v1alpha1.RunPhase) *v1alpha1.TerraformRun {
+		r := newRun(func(r *v1alpha1.TerraformRun) {
+			r.Namespace, r.Name, r.UID = ns, name, types.UID("uid-"+ns+"-"+name)
+			r.CreationTimestamp = metav1.NewTime(created)
+			r.Status.Phase = phase
+		})
+		return r
+	}
+	limits := func(max, perNS int) harnessOption {
+		return func(o *Options) { o.MaxConcurrentStages, o.MaxConcurrentStagesPerNamespace = max, perNS }
+	}
+	add := func(h *harness, runs ...*v1alpha1.TerraformRun) {
+		for _, r := range runs {
+			if err := h.indexer.Add(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	t.Run("queued while the slot is taken, started once it is free", func(t *testing.T) {
+		h := newHarness(t, newRun(), limits(1, 0))
+		busy := other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning)
+		add(h, busy)
+		if d := h.mustSync(); d != queuedRecheck {
+			t.Errorf("requeue = %v, want %v", d, queuedRecheck)
+		}
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhaseQueued || !strings.Contains(run.Status.Message, "Queued at position 1") || !strings.Contains(run.Status.Message, "--max-concurrent-stages") {
+			t.Fatalf("phase %s: %q", run.Status.Phase, run.Status.Message)
+		}
+		expectCondition(t, run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonQueued)
+		h.expectEvent("Normal Queued")
+		if len(h.world.startedExecutions()) != 0 {
+			t.Fatal("a stage started beyond the bound")
+		}
+		// Unchanged, it is not written again.
+		rv := h.get().ResourceVersion
+		h.mustSync()
+		if h.get().ResourceVersion != rv {
+			t.Error("an unchanged queued run was written again")
+		}
+
+		busy = busy.DeepCopy()
+		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
+		if err := h.indexer.Update(busy); err != nil {
+			t.Fatal(err)
+		}
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || h.world.realStarts(planJob1) != 1 {
+			t.Fatalf("after the slot was freed: %s, %d starts", run.Status.Phase, h.world.realStarts(planJob1))
+		}
+	})
+
+	t.Run("first in, first out", func(t *testing.T) {
+		h := newHarness(t, newRun(), limits(1, 0))
+		add(h, other(testNS, "earlier", t0.Add(-time.Minute), v1alpha1.RunPhaseQueued),
+			other("elsewhere", "earliest", t0.Add(-time.Hour), v1alpha1.RunPhasePending),
+			other(testNS, "later", t0.Add(time.Minute), v1alpha1.RunPhasePending))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseQueued || !strings.Contains(run.Status.Message, "position 3") {
+			t.Fatalf("with two earlier runs waiting: %s %q", run.Status.Phase, run.Status.Message)
+		}
+	})
+
+	t.Run("per namespace", func(t *testing.T) {
+		h := newHarness(t, newRun(), limits(0, 1))
+		add(h, other("elsewhere", "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
+			t.Fatalf("another namespace's stage held this one back: %s %q", run.Status.Phase, run.Status.Message)
+		}
+
+		h = newHarness(t, newRun(), limits(0, 1))
+		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseQueued || !strings.Contains(run.Status.Message, "1 stage per namespace") {
+			t.Fatalf("beyond the namespace's bound: %s %q", run.Status.Phase, run.Status.Message)
+		}
+	})
+
+	t.Run("canceled while queued", func(t *testing.T) {
+		h := newHarness(t, newRun(func(r *v1alpha1.TerraformRun) { r.Status.Phase = v1alpha1.RunPhaseQueued }, cancelRequested), limits(1, 0))
+		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseCanceled {
+			t.Fatalf("a canceled queued run: %s", run.Status.Phase)
+		}
+	})
+
+	t.Run("unbounded", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
+			t.Fatalf("without a bound: %s", run.Status.Phase)
 		}
 	})
 }

@@ -31,7 +31,7 @@ func cancel(run *terrarun.TerraformRun, body *terrarun.TerraformRunCancel, who s
 		msg = fmt.Sprintf("Canceled by %s: %s", who, body.Comment)
 	}
 	switch run.Status.Phase {
-	case "", terrarun.RunPhasePending, terrarun.RunPhasePlanning, terrarun.RunPhaseApplying:
+	case "", terrarun.RunPhasePending, terrarun.RunPhaseQueued, terrarun.RunPhasePlanning, terrarun.RunPhaseApplying:
 		if meta.IsStatusConditionTrue(run.Status.Conditions, terrarun.ConditionCancelRequested) {
 			return nil
 		}
@@ -42,7 +42,7 @@ func cancel(run *terrarun.TerraformRun, body *terrarun.TerraformRunCancel, who s
 			Message: msg, ObservedGeneration: run.Generation,
 		})
 		run.Status.Message = msg + " Stopping the running stage."
-		if phaseOrPending(run) == terrarun.RunPhasePending {
+		if p := phaseOrPending(run); p == terrarun.RunPhasePending || p == terrarun.RunPhaseQueued {
 			run.Status.Message = msg + " The run ends before it starts."
 		}
 		return nil

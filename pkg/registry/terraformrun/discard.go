@@ -27,7 +27,7 @@ func newDiscardREST(status statusWriter) *actionREST[*terrarun.TerraformRunDisca
 func discard(run *terrarun.TerraformRun, body *terrarun.TerraformRunDiscard, who string) error {
 	if run.Status.Phase != terrarun.RunPhaseAwaitingApproval {
 		hint := ""
-		if run.Status.Phase == terrarun.RunPhasePlanning || run.Status.Phase == terrarun.RunPhaseApplying || run.Status.Phase == terrarun.RunPhasePending {
+		if run.Status.Phase == terrarun.RunPhasePlanning || run.Status.Phase == terrarun.RunPhaseApplying || run.Status.Phase == terrarun.RunPhasePending || run.Status.Phase == terrarun.RunPhaseQueued {
 			hint = "; to stop a stage in flight, use cancel"
 		}
 		return conflict(run.Name, "the run is %s; only a plan that is AwaitingApproval can be discarded%s", phaseOrPending(run), hint)

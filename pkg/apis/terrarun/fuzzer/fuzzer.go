@@ -171,7 +171,7 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 		func(s *terrarun.TerraformRunStatus, c randfill.Continue) {
 			c.FillNoCustom(s)
 			s.Phase = pick(c, "",
-				terrarun.RunPhasePending, terrarun.RunPhasePlanning, terrarun.RunPhaseAwaitingApproval,
+				terrarun.RunPhasePending, terrarun.RunPhaseQueued, terrarun.RunPhasePlanning, terrarun.RunPhaseAwaitingApproval,
 				terrarun.RunPhaseApplying, terrarun.RunPhaseSucceeded, terrarun.RunPhaseFailed,
 				terrarun.RunPhaseCanceled, terrarun.RunPhaseDiscarded)
 			s.StartTime, s.CompletionTime = optionalTime(c), optionalTime(c)

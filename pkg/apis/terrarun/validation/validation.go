@@ -88,7 +88,7 @@ var (
 	supportedApproval   = []terrarun.ApprovalMode{terrarun.ApprovalModeManual, terrarun.ApprovalModeAuto}
 	supportedBinaries   = []terrarun.EngineBinary{terrarun.EngineTerraform, terrarun.EngineTofu}
 	supportedPhases     = []terrarun.RunPhase{
-		terrarun.RunPhasePending, terrarun.RunPhasePlanning, terrarun.RunPhaseAwaitingApproval,
+		terrarun.RunPhasePending, terrarun.RunPhaseQueued, terrarun.RunPhasePlanning, terrarun.RunPhaseAwaitingApproval,
 		terrarun.RunPhaseApplying, terrarun.RunPhaseSucceeded, terrarun.RunPhaseFailed,
 		terrarun.RunPhaseCanceled, terrarun.RunPhaseDiscarded,
 	}
