@@ -1651,10 +1651,10 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 				Properties: map[string]spec.Schema{
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "phase is a high-level summary of the run's lifecycle.\n\nPossible enum values:\n - `\"Applying\"` means the apply stage is running.\n - `\"AwaitingApproval\"` means a plan with changes waits for an approval.\n - `\"Canceled\"` means a stage was stopped on request.\n - `\"Discarded\"` means the plan was rejected, or its approval timed out.\n - `\"Failed\"` means a stage failed; status.message says why.\n - `\"Pending\"` means the run is accepted and waits for its plan stage.\n - `\"Planning\"` means the plan stage is running.\n - `\"Succeeded\"` means the run finished: applied, or planned with no changes, or planned only.",
+							Description: "phase is a high-level summary of the run's lifecycle.\n\nPossible enum values:\n - `\"Applying\"` means the apply stage is running.\n - `\"AwaitingApproval\"` means a plan with changes waits for an approval.\n - `\"Canceled\"` means a stage was stopped on request.\n - `\"Discarded\"` means the plan was rejected, or its approval timed out.\n - `\"Failed\"` means a stage failed; status.message says why.\n - `\"Pending\"` means the run is accepted and waits for its plan stage.\n - `\"Planning\"` means the plan stage is running.\n - `\"Queued\"` means the run waits for a stage slot: the server runs at most --max-concurrent-stages stages at once (and per namespace, at most --max-concurrent-stages-per-namespace), and starts waiting runs in the order they were created; status.message gives its position.\n - `\"Succeeded\"` means the run finished: applied, or planned with no changes, or planned only.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"Applying", "AwaitingApproval", "Canceled", "Discarded", "Failed", "Pending", "Planning", "Succeeded"},
+							Enum:        []interface{}{"Applying", "AwaitingApproval", "Canceled", "Discarded", "Failed", "Pending", "Planning", "Queued", "Succeeded"},
 						},
 					},
 					"conditions": {
