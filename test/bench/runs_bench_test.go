@@ -943,18 +943,27 @@ func reconcileErrors(logPath string, k int) (int, []string) {
 // reported as such) when the machine's MemAvailable falls below
 // minMemAvailableMiB or after concurrentDeadline.
 func BenchmarkConcurrentRuns(b *testing.B) {
-	for _, v := range []struct{ runs, workers int }{{20, defaultWorkers}, {200, defaultWorkers}, {200, 16}} {
-		b.Run(fmt.Sprintf("runs=%d,workers=%d", v.runs, v.workers), func(b *testing.B) { concurrentRuns(b, max(v.runs, b.N), v.workers) })
+	// The server's default bound on concurrent stages (two per CPU here),
+	// against no bound: early runs should end early, at the same throughput.
+	for _, v := range []struct {
+		runs   int
+		stages string
+	}{{20, "default"}, {200, "default"}, {200, "0"}} {
+		args := []string{"--controller-workers", strconv.Itoa(defaultWorkers)}
+		if v.stages != "default" {
+			args = append(args, "--max-concurrent-stages", v.stages)
+		}
+		b.Run(fmt.Sprintf("runs=%d,max-concurrent-stages=%s", v.runs, v.stages), func(b *testing.B) { concurrentRuns(b, max(v.runs, b.N), args) })
 	}
 }
 
-func concurrentRuns(b *testing.B, n, workers int) {
-	rs := startRunServer(b, "--controller-workers", strconv.Itoa(workers))
+func concurrentRuns(b *testing.B, n int, args []string) {
+	rs := startRunServer(b, args...)
 	defer rs.close(b)
 	ctx, cancel := context.WithTimeout(context.Background(), concurrentDeadline)
 	defer cancel()
 	logLoad(b, "at the start")
-	detail(b, "MemAvailable at the start: %.0f MiB; --controller-workers %d", memAvailableMiB(), workers)
+	detail(b, "MemAvailable at the start: %.0f MiB; server flags %v", memAvailableMiB(), args)
 	const ns = "concurrent"
 	runs := rs.runs(ns)
 
