@@ -152,7 +152,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
-	group.NegotiatedSerializer = withoutProtobuf{Codecs}
+	// The group's serializer streams lists, and serves CBOR when the
+	// CBORServingAndStorage feature gate is on.
+	group.NegotiatedSerializer = withoutProtobuf{group.NegotiatedSerializer}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"terraformruns":         runs.Run,
 		"terraformruns/status":  runs.Status,

@@ -494,9 +494,16 @@ output "content" {
 			mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.message}"),
 			mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=plan")))
 	}
-	log := mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=apply"))
-	if !strings.Contains(log, "terrarun/testing") || !strings.Contains(log, "testing_file.f: Creation complete") {
-		t.Errorf("the apply log does not show the provider installed and its resource created:\n%s", log)
+	// An Auto run plans and applies in one Job: its plan stage installed the
+	// provider, its apply stage used it.
+	if jobs := strings.Fields(mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.stages[*].job}")); len(jobs) != 2 || jobs[0] != jobs[1] || !strings.HasSuffix(jobs[0], "-plan-1") {
+		t.Errorf("the stages ran in Jobs %q, want the plan's Job for both", jobs)
+	}
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=plan")); !strings.Contains(log, "terrarun/testing") {
+		t.Errorf("the plan log does not show the provider installed:\n%s", log)
+	}
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=apply")); !strings.Contains(log, "testing_file.f: Creation complete") {
+		t.Errorf("the apply log does not show the resource created:\n%s", log)
 	}
 	if out := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.outputs[0].value}"); out != `"from a plugin"` {
 		t.Errorf("status.outputs[0].value = %s, want the data source's read of the file", out)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -350,6 +351,8 @@ func TestContentNegotiation(t *testing.T) {
 		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf, */*", "application/json", `"kind":"TerraformRun"`, http.StatusOK},
 		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf", "", http.StatusNotAcceptable},
 		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", "application/json", `"kind":"Table"`, http.StatusOK},
+		// CBOR only with its feature gate (TestCBOR).
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/cbor", "application/json", "", http.StatusNotAcceptable},
 	} {
 		code, ctype, body, err := harness.GetWithAccept(ctx, s.Config, tc.path, tc.accept)
 		if err != nil {
@@ -357,6 +360,32 @@ func TestContentNegotiation(t *testing.T) {
 		}
 		if code != tc.wantCode || ctype != tc.wantType || !strings.Contains(string(body), tc.wantBody) {
 			t.Errorf("GET %s with Accept %q: %d %s %.200s; want %d %s with %s", tc.path, tc.accept, code, ctype, body, tc.wantCode, tc.wantType, tc.wantBody)
+		}
+	}
+}
+
+// TestCBOR: with --feature-gates=CBORServingAndStorage=true the server
+// serves CBOR to a client that asks for it, and JSON to everyone else.
+func TestCBOR(t *testing.T) {
+	e := newRunEnv(t, "--feature-gates=CBORServingAndStorage=true", "--run-controller=false")
+	ctx := ctxT(t)
+	if _, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun("hello"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, accept, wantType, wantBody string }{
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/cbor", "application/cbor", "TerraformRun"},
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/cbor", "application/cbor", "TerraformRunList"},
+		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/json", "application/json", `"kind":"TerraformRun"`},
+	} {
+		code, ctype, body, err := harness.GetWithAccept(ctx, e.Config, tc.path, tc.accept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusOK || ctype != tc.wantType || !bytes.Contains(body, []byte(tc.wantBody)) {
+			t.Errorf("GET %s with Accept %q: %d %s %.200q; want 200 %s holding %s", tc.path, tc.accept, code, ctype, body, tc.wantType, tc.wantBody)
+		}
+		if tc.wantType == "application/cbor" && !bytes.HasPrefix(body, []byte{0xd9, 0xd9, 0xf7}) {
+			t.Errorf("GET %s: the body does not start with CBOR's self-describe tag: % x", tc.path, body[:min(8, len(body))])
 		}
 	}
 }

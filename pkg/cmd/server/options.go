@@ -101,6 +101,9 @@ func NewOptions(out io.Writer) *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
 	o.Executor.AddFlags(fs)
+	// The generic server's feature gates, such as CBORServingAndStorage
+	// (CBOR besides JSON and YAML).
+	utilfeature.DefaultMutableFeatureGate.AddFlag(fs)
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
 		"client-certificate authentication with a generated admin kubeconfig, and terrarun's roles granted by the groups terrarun:viewers, terrarun:editors and terrarun:approvers. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
 	fs.IntVar(&o.MaxFollowsPerUser, "max-follows-per-user", o.MaxFollowsPerUser, "Log follows (logs?follow=true) and plan waits (plan?wait=true) one user may hold open on this server at once; more are refused with 429.")

@@ -374,13 +374,23 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		}
 	}
 
-	switch status.State {
-	case executor.StateRunning:
-		if stageName == v1alpha1.StagePlan && executor.AppliesAfterPlan(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
+	if stageName == v1alpha1.StagePlan && executor.AppliesAfterPlan(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
+		switch {
+		case status.State == executor.StateRunning:
 			// The plan is recorded and its execution waits to apply it.
 			c.completeStage(ctx, run, st, executor.Status{State: executor.StateSucceeded}, executor.ReasonCompleted)
 			return c.planned(ctx, run, st.Job)
+		case status.State != executor.StateSucceeded && !status.Startable():
+			// It ended after recording its plan and before it was granted
+			// the apply, so it applied nothing: the plan stands, and is
+			// applied by a stage of its own.
+			c.completeStage(ctx, run, st, status, v1alpha1.ReasonPlanned)
+			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonPlanned, "The plan stage's execution ended (%s) after recording plan %s and before its apply; the apply runs as a stage of its own", status.Reason, run.Status.Plan.Digest)
+			return c.planned(ctx, run, "")
 		}
+	}
+	switch status.State {
+	case executor.StateRunning:
 		timeout := executor.StageTimeout(run, stageName)
 		elapsed := c.opts.Clock.Since(st.StartTime.Time)
 		if elapsed < timeout && status.Reason != "" {

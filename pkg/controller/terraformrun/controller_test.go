@@ -2005,3 +2005,29 @@ func TestStageSlots(t *testing.T) {
 		}
 	})
 }
+
+// TestAutoPlanEndedBeforeItsApply: the plan execution of an automatically
+// approved run ends (lost, failed) after recording its plan and before it is
+// granted the apply: it applied nothing, so the plan is applied by a stage of
+// its own, started once.
+func TestAutoPlanEndedBeforeItsApply(t *testing.T) {
+	for name, end := range map[string]func(w *execWorld){
+		"lost": func(w *execWorld) { w.lose(planJob1) },
+		"failed": func(w *execWorld) {
+			w.script(planJob1, executor.Status{State: executor.StateFailed, Reason: executor.ReasonError, ExitCode: ptr.To[int32](1)})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, newRun(planning, withPlan, autoMode))
+			h.world.markStarted(planJob1)
+			end(h.world)
+			h.mustSync()
+			run := h.get()
+			applies := stagesOf(run, v1alpha1.StageApply)
+			if run.Status.Phase != v1alpha1.RunPhaseApplying || len(applies) != 1 || applies[0].Job != applyJob1 || h.world.realStarts(applyJob1) != 1 {
+				t.Fatalf("phase %s, apply stages %+v, %d starts: want an apply stage of its own, started once", run.Status.Phase, applies, h.world.realStarts(applyJob1))
+			}
+			expectCondition(t, run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved)
+		})
+	}
+}
