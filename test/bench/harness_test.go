@@ -90,7 +90,8 @@ func getServer(b *testing.B) *server {
 		}
 		// The run controller would plan every run the benchmarks create, with
 		// a real engine, and measure that instead of the API.
-		args := append([]string{"--run-controller=false"}, strings.Fields(os.Getenv("TERRARUN_BENCH_SERVER_ARGS"))...)
+		// CBOR is served besides JSON, for BenchmarkListFormats.
+		args := append([]string{"--run-controller=false", "--feature-gates=CBORServingAndStorage=true"}, strings.Fields(os.Getenv("TERRARUN_BENCH_SERVER_ARGS"))...)
 		srv, srvErr = startServer(filepath.Join(bin, "terrarun-apiserver"), args, nil)
 	})
 	if srvErr != nil {

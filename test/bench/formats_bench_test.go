@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/cbor"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/client-go/rest"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
+)
+
+// BenchmarkListFormats lists the same 10,000 runs in JSON and in CBOR (the
+// server runs with --feature-gates=CBORServingAndStorage=true), alternating,
+// over one connection: the time to the body read, and to it decoded into a
+// TerraformRunList by apimachinery's serializer of the format, and the size
+// of the body. Protobuf is not served: the types have no protobuf encoding.
+func BenchmarkListFormats(b *testing.B) {
+	ctx := benchCtx(b)
+	s := getServer(b)
+	logLoad(b, "at the start")
+	defer logLoad(b, "at the end")
+	const size = 10000
+	namespace := "bench-formats"
+	populate(b, namespace, size)
+
+	rt, err := rest.TransportFor(s.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := strings.TrimSuffix(s.Config.Host, "/") + "/apis/terrarun.dev/v1alpha1/namespaces/" + namespace + "/terraformruns"
+	formats := []struct {
+		name, accept string
+		decoder      runtime.Decoder
+	}{
+		{"json", "application/json", json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{})},
+		{"cbor", "application/cbor", cbor.NewSerializer(scheme.Scheme, scheme.Scheme)},
+	}
+	list := func(ctx context.Context, accept string, dec runtime.Decoder) (read, decoded time.Duration, n int, err error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		req.Header.Set("Accept", accept)
+		t0 := time.Now()
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		read = time.Since(t0)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), accept) {
+			return 0, 0, 0, fmt.Errorf("GET with Accept %s: %d %s", accept, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		var l v1alpha1.TerraformRunList
+		if _, _, err := dec.Decode(body, nil, &l); err != nil {
+			return 0, 0, 0, fmt.Errorf("decoding the %s list: %w", accept, err)
+		}
+		if len(l.Items) != size {
+			return 0, 0, 0, fmt.Errorf("the %s list has %d runs, want %d", accept, len(l.Items), size)
+		}
+		return read, time.Since(t0), len(body), nil
+	}
+	for _, f := range formats { // warm-up
+		if _, _, _, err := list(ctx, f.accept, f.decoder); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := samples(list10kSamples, b)
+	reads := map[string][]time.Duration{}
+	decodes := map[string][]time.Duration{}
+	bytes := map[string]int{}
+	b.ResetTimer()
+	for i := range n {
+		for j := range formats {
+			f := formats[(i+j)%len(formats)]
+			r, d, size, err := list(ctx, f.accept, f.decoder)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reads[f.name] = append(reads[f.name], r)
+			decodes[f.name] = append(decodes[f.name], d)
+			bytes[f.name] = size
+		}
+	}
+	b.StopTimer()
+	for _, f := range formats {
+		reportLatency(b, f.name+"-read-", reads[f.name])
+		reportLatency(b, f.name+"-decoded-", decodes[f.name])
+		b.ReportMetric(float64(bytes[f.name])/(1<<20), f.name+"-MiB")
+	}
+	b.ReportMetric(float64(median(decodes["cbor"]))/float64(median(decodes["json"])), "cbor/json-decoded-p50")
+	b.ReportMetric(float64(median(reads["cbor"]))/float64(median(reads["json"])), "cbor/json-read-p50")
+}
