@@ -175,6 +175,11 @@ func (r *runner) end(parent, runCtx context.Context, log *stageLog, err error) e
 	if err != nil {
 		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", r.spec.Stage, r.spec.Attempt, err.Error())
 	}
+	if !log.streaming() {
+		// The stage's log has ended already (a plan stage that failed to go
+		// on to its apply): say it where the executor's output goes.
+		fmt.Fprint(r.stdout, r.secrets.redactString(final))
+	}
 	if logErr := log.end([]byte(final), logCloseTimeout); logErr != nil {
 		fmt.Fprintf(r.stdout, "terrarun: warning: %s\n", r.secrets.redactString(logErr.Error()))
 		if err == nil && errors.Is(logErr, ErrForbidden) {
@@ -196,6 +201,13 @@ func (l *stageLog) start(stageName v1alpha1.StageName, attempt int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sink = l.open(stageName, attempt)
+}
+
+// streaming says whether a stage's stream is open.
+func (l *stageLog) streaming() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sink != nil
 }
 
 // Write writes to the current stage's stream; after end, to none.
