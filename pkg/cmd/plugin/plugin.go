@@ -1,0 +1,515 @@
+// Package plugin is kubectl-terrarun, the kubectl plugin for the daily path
+// of TerraformRuns: `kubectl terrarun runs|plan|logs|outputs|approve|discard|
+// cancel|wait|rerun`. It talks to the server with the generated clientset,
+// configured by kubectl's own flags (--kubeconfig, --context, -n, --as, ...),
+// so RBAC sees the user as kubectl would.
+package plugin
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+)
+
+// Exit codes of `wait` (and of every command that waits): which final phase
+// the run reached.
+const (
+	ExitSucceeded = 0
+	ExitFailed    = 1 // also any error of the plugin itself
+	ExitCanceled  = 3
+	ExitDiscarded = 4
+	ExitTimeout   = 5
+)
+
+// exitError carries a command's exit code.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// ExitCode is the process exit code for err: the code of a run's final phase,
+// or 1.
+func ExitCode(err error) int {
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return ExitFailed
+}
+
+type options struct {
+	flags   *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+}
+
+func (o *options) client() (versioned.Interface, string, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	cs, err := versioned.NewForConfig(cfg)
+	return cs, ns, err
+}
+
+// NewCommand returns the kubectl-terrarun command.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+	root := &cobra.Command{
+		Use:   "kubectl-terrarun",
+		Short: "Plan, review, approve and follow TerraformRuns",
+		Long: `kubectl terrarun: the daily path of TerraformRuns.
+
+  kubectl terrarun runs [--workspace W]      runs with phase, plan, approver and duration
+  kubectl terrarun plan RUN [--json]         the plan (waits for it)
+  kubectl terrarun logs RUN [-f]             a stage's log
+  kubectl terrarun approve RUN               shows the plan's summary and digest, asks, approves that digest
+  kubectl terrarun wait RUN                  until a final phase; the exit code says which
+
+Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	o.flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(o.runsCommand(), o.planCommand(), o.logsCommand(), o.outputsCommand(),
+		o.approveCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand())
+	return root
+}
+
+func planSummary(run *v1alpha1.TerraformRun) string {
+	p := run.Status.Plan
+	if p == nil || p.Digest == "" {
+		return "-"
+	}
+	return fmt.Sprintf("+%d ~%d -%d", p.Add, p.Change, p.Destroy)
+}
+
+func runDuration(run *v1alpha1.TerraformRun, now time.Time) string {
+	start := run.Status.StartTime
+	if start == nil {
+		return "-"
+	}
+	end := now
+	if c := run.Status.CompletionTime; c != nil {
+		end = c.Time
+	}
+	return duration.HumanDuration(end.Sub(start.Time))
+}
+
+func (o *options) runsCommand() *cobra.Command {
+	var workspace string
+	cmd := &cobra.Command{
+		Use:   "runs [--workspace W]",
+		Short: "List runs, newest first: phase, plan, approver, duration",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			opts := metav1.ListOptions{}
+			if workspace != "" {
+				opts.LabelSelector = v1alpha1.LabelWorkspace + "=" + workspace
+			}
+			list, err := cs.TerrarunV1alpha1().TerraformRuns(ns).List(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if len(list.Items) == 0 {
+				fmt.Fprintf(o.streams.ErrOut, "No runs in namespace %s.\n", ns)
+				return nil
+			}
+			sort.Slice(list.Items, func(i, j int) bool {
+				return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp)
+			})
+			now := time.Now()
+			w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
+			fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tAPPROVED-BY\tDURATION\tAGE")
+			for i := range list.Items {
+				run := &list.Items[i]
+				approver := "-"
+				if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
+					approver = a.ApprovedBy
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, phase(run), planSummary(run), approver,
+					runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time)))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
+	return cmd
+}
+
+func phase(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
+	if run.Status.Phase == "" {
+		return v1alpha1.RunPhasePending
+	}
+	return run.Status.Phase
+}
+
+func (o *options) planCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "plan RUN [--json]",
+		Short: "Show a run's plan, as terraform show prints it (or its redacted JSON); waits for it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
+				SubResource("plan").Param("wait", "true")
+			if asJSON {
+				req = req.Param("format", v1alpha1.PlanFormatJSON)
+			}
+			return copyStream(cmd.Context(), o.streams.Out, req.Stream)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "Print the plan as JSON (terraform show -json, every sensitive value redacted).")
+	return cmd
+}
+
+func (o *options) logsCommand() *cobra.Command {
+	var follow bool
+	var stage string
+	var attempt int32
+	cmd := &cobra.Command{
+		Use:   "logs RUN [-f] [--stage plan|apply] [--attempt N]",
+		Short: "Print a stage's log (the latest stage's by default); -f follows it until the stage ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).SubResource("logs")
+			if follow {
+				req = req.Param("follow", "true")
+			}
+			if stage != "" {
+				req = req.Param("stage", stage)
+			}
+			if attempt > 0 {
+				req = req.Param("attempt", fmt.Sprint(attempt))
+			}
+			return copyStream(cmd.Context(), o.streams.Out, req.Stream)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "Follow the log until the stage ends.")
+	cmd.Flags().StringVar(&stage, "stage", "", "plan or apply; default: the latest stage.")
+	cmd.Flags().Int32Var(&attempt, "attempt", 0, "The stage's attempt; default: the latest.")
+	return cmd
+}
+
+func copyStream(ctx context.Context, out io.Writer, open func(context.Context) (io.ReadCloser, error)) error {
+	ctx, cancel := signalContextFrom(ctx)
+	defer cancel()
+	rc, err := open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if _, err := io.Copy(out, rc); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// signalContextFrom ends with ctx, or on SIGINT or SIGTERM.
+func signalContextFrom(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+}
+
+func (o *options) outputsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "outputs RUN",
+		Short: "Print a run's outputs as JSON, sensitive values included (needs get on terraformruns/outputs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			body, err := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
+				SubResource("outputs").DoRaw(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				return fmt.Errorf("the server's outputs are not JSON: %w", err)
+			}
+			enc := json.NewEncoder(o.streams.Out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(v)
+		},
+	}
+}
+
+func (o *options) approveCommand() *cobra.Command {
+	var comment string
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "approve RUN [--comment TEXT] [--yes]",
+		Short: "Show the plan's summary and digest, ask, and approve exactly that digest",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
+			run, err := runs.Get(cmd.Context(), args[0], metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p := run.Status.Plan
+			if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
+				return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, phase(run), run.Status.Message)
+			}
+			fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
+			fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
+			if run.Status.Source != nil && run.Status.Source.Revision != "" {
+				fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
+			}
+			fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
+			fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
+			if !yes {
+				fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
+				answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
+				if strings.TrimSpace(answer) != "yes" {
+					return errors.New("not approved")
+				}
+			}
+			approved, err := runs.Approve(cmd.Context(), run.Name, &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "Approved plan %s of run %s/%s as %s; follow it with: kubectl terrarun wait %s -n %s\n",
+				p.Digest, ns, approved.Name, approverOf(approved), approved.Name, ns)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&comment, "comment", "", "A comment recorded with the approval.")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Approve without asking.")
+	return cmd
+}
+
+func creator(run *v1alpha1.TerraformRun) string {
+	if c := run.Spec.Creator; c != nil && c.Username != "" {
+		return c.Username
+	}
+	return "(unknown)"
+}
+
+func approverOf(run *v1alpha1.TerraformRun) string {
+	if len(run.Status.Approvals) > 0 {
+		return run.Status.Approvals[len(run.Status.Approvals)-1].ApprovedBy
+	}
+	if a := run.Status.Approval; a != nil {
+		return a.ApprovedBy
+	}
+	return "you"
+}
+
+func (o *options) actionCommand(verb string) *cobra.Command {
+	var comment string
+	short := map[string]string{
+		"discard": "Discard a plan that waits for approval",
+		"cancel":  "Cancel a run: stop its stage in flight (SIGINT, then a kill), or end it before it starts",
+	}[verb]
+	cmd := &cobra.Command{
+		Use:   verb + " RUN [--comment TEXT]",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
+			if verb == "discard" {
+				_, err = runs.Discard(cmd.Context(), args[0], &v1alpha1.TerraformRunDiscard{Comment: comment}, metav1.CreateOptions{})
+			} else {
+				_, err = runs.Cancel(cmd.Context(), args[0], &v1alpha1.TerraformRunCancel{Comment: comment}, metav1.CreateOptions{})
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "Asked to %s run %s/%s; the controller ends it in a moment.\n", verb, ns, args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&comment, "comment", "", "A comment recorded with the request.")
+	return cmd
+}
+
+func (o *options) waitCommand() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait RUN [--timeout D]",
+		Short: "Wait until a run ends, with a progress line; exit 0 Succeeded, 1 Failed, 3 Canceled, 4 Discarded, 5 timed out",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContextFrom(cmd.Context())
+			defer cancel()
+			if timeout > 0 {
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			return o.wait(ctx, cs, ns, args[0])
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "Give up after this long (exit code 5); 0 waits forever.")
+	return cmd
+}
+
+// wait watches the run until a final phase, printing a line on stderr each
+// time its phase or message changes.
+func (o *options) wait(ctx context.Context, cs versioned.Interface, ns, name string) error {
+	runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
+	last := ""
+	for {
+		run, err := runs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return waitError(ctx, err, ns, name)
+		}
+		for {
+			line := fmt.Sprintf("%s/%s: %s %s %s", ns, name, phase(run), planSummary(run), run.Status.Message)
+			if line != last {
+				fmt.Fprintf(o.streams.ErrOut, "%s %s\n", time.Now().Format("15:04:05"), line)
+				last = line
+			}
+			if done, err := final(run); done {
+				if err == nil {
+					fmt.Fprintf(o.streams.Out, "%s/%s Succeeded: %s\n", ns, name, run.Status.Message)
+				}
+				return err
+			}
+			w, err := runs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: run.ResourceVersion})
+			if err != nil {
+				return waitError(ctx, err, ns, name)
+			}
+			next, err := nextRun(ctx, w)
+			w.Stop()
+			if err != nil {
+				if ctx.Err() != nil {
+					return waitError(ctx, err, ns, name)
+				}
+				break // the watch ended: read the run again
+			}
+			run = next
+		}
+	}
+}
+
+func nextRun(ctx context.Context, w watch.Interface) (*v1alpha1.TerraformRun, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, errors.New("the watch ended")
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				if run, ok := ev.Object.(*v1alpha1.TerraformRun); ok {
+					return run, nil
+				}
+			case watch.Deleted:
+				return nil, &exitError{code: ExitFailed, msg: "the run was deleted"}
+			case watch.Error:
+				return nil, apierrors.FromObject(ev.Object)
+			}
+		}
+	}
+}
+
+// waitError is err, or the timeout's exit when the wait timed out.
+func waitError(ctx context.Context, err error, ns, name string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &exitError{code: ExitTimeout, msg: fmt.Sprintf("run %s/%s did not end within the timeout", ns, name)}
+	}
+	return err
+}
+
+// final says whether the run has ended, and the error that says how when it
+// did not succeed.
+func final(run *v1alpha1.TerraformRun) (bool, error) {
+	msg := fmt.Sprintf("%s/%s %s: %s", run.Namespace, run.Name, phase(run), run.Status.Message)
+	switch phase(run) {
+	case v1alpha1.RunPhaseSucceeded:
+		return true, nil
+	case v1alpha1.RunPhaseFailed:
+		return true, &exitError{code: ExitFailed, msg: msg}
+	case v1alpha1.RunPhaseCanceled:
+		return true, &exitError{code: ExitCanceled, msg: msg}
+	case v1alpha1.RunPhaseDiscarded:
+		return true, &exitError{code: ExitDiscarded, msg: msg}
+	}
+	return false, nil
+}
+
+func (o *options) rerunCommand() *cobra.Command {
+	var reason string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "rerun WORKSPACE [--reason TEXT] [--wait]",
+		Short: "Start a new run of a TerraformWorkspace now, and print its name",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			run, err := cs.TerrarunV1alpha1().TerraformWorkspaces(ns).Rerun(cmd.Context(), args[0], &v1alpha1.TerraformWorkspaceRerun{Reason: reason}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "Workspace %s/%s started run %s\n", ns, args[0], run.Name)
+			if !wait {
+				return nil
+			}
+			ctx, cancel := signalContextFrom(cmd.Context())
+			defer cancel()
+			return o.wait(ctx, cs, ns, run.Name)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "A note recorded with the run.")
+	cmd.Flags().BoolVar(&wait, "wait", false, "Wait until the run ends, as the wait command does.")
+	return cmd
+}
