@@ -66,6 +66,23 @@ type options struct {
 	streams genericiooptions.IOStreams
 }
 
+// command is a subcommand that runs with a client of the server and the
+// namespace that kubectl's flags select.
+func (o *options) command(use, short string, args cobra.PositionalArgs, run func(ctx context.Context, cs versioned.Interface, ns string, args []string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, ns, err := o.client()
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cs, ns, args)
+		},
+	}
+}
+
 func (o *options) client() (versioned.Interface, string, error) {
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
@@ -125,45 +142,36 @@ func runDuration(run *v1alpha1.TerraformRun, now time.Time) string {
 
 func (o *options) runsCommand() *cobra.Command {
 	var workspace string
-	cmd := &cobra.Command{
-		Use:   "runs [--workspace W]",
-		Short: "List runs, newest first: phase, plan, approver, duration",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
+	cmd := o.command("runs [--workspace W]", "List runs, newest first: phase, plan, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+		opts := metav1.ListOptions{}
+		if workspace != "" {
+			opts.LabelSelector = v1alpha1.LabelWorkspace + "=" + workspace
+		}
+		list, err := cs.TerrarunV1alpha1().TerraformRuns(ns).List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			fmt.Fprintf(o.streams.ErrOut, "No runs in namespace %s.\n", ns)
+			return nil
+		}
+		sort.Slice(list.Items, func(i, j int) bool {
+			return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp)
+		})
+		now := time.Now()
+		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
+		fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tAPPROVED-BY\tDURATION\tAGE")
+		for i := range list.Items {
+			run := &list.Items[i]
+			approver := "-"
+			if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
+				approver = a.ApprovedBy
 			}
-			opts := metav1.ListOptions{}
-			if workspace != "" {
-				opts.LabelSelector = v1alpha1.LabelWorkspace + "=" + workspace
-			}
-			list, err := cs.TerrarunV1alpha1().TerraformRuns(ns).List(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			if len(list.Items) == 0 {
-				fmt.Fprintf(o.streams.ErrOut, "No runs in namespace %s.\n", ns)
-				return nil
-			}
-			sort.Slice(list.Items, func(i, j int) bool {
-				return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp)
-			})
-			now := time.Now()
-			w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tAPPROVED-BY\tDURATION\tAGE")
-			for i := range list.Items {
-				run := &list.Items[i]
-				approver := "-"
-				if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
-					approver = a.ApprovedBy
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, phase(run), planSummary(run), approver,
-					runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time)))
-			}
-			return w.Flush()
-		},
-	}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, phase(run), planSummary(run), approver,
+				runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time)))
+		}
+		return w.Flush()
+	})
 	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
 	return cmd
 }
@@ -177,23 +185,14 @@ func phase(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
 
 func (o *options) planCommand() *cobra.Command {
 	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "plan RUN [--json]",
-		Short: "Show a run's plan, as terraform show prints it (or its redacted JSON); waits for it",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
-				SubResource("plan").Param("wait", "true")
-			if asJSON {
-				req = req.Param("format", v1alpha1.PlanFormatJSON)
-			}
-			return copyStream(cmd.Context(), o.streams.Out, req.Stream)
-		},
-	}
+	cmd := o.command("plan RUN [--json]", "Show a run's plan, as terraform show prints it (or its redacted JSON); waits for it", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
+			SubResource("plan").Param("wait", "true")
+		if asJSON {
+			req = req.Param("format", v1alpha1.PlanFormatJSON)
+		}
+		return copyStream(ctx, o.streams.Out, req.Stream)
+	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "Print the plan as JSON (terraform show -json, every sensitive value redacted).")
 	return cmd
 }
@@ -202,28 +201,19 @@ func (o *options) logsCommand() *cobra.Command {
 	var follow bool
 	var stage string
 	var attempt int32
-	cmd := &cobra.Command{
-		Use:   "logs RUN [-f] [--stage plan|apply] [--attempt N]",
-		Short: "Print a stage's log (the latest stage's by default); -f follows it until the stage ends",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).SubResource("logs")
-			if follow {
-				req = req.Param("follow", "true")
-			}
-			if stage != "" {
-				req = req.Param("stage", stage)
-			}
-			if attempt > 0 {
-				req = req.Param("attempt", fmt.Sprint(attempt))
-			}
-			return copyStream(cmd.Context(), o.streams.Out, req.Stream)
-		},
-	}
+	cmd := o.command("logs RUN [-f] [--stage plan|apply] [--attempt N]", "Print a stage's log (the latest stage's by default); -f follows it until the stage ends", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).SubResource("logs")
+		if follow {
+			req = req.Param("follow", "true")
+		}
+		if stage != "" {
+			req = req.Param("stage", stage)
+		}
+		if attempt > 0 {
+			req = req.Param("attempt", fmt.Sprint(attempt))
+		}
+		return copyStream(ctx, o.streams.Out, req.Stream)
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "Follow the log until the stage ends.")
 	cmd.Flags().StringVar(&stage, "stage", "", "plan or apply; default: the latest stage.")
 	cmd.Flags().Int32Var(&attempt, "attempt", 0, "The stage's attempt; default: the latest.")
@@ -250,17 +240,10 @@ func signalContextFrom(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 func (o *options) outputsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "outputs RUN",
-		Short: "Print a run's outputs as JSON, sensitive values included (needs get on terraformruns/outputs)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
+	return o.command("outputs RUN", "Print a run's outputs as JSON, sensitive values included (needs get on terraformruns/outputs)", cobra.ExactArgs(1),
+		func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
 			body, err := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
-				SubResource("outputs").DoRaw(cmd.Context())
+				SubResource("outputs").DoRaw(ctx)
 			if err != nil {
 				return err
 			}
@@ -271,54 +254,44 @@ func (o *options) outputsCommand() *cobra.Command {
 			enc := json.NewEncoder(o.streams.Out)
 			enc.SetIndent("", "  ")
 			return enc.Encode(v)
-		},
-	}
+		})
 }
 
 func (o *options) approveCommand() *cobra.Command {
 	var comment string
 	var yes bool
-	cmd := &cobra.Command{
-		Use:   "approve RUN [--comment TEXT] [--yes]",
-		Short: "Show the plan's summary and digest, ask, and approve exactly that digest",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
+	cmd := o.command("approve RUN [--comment TEXT] [--yes]", "Show the plan's summary and digest, ask, and approve exactly that digest", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
+		run, err := runs.Get(ctx, args[0], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p := run.Status.Plan
+		if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
+			return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, phase(run), run.Status.Message)
+		}
+		fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
+		fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
+		if run.Status.Source != nil && run.Status.Source.Revision != "" {
+			fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
+		}
+		fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
+		fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
+		if !yes {
+			fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
+			answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
+			if strings.TrimSpace(answer) != "yes" {
+				return errors.New("not approved")
 			}
-			runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
-			run, err := runs.Get(cmd.Context(), args[0], metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			p := run.Status.Plan
-			if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
-				return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, phase(run), run.Status.Message)
-			}
-			fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
-			fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
-			if run.Status.Source != nil && run.Status.Source.Revision != "" {
-				fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
-			}
-			fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
-			fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
-			if !yes {
-				fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
-				answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
-				if strings.TrimSpace(answer) != "yes" {
-					return errors.New("not approved")
-				}
-			}
-			approved, err := runs.Approve(cmd.Context(), run.Name, &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(o.streams.Out, "Approved plan %s of run %s/%s as %s; follow it with: kubectl terrarun wait %s -n %s\n",
-				p.Digest, ns, approved.Name, approverOf(approved), approved.Name, ns)
-			return nil
-		},
-	}
+		}
+		approved, err := runs.Approve(ctx, run.Name, &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.streams.Out, "Approved plan %s of run %s/%s as %s; follow it with: kubectl terrarun wait %s -n %s\n",
+			p.Digest, ns, approved.Name, approverOf(approved), approved.Name, ns)
+		return nil
+	})
 	cmd.Flags().StringVar(&comment, "comment", "", "A comment recorded with the approval.")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Approve without asking.")
 	return cmd
@@ -347,52 +320,35 @@ func (o *options) actionCommand(verb string) *cobra.Command {
 		"discard": "Discard a plan that waits for approval",
 		"cancel":  "Cancel a run: stop its stage in flight (SIGINT, then a kill), or end it before it starts",
 	}[verb]
-	cmd := &cobra.Command{
-		Use:   verb + " RUN [--comment TEXT]",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
-			if verb == "discard" {
-				_, err = runs.Discard(cmd.Context(), args[0], &v1alpha1.TerraformRunDiscard{Comment: comment}, metav1.CreateOptions{})
-			} else {
-				_, err = runs.Cancel(cmd.Context(), args[0], &v1alpha1.TerraformRunCancel{Comment: comment}, metav1.CreateOptions{})
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(o.streams.Out, "Asked to %s run %s/%s; the controller ends it in a moment.\n", verb, ns, args[0])
-			return nil
-		},
-	}
+	cmd := o.command(verb+" RUN [--comment TEXT]", short, cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
+		var err error
+		if verb == "discard" {
+			_, err = runs.Discard(ctx, args[0], &v1alpha1.TerraformRunDiscard{Comment: comment}, metav1.CreateOptions{})
+		} else {
+			_, err = runs.Cancel(ctx, args[0], &v1alpha1.TerraformRunCancel{Comment: comment}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.streams.Out, "Asked to %s run %s/%s; the controller ends it in a moment.\n", verb, ns, args[0])
+		return nil
+	})
 	cmd.Flags().StringVar(&comment, "comment", "", "A comment recorded with the request.")
 	return cmd
 }
 
 func (o *options) waitCommand() *cobra.Command {
 	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "wait RUN [--timeout D]",
-		Short: "Wait until a run ends, with a progress line; exit 0 Succeeded, 1 Failed, 3 Canceled, 4 Discarded, 5 timed out",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContextFrom(cmd.Context())
+	cmd := o.command("wait RUN [--timeout D]", "Wait until a run ends, with a progress line; exit 0 Succeeded, 1 Failed, 3 Canceled, 4 Discarded, 5 timed out", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		ctx, cancel := signalContextFrom(ctx)
+		defer cancel()
+		if timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if timeout > 0 {
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			return o.wait(ctx, cs, ns, args[0])
-		},
-	}
+		}
+		return o.wait(ctx, cs, ns, args[0])
+	})
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "Give up after this long (exit code 5); 0 waits forever.")
 	return cmd
 }
@@ -487,28 +443,19 @@ func final(run *v1alpha1.TerraformRun) (bool, error) {
 func (o *options) rerunCommand() *cobra.Command {
 	var reason string
 	var wait bool
-	cmd := &cobra.Command{
-		Use:   "rerun WORKSPACE [--reason TEXT] [--wait]",
-		Short: "Start a new run of a TerraformWorkspace now, and print its name",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, ns, err := o.client()
-			if err != nil {
-				return err
-			}
-			run, err := cs.TerrarunV1alpha1().TerraformWorkspaces(ns).Rerun(cmd.Context(), args[0], &v1alpha1.TerraformWorkspaceRerun{Reason: reason}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(o.streams.Out, "Workspace %s/%s started run %s\n", ns, args[0], run.Name)
-			if !wait {
-				return nil
-			}
-			ctx, cancel := signalContextFrom(cmd.Context())
-			defer cancel()
-			return o.wait(ctx, cs, ns, run.Name)
-		},
-	}
+	cmd := o.command("rerun WORKSPACE [--reason TEXT] [--wait]", "Start a new run of a TerraformWorkspace now, and print its name", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+		run, err := cs.TerrarunV1alpha1().TerraformWorkspaces(ns).Rerun(ctx, args[0], &v1alpha1.TerraformWorkspaceRerun{Reason: reason}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.streams.Out, "Workspace %s/%s started run %s\n", ns, args[0], run.Name)
+		if !wait {
+			return nil
+		}
+		ctx, cancel := signalContextFrom(ctx)
+		defer cancel()
+		return o.wait(ctx, cs, ns, run.Name)
+	})
 	cmd.Flags().StringVar(&reason, "reason", "", "A note recorded with the run.")
 	cmd.Flags().BoolVar(&wait, "wait", false, "Wait until the run ends, as the wait command does.")
 	return cmd

@@ -190,25 +190,35 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 	return nil
 }
 
-// waitForPlan watches the run until it has a plan, the plan stage has ended
-// without one, or planWaitTimeout has passed.
-func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
-	waitCtx, done, err := r.waiters.start(ctx)
+// waitFor watches the run until done holds for it, within planWaitTimeout,
+// and returns it then; what says what the wait is for, in its errors ("get
+// a plan").
+func (r *PlanREST) waitFor(ctx context.Context, run *terrarun.TerraformRun, what string, done func(*terrarun.TerraformRun) bool) (*terrarun.TerraformRun, error) {
+	waitCtx, finish, err := r.waiters.start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer finish()
 	ctx, cancel := context.WithTimeout(waitCtx, planWaitTimeout)
 	defer cancel()
 	name := run.Name
-	run, err = r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
+	run, err = r.status.watchUntil(ctx, run, done)
+	switch {
+	case err != nil && errors.Is(context.Cause(waitCtx), errShuttingDown):
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before run %q could %s; wait again", name, what))
+	case err != nil && ctx.Err() != nil:
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q did not %s within %s; try again", name, what, planWaitTimeout), 5)
+	}
+	return run, err
+}
+
+// waitForPlan waits until the run has a plan, or its plan stage has ended
+// without one.
+func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
+	run, err := r.waitFor(ctx, run, "get a plan", func(run *terrarun.TerraformRun) bool {
 		return hasPlan(run) || planFailed(run) != nil || isFinal(run.Status.Phase)
 	})
 	switch {
-	case err != nil && errors.Is(context.Cause(waitCtx), errShuttingDown):
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before run %q has a plan; wait again", name))
-	case err != nil && ctx.Err() != nil:
-		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q has no plan after waiting %s; try again", name, planWaitTimeout), 5)
 	case err != nil:
 		return nil, err
 	case hasPlan(run):
@@ -229,36 +239,23 @@ func awaitsApply(ctx context.Context, run *terrarun.TerraformRun) bool {
 		checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") == nil
 }
 
-// waitForApply watches the run until the controller grants the requesting
-// plan executor the run's apply stage, and returns the run then; or an error
-// once the plan stage has ended without it (the run was canceled or
-// deleted), or after planWaitTimeout.
+// waitForApply waits until the controller grants the requesting plan
+// executor the run's apply stage, and returns the run then; or an error once
+// the plan stage has ended without it (the run was canceled or deleted).
 func (r *PlanREST) waitForApply(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
-	waitCtx, done, err := r.waiters.start(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(waitCtx, planWaitTimeout)
-	defer cancel()
-	name := run.Name
 	granted := func(run *terrarun.TerraformRun) bool {
 		return checkExecutor(ctx, run, terrarun.StageApply, 0, "plan") == nil
 	}
-	run, err = r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool {
+	run, err := r.waitFor(ctx, run, "start its apply", func(run *terrarun.TerraformRun) bool {
 		return granted(run) || checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") != nil
 	})
 	switch {
-	case err != nil && errors.Is(context.Cause(waitCtx), errShuttingDown):
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before run %q starts its apply; wait again", name))
-	case err != nil && ctx.Err() != nil:
-		return nil, apierrors.NewTimeoutError(fmt.Sprintf("run %q did not start its apply within %s; try again", name, planWaitTimeout), 5)
 	case err != nil:
 		return nil, err
 	case granted(run):
 		return run, nil
 	}
-	return nil, conflict(name, "the plan stage ended without the apply stage (the run is %s: %s); this executor does not apply", phaseOrPending(run), run.Status.Message)
+	return nil, conflict(run.Name, "the plan stage ended without the apply stage (the run is %s: %s); this executor does not apply", phaseOrPending(run), run.Status.Message)
 }
 
 // planFailed is the Planned condition of a run whose plan stage ended
