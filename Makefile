@@ -9,17 +9,21 @@ RUN_FLAGS ?=
 GO_TEST   ?= $(GO) test -race
 BENCHTIME ?= 1x
 BENCH     ?= .
+# The build's version, from git: what `terrarun-apiserver --version` and
+# `kubectl version` report.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/terrarun/terrarun/pkg/cmd/server.buildVersion=$(VERSION)
 
 .PHONY: help
 help: ## Show the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build terrarun-apiserver and terrarun-executor into bin/.
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin into bin/.
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 .PHONY: engine
-engine: ## Find terraform or tofu (or $$TERRARUN_ENGINE), else build OpenTofu from the Go module proxy into .cache/engine.
+engine: ## Find terraform or tofu (or the one TERRARUN_ENGINE names), else build OpenTofu from the Go module proxy into .cache/engine.
 	@hack/engine.sh
 
 .PHONY: run

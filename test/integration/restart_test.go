@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // kill ends the server with SIGKILL, as a crash or an OOM kill would, and
@@ -336,4 +338,44 @@ func TestRestartMidApply(t *testing.T) {
 		t.Errorf("later the run is %s with %d apply stages", again.Status.Phase, applyStages(again))
 	}
 	waitNoProcessesUnder(t, dataDir, 30*time.Second)
+}
+
+// TestSecondServerOnTheDataDir: a second server started on a running
+// server's --data-dir stops at once, saying which process holds it, and
+// touches nothing of the first: its certificates and its etcd are as they
+// were, and it goes on serving.
+func TestSecondServerOnTheDataDir(t *testing.T) {
+	e := newRunEnv(t)
+	pki := filepath.Join(e.DataDir, "pki")
+	before := map[string][]byte{}
+	entries, err := os.ReadDir(pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range entries {
+		if !f.IsDir() {
+			b, err := os.ReadFile(filepath.Join(pki, f.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[f.Name()] = b
+		}
+	}
+	port, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, apiserverBinary, "--standalone", "--data-dir", e.DataDir, "--secure-port", strconv.Itoa(port)).CombinedOutput()
+	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "is using --data-dir "+e.DataDir) || !strings.Contains(string(out), "pid ") {
+		t.Fatalf("the second server: %v after %s\n%s", err, time.Since(start), out)
+	}
+	for name, b := range before {
+		if now, err := os.ReadFile(filepath.Join(pki, name)); err != nil || !bytes.Equal(now, b) {
+			t.Errorf("the second server changed %s (%v)", name, err)
+		}
+	}
+	mustKubectl(t, e.Kubeconfig, "get", "tfr")
 }

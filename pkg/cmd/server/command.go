@@ -25,6 +25,7 @@ authorization delegated to the cluster.
 With --standalone it needs no cluster: it starts embedded etcd in --data-dir,
 issues itself certificates, and writes an admin kubeconfig there.`,
 		SilenceUsage: true,
+		Version:      versionLine(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := o.Complete(c.Flags()); err != nil {
 				return err
@@ -36,6 +37,7 @@ issues itself certificates, and writes an admin kubeconfig there.`,
 			return o.Run(genericapiserver.SetupSignalContext())
 		},
 	}
+	cmd.SetVersionTemplate("{{.Version}}\n")
 	o.AddFlags(cmd.Flags())
 	cmd.AddCommand(newKubeconfigCommand(out))
 	return cmd

@@ -179,7 +179,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		if sa, err = o.startStandalone(ctx); err != nil {
 			return nil, cleanup, err
 		}
-		cleanups = append(cleanups, sa.etcd.Close)
+		cleanups = append(cleanups, sa.unlock, sa.etcd.Close)
 		recommended = o.standaloneOptions(sa.etcd)
 		recommended.SecureServing = sa.serving
 	} else {

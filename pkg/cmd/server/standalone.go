@@ -36,14 +36,26 @@ type standaloneConfig struct {
 	pki     *standalone.PKI
 	etcd    *standalone.Etcd
 	serving *genericoptions.SecureServingOptionsWithLoopback
+	// unlock releases the data directory.
+	unlock func()
 }
 
-// startStandalone creates the data directory, the CA and the serving
-// certificate, and starts embedded etcd.
-func (o *Options) startStandalone(ctx context.Context) (*standaloneConfig, error) {
+// startStandalone creates and locks the data directory, creates the CA and
+// the serving certificate, and starts embedded etcd. It touches nothing in
+// a data directory that another server holds.
+func (o *Options) startStandalone(ctx context.Context) (_ *standaloneConfig, err error) {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating --data-dir %s: %w", o.DataDir, err)
 	}
+	unlock, err := standalone.LockDataDir(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unlock()
+		}
+	}()
 	pki, err := standalone.LoadOrCreatePKI(filepath.Join(o.DataDir, "pki"))
 	if err != nil {
 		return nil, err
@@ -73,7 +85,7 @@ func (o *Options) startStandalone(ctx context.Context) (*standaloneConfig, error
 	if err != nil {
 		return nil, err
 	}
-	return &standaloneConfig{pki: pki, etcd: etcd, serving: &serving}, nil
+	return &standaloneConfig{pki: pki, etcd: etcd, serving: &serving, unlock: unlock}, nil
 }
 
 // standaloneOptions returns a copy of the recommended options for standalone
