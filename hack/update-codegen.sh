@@ -33,6 +33,8 @@ kube::codegen::gen_openapi \
     --update-report \
     --output-model-name-file "zz_generated.model_name.go" \
     --extra-pkgs k8s.io/api/core/v1 \
+    --extra-pkgs k8s.io/api/authorization/v1 \
+    --extra-pkgs k8s.io/api/authentication/v1 \
     --boilerplate "${BOILERPLATE}" \
     "${SCRIPT_ROOT}/pkg/apis"
 

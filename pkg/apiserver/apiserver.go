@@ -50,6 +50,9 @@ func init() {
 		&metav1.APIGroup{},
 		&metav1.APIResourceList{},
 	)
+	if err := addStandaloneTypes(Scheme); err != nil {
+		panic(err)
+	}
 }
 
 // ExtraConfig is terrarun's configuration beyond the generic server's.
@@ -171,6 +174,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
+	}
+	if extra.Controller.Kube == nil {
+		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, c.GenericConfig.Authorization.Authorizer); err != nil {
+			return nil, err
+		}
 	}
 
 	if extra.Controller.Enabled {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -40,16 +41,23 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 		return err
 	}
 	// In cluster mode, Events go to the host cluster (kubectl describe shows
-	// them) and outputs can be published to a Secret there.
+	// them) and outputs can be published to a Secret there; in standalone
+	// mode, Events go to this server's own core/v1 events.
 	opts := runcontroller.Options{
 		CancelGrace:                     c.Controller.CancelGrace,
 		MaxConcurrentStages:             c.Controller.MaxStages,
 		MaxConcurrentStagesPerNamespace: c.Controller.MaxStagesPerNamespace,
 	}
+	events := c.Controller.Kube
+	if events == nil {
+		if events, err = kubernetes.NewForConfig(hook.LoopbackClientConfig); err != nil {
+			return err
+		}
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(hook))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+	opts.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
 	if kube := c.Controller.Kube; kube != nil {
-		broadcaster := record.NewBroadcaster(record.WithContext(hook))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-		opts.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
 		opts.OnApplied = runcontroller.OutputsSecretPublisher(kube, c.Artifacts)
 	}
 	host, _ := os.Hostname()

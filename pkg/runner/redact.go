@@ -101,15 +101,16 @@ func (s *secretSet) redactString(str string) string {
 func (s *secretSet) redactBytes(b []byte) []byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out, _ := s.scan(b, true)
+	out, _ := s.scan(b, true, 0)
 	return out
 }
 
-// scan redacts b. Unless final, it stops at the first position from which
-// the rest of b is a proper prefix of a secret and returns how many bytes of
-// b it consumed; the caller keeps the rest for the next write. s.mu must be
-// held.
-func (s *secretSet) scan(b []byte, final bool) ([]byte, int) {
+// scan redacts b, which follows the byte prev (0 at the start). Unless
+// final, it stops at the first position from which the rest of b could
+// still turn out to be a secret (a proper prefix of one, or a short one
+// whose end is not yet known) and returns how many bytes of b it consumed;
+// the caller keeps the rest for the next write. s.mu must be held.
+func (s *secretSet) scan(b []byte, final bool, prev byte) ([]byte, int) {
 	if len(s.values) == 0 {
 		return append([]byte(nil), b...), len(b)
 	}
@@ -117,12 +118,29 @@ func (s *secretSet) scan(b []byte, final bool) ([]byte, int) {
 	i := 0
 outer:
 	for i < len(b) {
+		before := prev
+		if i > 0 {
+			before = b[i-1]
+		}
 		for _, v := range s.values {
-			if bytes.HasPrefix(b[i:], v) {
-				out = append(out, Redacted...)
-				i += len(v)
-				continue outer
+			if !bytes.HasPrefix(b[i:], v) {
+				continue
 			}
+			if len(v) < minSubstringLen {
+				end := i + len(v)
+				if isWordByte(before) {
+					continue
+				}
+				if end == len(b) && !final {
+					break outer // the next byte decides
+				}
+				if end < len(b) && isWordByte(b[end]) {
+					continue
+				}
+			}
+			out = append(out, Redacted...)
+			i += len(v)
+			continue outer
 		}
 		if !final && len(b)-i < s.maxLen {
 			rest := b[i:]
@@ -138,6 +156,18 @@ outer:
 	return out, i
 }
 
+// minSubstringLen is the shortest secret redacted wherever it appears. A
+// shorter one ("a", "42", "dev") is redacted only where it stands alone, not
+// inside a longer word or number: redacting every "a" would make logs
+// unreadable, while a value printed on its own (`password = "ab"`) is still
+// hidden.
+const minSubstringLen = 6
+
+// isWordByte says whether c continues a word or a number.
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
 // redactWriter writes to w with every secret replaced. A secret split over
 // several writes is still found: bytes that could start a secret are held
 // back (at most the longest secret's length minus one) until the next write
@@ -148,6 +178,8 @@ type redactWriter struct {
 	secrets *secretSet
 	w       io.Writer
 	pending []byte
+	// prev is the last byte consumed, which the next bytes follow.
+	prev byte
 }
 
 func newRedactWriter(secrets *secretSet, w io.Writer) *redactWriter {
@@ -159,8 +191,11 @@ func (r *redactWriter) Write(p []byte) (int, error) {
 	defer r.mu.Unlock()
 	r.pending = append(r.pending, p...)
 	r.secrets.mu.RLock()
-	out, n := r.secrets.scan(r.pending, false)
+	out, n := r.secrets.scan(r.pending, false, r.prev)
 	r.secrets.mu.RUnlock()
+	if n > 0 {
+		r.prev = r.pending[n-1]
+	}
 	r.pending = append(r.pending[:0], r.pending[n:]...)
 	if len(out) > 0 {
 		if _, err := r.w.Write(out); err != nil {
@@ -178,8 +213,9 @@ func (r *redactWriter) Flush() error {
 		return nil
 	}
 	r.secrets.mu.RLock()
-	out, _ := r.secrets.scan(r.pending, true)
+	out, _ := r.secrets.scan(r.pending, true, r.prev)
 	r.secrets.mu.RUnlock()
+	r.prev = r.pending[len(r.pending)-1]
 	r.pending = r.pending[:0]
 	_, err := r.w.Write(out)
 	return err

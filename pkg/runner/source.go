@@ -421,13 +421,15 @@ func gitHost(raw string) (string, error) {
 	return "", fmt.Errorf("git URL %q names no host", raw)
 }
 
-// secrets returns the values to redact: the credentials, and the basic
-// authorization header git sends them in.
+// secrets returns the values to redact: the password and the private key,
+// and the basic authorization header git sends the password in.
 func (c *gitCredentials) secrets() []string {
 	if c == nil {
 		return nil
 	}
-	out := []string{c.username, c.password, c.identity}
+	// The username is not secret: it names an account, and appears in URLs
+	// and commit logs; hiding it would only hide who acted.
+	out := []string{c.password, c.identity}
 	if c.password != "" {
 		out = append(out, base64.StdEncoding.EncodeToString([]byte(c.username+":"+c.password)))
 	}

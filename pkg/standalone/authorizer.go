@@ -42,9 +42,23 @@ var discovery = rbacv1.PolicyRule{Verbs: []string{"get"}, NonResourceURLs: []str
 	"/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/", "/healthz", "/livez", "/readyz",
 }}
 
+// selfReviews are what every authenticated user may ask about herself, as
+// Kubernetes' system:basic-user role allows: `kubectl auth can-i` and
+// `kubectl auth whoami`.
+var selfReviews = []rbacv1.PolicyRule{
+	{Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}},
+	{Verbs: []string{"create"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}},
+}
+
+// readEvents lets each of the groups above read the Events the server
+// records about runs and workspaces; in cluster mode, the cluster's roles
+// decide who reads Events.
+var readEvents = rbacv1.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"events"}}
+
 // NewAuthorizer returns standalone mode's authorizer: the roles of
-// artifacts/deploy/rbac.yaml, bound to the groups above, and everything for
-// system:masters. Everybody else, and everything else, is denied: status
+// artifacts/deploy/rbac.yaml, bound to the groups above, with reading
+// Events; self reviews and discovery for every authenticated user; and
+// everything for system:masters. Everybody else, and everything else, is denied: status
 // writes, impersonation and the executors' writes among them (executors are
 // authorized apart, by pkg/executor/auth).
 func NewAuthorizer() (authorizer.Authorizer, error) {
@@ -52,8 +66,9 @@ func NewAuthorizer() (authorizer.Authorizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := map[string][]rbacv1.PolicyRule{user.AllAuthenticated: {discovery}}
+	rules := map[string][]rbacv1.PolicyRule{user.AllAuthenticated: append([]rbacv1.PolicyRule{discovery}, selfReviews...)}
 	for group, names := range groupRoles {
+		rules[group] = append(rules[group], readEvents)
 		for _, name := range names {
 			role, ok := roles[name]
 			if !ok {

@@ -48,6 +48,12 @@ func TestAuthorizer(t *testing.T) {
 		{"an approver reads the plan", as(ApproversGroup), run("get", "plan"), allow},
 		{"an approver creates no runs", as(ApproversGroup), run("create", ""), deny},
 		{"the admin writes status", as(user.SystemPrivilegedGroup), run("update", "status"), allow},
+		{"anybody asks what she may do", as(), authorizer.AttributesRecord{Verb: "create", APIGroup: "authorization.k8s.io", Resource: "selfsubjectaccessreviews", ResourceRequest: true}, allow},
+		{"anybody asks who she is", as(), authorizer.AttributesRecord{Verb: "create", APIGroup: "authentication.k8s.io", Resource: "selfsubjectreviews", ResourceRequest: true}, allow},
+		{"nobody asks about others", as(ViewersGroup, EditorsGroup, ApproversGroup), authorizer.AttributesRecord{Verb: "create", APIGroup: "authorization.k8s.io", Resource: "subjectaccessreviews", ResourceRequest: true}, deny},
+		{"nobody reads events", as(), authorizer.AttributesRecord{Verb: "list", Namespace: "default", Resource: "events", APIVersion: "v1", ResourceRequest: true}, deny},
+		{"a viewer reads events", as(ViewersGroup), authorizer.AttributesRecord{Verb: "watch", Namespace: "default", Resource: "events", APIVersion: "v1", ResourceRequest: true}, allow},
+		{"an editor writes no events", as(EditorsGroup), authorizer.AttributesRecord{Verb: "create", Namespace: "default", Resource: "events", APIVersion: "v1", ResourceRequest: true}, deny},
 		{"the admin impersonates", as(user.SystemPrivilegedGroup), authorizer.AttributesRecord{Verb: "impersonate", Resource: "users", Name: "bob", ResourceRequest: true}, allow},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

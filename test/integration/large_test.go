@@ -350,10 +350,10 @@ output "small" {
 	for _, o := range run.Status.Outputs {
 		got[o.Name] = o
 	}
-	if b := got["big"]; b.Value != "" || b.ValueOmitted != v1alpha1.OutputTooLarge {
+	if b := got["big"]; b.Value != nil || b.ValueOmitted != v1alpha1.OutputTooLarge {
 		t.Errorf("status.outputs big = %.100v, want no value, TooLarge", b)
 	}
-	if s := got["small"]; s.Value != `"fits"` {
+	if s := got["small"]; outputValue(s) != `"fits"` {
 		t.Errorf("status.outputs small = %+v", s)
 	}
 	outputs := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("bigout", "outputs"))

@@ -132,6 +132,14 @@ func runJSON(name string) string {
 		`"},"spec":{"source":{"inline":{"main.tf":"resource \"terraform_data\" \"x\" {}"}}}}`
 }
 
+// outputValue is an output's value in status, as JSON; "" when absent.
+func outputValue(o v1alpha1.OutputStatus) string {
+	if o.Value == nil {
+		return ""
+	}
+	return string(o.Value.Raw)
+}
+
 func raw(name, sub string) string {
 	return "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/" + name + "/" + sub
 }
@@ -243,11 +251,15 @@ func TestRunLifecycle(t *testing.T) {
 	for _, o := range run.Status.Outputs {
 		outputs[o.Name] = o
 	}
-	if outputs["greeting"].Value != `"hello"` || outputs["password_length"].Value != fmt.Sprint(len(dbPassword)) {
+	if outputValue(outputs["greeting"]) != `"hello"` || outputValue(outputs["password_length"]) != fmt.Sprint(len(dbPassword)) {
 		t.Errorf("status.outputs = %+v", run.Status.Outputs)
 	}
-	if c := outputs["connection"]; !c.Sensitive || c.Value != "" {
+	if c := outputs["connection"]; !c.Sensitive || c.Value != nil {
 		t.Errorf("sensitive output in status: %+v", c)
+	}
+	// Values are plain JSON, not JSON in strings: jsonpath reads them.
+	if out := mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello", "-o", `jsonpath={.status.outputs[?(@.name=="greeting")].value} {.status.outputs[?(@.name=="greeting")].type} {.status.outputs[?(@.name=="password_length")].value}`); out != fmt.Sprintf("hello string %d", len(dbPassword)) {
+		t.Errorf("status.outputs through jsonpath = %q", out)
 	}
 	all := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("hello", "outputs"))
 	if !strings.Contains(all, "postgres://app:"+dbPassword+"@db") {
@@ -410,7 +422,7 @@ func TestAutoRunInOneProcess(t *testing.T) {
 	for _, o := range run.Status.Outputs {
 		outputs[o.Name] = o
 	}
-	if outputs["greeting"].Value != `"hello"` || !outputs["connection"].Sensitive {
+	if outputValue(outputs["greeting"]) != `"hello"` || !outputs["connection"].Sensitive {
 		t.Errorf("status.outputs = %+v", run.Status.Outputs)
 	}
 	if strings.Contains(planLog+applyLog, dbPassword) {

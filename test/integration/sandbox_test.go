@@ -140,7 +140,7 @@ resource "terraform_data" "probe" {
 	}
 	outputs := map[string]string{}
 	for _, o := range thief.Status.Outputs {
-		outputs[o.Name] = o.Value
+		outputs[o.Name] = outputValue(o)
 	}
 	if outputs["ca_key"] != `"denied"` || outputs["team_a_state"] != `"denied"` {
 		t.Errorf("file() read what it may not: %v", outputs)

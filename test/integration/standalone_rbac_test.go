@@ -1,12 +1,15 @@
 package integration
 
 import (
+	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // TestStandaloneRoles attacks standalone mode's authorization with kubectl as
@@ -44,4 +47,52 @@ func TestStandaloneRoles(t *testing.T) {
 	}
 	mustKubectl(t, e.bob, "create", "--raw", raw("guarded", "approve"), "-f", approval)
 	e.waitPhase(t, "guarded", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+}
+
+// TestStandaloneKubectl: standalone mode answers what kubectl asks a
+// cluster: `auth can-i` with the server's own roles, `auth whoami`, and the
+// Events the controller records, in `get events` and in `describe`.
+func TestStandaloneKubectl(t *testing.T) {
+	e := newRunEnv(t)
+	editor := e.mint(t, "eve", "terrarun:editors")
+	nobody := e.mint(t, "nobody")
+
+	canI := func(kubeconfig, want string, args ...string) {
+		t.Helper()
+		out, _ := kubectl(t, kubeconfig, append([]string{"auth", "can-i"}, args...)...)
+		if got, _, _ := strings.Cut(strings.TrimSpace(out), " "); got != want {
+			t.Errorf("auth can-i %s = %q, want %s", strings.Join(args, " "), got, want)
+		}
+	}
+	canI(editor, "yes", "create", "terraformruns")
+	canI(editor, "no", "create", "terraformruns", "--subresource=approve")
+	canI(e.bob, "yes", "create", "terraformruns", "--subresource=approve")
+	canI(nobody, "no", "get", "terraformruns")
+	canI(e.Kubeconfig, "yes", "delete", "terraformruns")
+
+	if out := mustKubectl(t, editor, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"); !strings.Contains(out, "eve") || !strings.Contains(out, "terrarun:editors") {
+		t.Errorf("auth whoami as eve: %q", out)
+	}
+
+	e.create(t, runManifest("told", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  approval:\n    mode: Auto\n")))
+	e.waitPhase(t, "told", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+	var events string
+	if err := harness.Poll(ctxT(t), 200*time.Millisecond, 30*time.Second, "the run's Applied event", func(context.Context) bool {
+		events, _ = kubectl(t, editor, "get", "events", "--field-selector", "involvedObject.name=told")
+		return strings.Contains(events, "Applied")
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, events)
+	}
+	for _, want := range []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE", "terraformrun/told", "StageStarted", "Apply complete"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("get events lacks %q:\n%s", want, events)
+		}
+	}
+	described := mustKubectl(t, editor, "describe", "tfr", "told")
+	if !regexp.MustCompile(`(?s)Events:.*Normal\s+Applied\s+.*terrarun-controller\s+Apply complete`).MatchString(described) {
+		t.Errorf("describe shows no events:\n%s", described)
+	}
+	if out, err := kubectl(t, nobody, "get", "events"); err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("a user without groups read events: %v\n%s", err, out)
+	}
 }

@@ -136,7 +136,7 @@ func TestWorkspace(t *testing.T) {
 		if owner := metav1.GetControllerOf(run); owner == nil || owner.Kind != "TerraformWorkspace" || owner.UID != got.UID {
 			t.Errorf("run %s is controlled by %+v, want the workspace", run.Name, owner)
 		}
-		if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"b"` {
+		if len(got.Status.Outputs) != 1 || outputValue(got.Status.Outputs[0]) != `"b"` {
 			t.Errorf("status.outputs = %+v, want greeting \"b\"", got.Status.Outputs)
 		}
 		table := mustKubectl(t, e.Kubeconfig, "get", "tfws", ws)
@@ -388,7 +388,7 @@ spec:
 	if run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerNewRevision) || run.Status.Plan.Change != 1 {
 		t.Errorf("run %s: trigger %q, plan %+v; want NewRevision changing 1 resource", run.Name, run.Annotations[v1alpha1.AnnotationTrigger], run.Status.Plan)
 	}
-	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"two"` {
+	if len(got.Status.Outputs) != 1 || outputValue(got.Status.Outputs[0]) != `"two"` {
 		t.Errorf("outputs %+v, want the new commit's", got.Status.Outputs)
 	}
 	// One apply per commit: no run applies the same commit again.
@@ -553,12 +553,12 @@ func TestWorkspaceConfigMap(t *testing.T) {
 	e.create(t, strings.Replace(workspaceManifest("configured", workspaceTF, "  approval:\n    mode: Auto\n  interval: 10s\n"), "  template:\n",
 		"  template:\n    variables:\n    - name: greeting\n      valueFrom:\n        configMapKeyRef: {name: settings, key: greeting}\n", 1))
 	got := e.readyAt(t, "configured", "configured-1")
-	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"from-configmap-1"` {
+	if len(got.Status.Outputs) != 1 || outputValue(got.Status.Outputs[0]) != `"from-configmap-1"` {
 		t.Fatalf("outputs %+v, want the ConfigMap's value", got.Status.Outputs)
 	}
 	writeFile(t, filepath.Join(dir, "greeting"), "from-configmap-2")
 	got = e.waitWorkspace(t, "configured", "the new ConfigMap content applied", func(ws *v1alpha1.TerraformWorkspace) bool {
-		return len(ws.Status.Outputs) == 1 && ws.Status.Outputs[0].Value == `"from-configmap-2"` &&
+		return len(ws.Status.Outputs) == 1 && outputValue(ws.Status.Outputs[0]) == `"from-configmap-2"` &&
 			meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
 	})
 	run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), got.Status.LastAppliedRun, metav1.GetOptions{})
@@ -596,7 +596,7 @@ func TestReadmeWorkspace(t *testing.T) {
 	mustKubectl(t, kc, "patch", "tfws", "greeter", "--type=merge", "-p", `{"spec":{"template":{"variables":[{"name":"greeting","value":"hi"}]}}}`)
 	approve("greeter-2")
 	got := e.readyAt(t, "greeter", "greeter-2")
-	if len(got.Status.Outputs) != 1 || got.Status.Outputs[0].Value != `"hi"` {
+	if len(got.Status.Outputs) != 1 || outputValue(got.Status.Outputs[0]) != `"hi"` {
 		t.Errorf("outputs after the patch: %+v", got.Status.Outputs)
 	}
 	if out := mustKubectl(t, kc, "create", "--raw", w+"/rerun", "-f", harness.RepoPath("artifacts", "examples", "rerun.json")); !strings.Contains(out, `"greeter-3"`) {

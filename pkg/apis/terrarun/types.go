@@ -386,8 +386,14 @@ const AutoApprover = "auto"
 
 // Condition reasons of a TerraformRun.
 const (
-	ReasonPending          = "Pending"
-	ReasonQueued           = "Queued"
+	ReasonPending = "Pending"
+	ReasonQueued  = "Queued"
+	// ReasonWaitingForState: another run uses the run's Terraform state; it
+	// takes its turn when that run is done with it.
+	ReasonWaitingForState = "WaitingForState"
+	// ReasonStalePlan: another run applied to the state after the plan was
+	// made; the plan is not applied.
+	ReasonStalePlan        = "StalePlan"
 	ReasonPlanning         = "Planning"
 	ReasonPlanned          = "Planned"
 	ReasonNoChanges        = "NoChanges"
@@ -564,17 +570,19 @@ type StageStatus struct {
 type OutputStatus struct {
 	// name of the output.
 	Name string `json:"name"`
-	// type is the output's Terraform type, as JSON (for example "string" or ["list","number"]).
+	// type is the output's Terraform type, in Terraform's JSON form (for
+	// example "string", or ["list","number"]).
 	// +optional
-	Type string `json:"type,omitempty"`
+	Type *JSON `json:"type,omitempty"`
 	// sensitive is true when the output is marked sensitive; its value is then omitted.
 	// +optional
 	Sensitive bool `json:"sensitive,omitempty"`
-	// value is the output's value as JSON, present only when the output is
-	// neither sensitive nor larger than 4 KiB (valueOmitted says which). The
-	// outputs subresource serves every value.
+	// value is the output's value, as it is (a string, a number, a list,
+	// an object...), present only when the output is neither sensitive nor
+	// larger than 4 KiB in JSON (valueOmitted says which). The outputs
+	// subresource serves every value.
 	// +optional
-	Value string `json:"value,omitempty"`
+	Value *JSON `json:"value,omitempty"`
 	// valueOmitted says why value is absent: Sensitive, or TooLarge (the
 	// value, or the outputs together, are too large for the run's status).
 	// +optional

@@ -62,6 +62,7 @@ type Options struct {
 type Controller struct {
 	client    versioned.Interface
 	lister    listers.TerraformRunLister
+	indexer   cache.Indexer
 	synced    cache.InformerSynced
 	queue     workqueue.TypedRateLimitingInterface[string]
 	exec      executor.Executor
@@ -87,6 +88,7 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 	c := &Controller{
 		client:    client,
 		lister:    informer.Lister(),
+		indexer:   informer.Informer().GetIndexer(),
 		synced:    informer.Informer().HasSynced,
 		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformruns"}),
 		exec:      exec,
@@ -94,20 +96,36 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		opts:      opts,
 		slots:     slots{admitted: map[string]bool{}, written: map[string]time.Time{}},
 	}
+	if err := informer.Informer().AddIndexers(cache.Indexers{stateIndex: stateIndexFunc}); err != nil {
+		return nil, err
+	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, obj interface{}) {
 			c.enqueue(obj)
 			o, n := old.(*v1alpha1.TerraformRun), obj.(*v1alpha1.TerraformRun)
+			if phaseOf(o) == phaseOf(n) && (o.Status.Approval == nil) == (n.Status.Approval == nil) {
+				return
+			}
+			c.forget(n, false)
 			if holdsSlot(phaseOf(o)) && !holdsSlot(phaseOf(n)) {
 				c.released()
 			}
+			c.stateFreed(n)
 		},
 		DeleteFunc: func(obj interface{}) {
-			if run, ok := obj.(*v1alpha1.TerraformRun); ok && !holdsSlot(phaseOf(run)) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			run, ok := obj.(*v1alpha1.TerraformRun)
+			if !ok {
 				return
 			}
-			c.released()
+			c.forget(run, true)
+			if holdsSlot(phaseOf(run)) {
+				c.released()
+			}
+			c.stateFreed(run)
 		},
 	})
 	if err != nil {
@@ -204,11 +222,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
 		}
 		if run.DeletionTimestamp == nil {
-			admitted, ahead, err := c.admit(run)
-			if err != nil {
+			admitted, ahead, holder, err := c.admit(run)
+			switch {
+			case err != nil:
 				return 0, err
-			}
-			if !admitted {
+			case holder != nil:
+				return c.waitForState(ctx, run, holder, v1alpha1.StagePlan)
+			case !admitted:
 				return c.queued(ctx, run, ahead)
 			}
 		}
@@ -558,9 +578,12 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 		c.finish(run, v1alpha1.RunPhaseDiscarded, cond.Message)
 		return 0, c.writeStatus(ctx, run, reason, cond.Message)
 	}
-	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) || run.DeletionTimestamp != nil {
+	if run.DeletionTimestamp != nil {
 		// startStage ends a run being deleted instead.
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1, "")
+	}
+	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
+		return c.startApproved(ctx, run)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil
@@ -646,7 +669,7 @@ func (c *Controller) writeStatus(ctx context.Context, run *v1alpha1.TerraformRun
 		return err
 	}
 	eventType := "Normal"
-	if updated.Status.Phase == v1alpha1.RunPhaseFailed || reason == v1alpha1.ReasonApprovalExpired || reason == v1alpha1.ReasonStartFailed {
+	if updated.Status.Phase == v1alpha1.RunPhaseFailed || reason == v1alpha1.ReasonApprovalExpired || reason == v1alpha1.ReasonStartFailed || reason == v1alpha1.ReasonStalePlan {
 		eventType = "Warning"
 	}
 	c.opts.Recorder.Event(updated, eventType, reason, msg)

@@ -1912,6 +1912,7 @@ func TestStageSlots(t *testing.T) {
 			r.Namespace, r.Name, r.UID = ns, name, types.UID("uid-"+ns+"-"+name)
 			r.CreationTimestamp = metav1.NewTime(created)
 			r.Status.Phase = phase
+			r.Spec.Workspace = "ws-" + name // a state of its own
 		})
 		return r
 	}
@@ -2030,4 +2031,142 @@ func TestAutoPlanEndedBeforeItsApply(t *testing.T) {
 			expectCondition(t, run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved)
 		})
 	}
+}
+
+// TestStateTurns: runs on one Terraform state take turns: a plan waits for a
+// stage in flight on its state, an approved plan waiting to apply, and
+// earlier runs; an approved apply waits for a stage in flight; and an
+// approved plan that another run's apply made stale is discarded, never
+// applied.
+func TestStateTurns(t *testing.T) {
+	other := func(name string, created time.Time, mutate ...func(*v1alpha1.TerraformRun)) *v1alpha1.TerraformRun {
+		return newRun(append([]func(*v1alpha1.TerraformRun){func(r *v1alpha1.TerraformRun) {
+			r.Name, r.UID = name, types.UID("uid-"+name)
+			r.CreationTimestamp = metav1.NewTime(created)
+		}}, mutate...)...)
+	}
+	phase := func(p v1alpha1.RunPhase) func(*v1alpha1.TerraformRun) {
+		return func(r *v1alpha1.TerraformRun) { r.Status.Phase = p }
+	}
+	add := func(h *harness, runs ...*v1alpha1.TerraformRun) {
+		for _, r := range runs {
+			if err := h.indexer.Add(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	expectWaiting := func(t *testing.T, h *harness, want v1alpha1.RunPhase, holder string) {
+		t.Helper()
+		run := h.get()
+		if run.Status.Phase != want || !strings.Contains(run.Status.Message, "run "+holder) || !strings.Contains(run.Status.Message, "workspace default of the default backend") {
+			t.Fatalf("phase %s, message %q: want %s waiting for %s", run.Status.Phase, run.Status.Message, want, holder)
+		}
+		if n := len(h.world.startedExecutions()); n != 0 {
+			t.Fatalf("%d executions started while the state was held", n)
+		}
+	}
+
+	t.Run("a plan waits for a stage on its state, and starts when it ends", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		busy := other("busy", t0.Add(-time.Hour), planning)
+		add(h, busy)
+		if d := h.mustSync(); d != queuedRecheck {
+			t.Errorf("requeue = %v, want %v", d, queuedRecheck)
+		}
+		expectWaiting(t, h, v1alpha1.RunPhaseQueued, "busy is planning on it")
+		expectCondition(t, h.get(), v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonWaitingForState)
+		h.expectEvent("Normal WaitingForState")
+		if c := meta.FindStatusCondition(h.get().Status.Conditions, v1alpha1.ConditionPlanned); c == nil || c.Message != h.get().Status.Message {
+			t.Errorf("the Planned condition %+v does not say what status.message says", c)
+		}
+		rv := h.get().ResourceVersion
+		h.mustSync()
+		if h.get().ResourceVersion != rv {
+			t.Error("an unchanged waiting run was written again")
+		}
+
+		busy = busy.DeepCopy()
+		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
+		if err := h.indexer.Update(busy); err != nil {
+			t.Fatal(err)
+		}
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || h.world.realStarts(planJob1) != 1 {
+			t.Fatalf("after the state was freed: %s, %d starts", run.Status.Phase, h.world.realStarts(planJob1))
+		}
+	})
+
+	t.Run("other states do not hold it", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		add(h,
+			other("ws", t0.Add(-time.Hour), planning, func(r *v1alpha1.TerraformRun) { r.Spec.Workspace = "staging" }),
+			other("backend", t0.Add(-time.Hour), planning, func(r *v1alpha1.TerraformRun) {
+				r.Spec.Backend = &v1alpha1.Backend{Type: "s3", Config: map[string]string{"bucket": "b", "key": "k"}}
+			}),
+			other("unapproved", t0.Add(-time.Hour), awaiting),
+			other("done", t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded)),
+			other("later", t0.Add(time.Hour)),
+		)
+		elsewhere := other("ns", t0.Add(-time.Hour), planning)
+		elsewhere.Namespace = "elsewhere"
+		add(h, elsewhere)
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
+			t.Fatalf("held back by runs on other states, or not holding it: %s %q", run.Status.Phase, run.Status.Message)
+		}
+	})
+
+	t.Run("earlier runs and approved plans go first", func(t *testing.T) {
+		h := newHarness(t, newRun())
+		add(h, other("earlier", t0.Add(-time.Minute), phase(v1alpha1.RunPhaseQueued)))
+		h.mustSync()
+		expectWaiting(t, h, v1alpha1.RunPhaseQueued, "earlier, created earlier")
+
+		h = newHarness(t, newRun())
+		add(h, other("approved", t0.Add(-time.Hour), approved))
+		h.mustSync()
+		expectWaiting(t, h, v1alpha1.RunPhaseQueued, "approved's approved plan applies first")
+	})
+
+	t.Run("an approved apply waits for a stage in flight", func(t *testing.T) {
+		h := newHarness(t, newRun(approved))
+		busy := other("speculative", t0.Add(time.Hour), planning)
+		add(h, busy)
+		h.mustSync()
+		expectWaiting(t, h, v1alpha1.RunPhaseAwaitingApproval, "speculative is planning on it")
+		expectCondition(t, h.get(), v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonWaitingForState)
+
+		busy = busy.DeepCopy()
+		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
+		if err := h.indexer.Update(busy); err != nil {
+			t.Fatal(err)
+		}
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseApplying || h.world.realStarts(applyJob1) != 1 {
+			t.Fatalf("after the state was freed: %s, %d apply starts", run.Status.Phase, h.world.realStarts(applyJob1))
+		}
+	})
+
+	t.Run("an approved plan made stale by another apply is discarded", func(t *testing.T) {
+		h := newHarness(t, newRun(approved))
+		add(h, other("sneaky", t0.Add(time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
+			r.Status.Stages = []v1alpha1.StageStatus{stageAt(v1alpha1.StagePlan, 1, t0.Add(time.Minute)), stageAt(v1alpha1.StageApply, 1, t0.Add(90*time.Second))}
+		}))
+		h.mustSync()
+		run := h.get()
+		if run.Status.Phase != v1alpha1.RunPhaseDiscarded || !strings.Contains(run.Status.Message, "run sneaky applied") || h.world.realStarts(applyJob1) != 0 {
+			t.Fatalf("phase %s %q, %d apply starts: want Discarded, never applied", run.Status.Phase, run.Status.Message, h.world.realStarts(applyJob1))
+		}
+		expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan)
+
+		// An apply that started before this plan did not make it stale.
+		h = newHarness(t, newRun(approved))
+		add(h, other("before", t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
+			r.Status.Stages = []v1alpha1.StageStatus{stageAt(v1alpha1.StageApply, 1, t0.Add(-time.Minute))}
+		}))
+		h.mustSync()
+		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseApplying {
+			t.Fatalf("an apply before the plan: %s %q", run.Status.Phase, run.Status.Message)
+		}
+	})
 }

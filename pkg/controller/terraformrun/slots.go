@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -62,84 +61,71 @@ func (c *Controller) occupancy() (int, map[string]int, []*v1alpha1.TerraformRun,
 	}
 	active, byNamespace := 0, map[string]int{}
 	var waiting []*v1alpha1.TerraformRun
-	present := make(map[string]bool, len(runs))
 	for _, r := range runs {
-		key := runKey(r)
-		present[key] = true
-		switch phaseOf(r) {
-		case v1alpha1.RunPhasePlanning, v1alpha1.RunPhaseApplying:
-			delete(c.slots.admitted, key)
+		switch {
+		case c.inStage(r):
 			active++
 			byNamespace[r.Namespace]++
-		case v1alpha1.RunPhasePending, v1alpha1.RunPhaseQueued:
-			switch {
-			case c.slots.admitted[key]:
-				active++
-				byNamespace[r.Namespace]++
-			case r.DeletionTimestamp == nil && !meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionCancelRequested):
-				waiting = append(waiting, r)
-			}
-		default:
-			delete(c.slots.admitted, key)
-			delete(c.slots.written, key)
+		case waitsToStart(r):
+			waiting = append(waiting, r)
 		}
 	}
-	for key := range c.slots.admitted {
-		if !present[key] {
-			delete(c.slots.admitted, key)
-		}
-	}
-	for key := range c.slots.written {
-		if !present[key] {
-			delete(c.slots.written, key)
-		}
-	}
-	sort.Slice(waiting, func(i, j int) bool {
-		a, b := waiting[i], waiting[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return runKey(a) < runKey(b)
-	})
+	sort.Slice(waiting, func(i, j int) bool { return createdBefore(waiting[i], waiting[j]) })
 	return active, byNamespace, waiting, nil
 }
 
 // admit says whether run may start its plan stage now, and records the
-// admission; otherwise it returns how many waiting runs are ahead of it.
-func (c *Controller) admit(run *v1alpha1.TerraformRun) (bool, int, error) {
-	if !c.limited() {
-		return true, 0, nil
-	}
+// admission. Otherwise it returns the run that holds run's state (see
+// stateHolder), or, when the stage slots are full, how many waiting runs are
+// ahead of it.
+func (c *Controller) admit(run *v1alpha1.TerraformRun) (bool, int, *v1alpha1.TerraformRun, error) {
 	c.slots.mu.Lock()
 	defer c.slots.mu.Unlock()
 	if c.slots.admitted[runKey(run)] {
-		return true, 0, nil // admitted before; its start is being retried
+		return true, 0, nil, nil // admitted before; its start is being retried
 	}
-	active, byNamespace, waiting, err := c.occupancy()
-	if err != nil {
-		return false, 0, err
-	}
-	max, nsMax := c.opts.MaxConcurrentStages, c.opts.MaxConcurrentStagesPerNamespace
-	full := func(namespace string) bool {
-		return max > 0 && active >= max || nsMax > 0 && byNamespace[namespace] >= nsMax
+	if holder := c.stateHolder(run, v1alpha1.StagePlan); holder != nil {
+		return false, 0, holder, nil
 	}
 	ahead := 0
-	for _, w := range waiting {
-		if w.UID == run.UID {
-			break
+	if c.limited() {
+		active, byNamespace, waiting, err := c.occupancy()
+		if err != nil {
+			return false, 0, nil, err
 		}
-		// The runs ahead take their slots first.
-		if !full(w.Namespace) {
-			active++
-			byNamespace[w.Namespace]++
+		max, nsMax := c.opts.MaxConcurrentStages, c.opts.MaxConcurrentStagesPerNamespace
+		full := func(namespace string) bool {
+			return max > 0 && active >= max || nsMax > 0 && byNamespace[namespace] >= nsMax
 		}
-		ahead++
-	}
-	if full(run.Namespace) {
-		return false, ahead, nil
+		for _, w := range waiting {
+			if w.UID == run.UID {
+				break
+			}
+			// The runs ahead take their slots first.
+			if !full(w.Namespace) {
+				active++
+				byNamespace[w.Namespace]++
+			}
+			ahead++
+		}
+		if full(run.Namespace) {
+			return false, ahead, nil, nil
+		}
 	}
 	c.slots.admitted[runKey(run)] = true
-	return true, ahead, nil
+	return true, ahead, nil, nil
+}
+
+// forget drops what the controller remembers of run's admission once its
+// phase has moved on from waiting for a stage, or it is gone.
+func (c *Controller) forget(run *v1alpha1.TerraformRun, deleted bool) {
+	c.slots.mu.Lock()
+	defer c.slots.mu.Unlock()
+	switch p := phaseOf(run); {
+	case deleted, p != v1alpha1.RunPhasePending && p != v1alpha1.RunPhaseQueued && p != v1alpha1.RunPhaseAwaitingApproval:
+		delete(c.slots.admitted, runKey(run))
+		delete(c.slots.written, runKey(run))
+	}
 }
 
 // queued shows that run waits for a slot, with its position: when it starts

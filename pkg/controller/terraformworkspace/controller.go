@@ -456,7 +456,7 @@ func (r *reconciler) observeResults() {
 			st.Outputs = nil
 			for _, o := range applied.Status.Outputs {
 				if !o.Sensitive {
-					st.Outputs = append(st.Outputs, o)
+					st.Outputs = append(st.Outputs, *o.DeepCopy())
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
@@ -575,11 +577,18 @@ func (e *Executor) Shutdown(ctx context.Context, grace time.Duration) error {
 		e.closed = true
 		defer close(e.quit)
 	}
+	names := make([]string, 0, len(e.procs))
 	for _, p := range e.procs {
 		e.stopLocked(p, grace, executor.ReasonCanceled)
 		waits = append(waits, p.exited)
+		names = append(names, p.name)
 	}
 	e.mu.Unlock()
+	if len(names) > 0 {
+		// Say what the shutdown waits for: Ctrl-C would seem to hang otherwise.
+		sort.Strings(names)
+		klog.FromContext(ctx).Info(fmt.Sprintf("Shutting down: stopping %d stage(s) in flight; each gets SIGINT to release its state lock, and SIGKILL after %s at most. A second Ctrl-C exits at once and leaves their locks held.", len(names), grace), "stages", names)
+	}
 	for _, w := range waits {
 		select {
 		case <-w:

@@ -33,6 +33,9 @@ type actionREST[B actionBody] struct {
 	// record changes the run's status, or returns an API error (a Conflict,
 	// say) to refuse; user is the requesting user's name.
 	record func(run *terrarun.TerraformRun, body B, user string) error
+	// check, when set, refuses an action that record accepted, for reasons
+	// beyond the run itself (another run on its state, say).
+	check func(ctx context.Context, run *terrarun.TerraformRun) error
 }
 
 var _ rest.NamedCreater = &actionREST[*terrarun.TerraformRunApproval]{}
@@ -65,6 +68,9 @@ func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Obj
 		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
 	}
 	return r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
-		return r.record(run, body, user)
+		if err := r.record(run, body, user); err != nil || r.check == nil {
+			return err
+		}
+		return r.check(ctx, run)
 	})
 }

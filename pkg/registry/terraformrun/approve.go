@@ -1,11 +1,14 @@
 package terraformrun
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -23,6 +26,7 @@ func newApproveREST(status statusWriter) *actionREST[*terrarun.TerraformRunAppro
 		newBody:  func() *terrarun.TerraformRunApproval { return &terrarun.TerraformRunApproval{} },
 		validate: validation.ValidateTerraformRunApproval,
 		record:   approve,
+		check:    status.stateUnchanged,
 	}
 }
 
@@ -97,6 +101,57 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 // approvers lists the users whose approvals of digest count, for messages.
 func approvers(run *terrarun.TerraformRun, digest string) string {
 	return strings.Join(terrarun.Approvers(run, digest), ", ")
+}
+
+// stateUnchanged refuses an approval of run's plan when the Terraform state
+// it was made on has changed since, or is about to: another run on the same
+// state (terrarun.StateKey) started applying after the plan read the state,
+// is applying now, has an approved plan waiting to apply, or plans with
+// approval mode Auto. A stale plan would make terraform refuse the apply;
+// refusing it here says so before any apply starts.
+func (w statusWriter) stateUnchanged(ctx context.Context, run *terrarun.TerraformRun) error {
+	since, ok := planStart(run)
+	if !ok {
+		return nil
+	}
+	obj, err := w.store.List(ctx, &metainternalversion.ListOptions{})
+	if err != nil {
+		return err
+	}
+	key, state := terrarun.StateKey(run), terrarun.DescribeState(run)
+	var busy error
+	for i := range obj.(*terrarun.TerraformRunList).Items {
+		o := &obj.(*terrarun.TerraformRunList).Items[i]
+		if o.UID == run.UID || terrarun.StateKey(o) != key {
+			continue
+		}
+		for _, st := range o.Status.Stages {
+			if st.Name == terrarun.StageApply && st.StartTime != nil && !st.StartTime.Time.Before(since) {
+				return conflict(run.Name, "the plan is stale: run %s applied to the same state (%s) at %s, after this plan was made; create a new run to plan again",
+					o.Name, state, st.StartTime.UTC().Format(time.RFC3339))
+			}
+		}
+		switch {
+		case busy != nil:
+		case o.Status.Phase == terrarun.RunPhaseApplying:
+			busy = conflict(run.Name, "run %s is applying to the same state (%s) now, which may make this plan stale; wait until it ends, then approve again (a stale plan is refused) or create a new run", o.Name, state)
+		case o.Status.Phase == terrarun.RunPhaseAwaitingApproval && o.Status.Approval != nil && o.DeletionTimestamp == nil:
+			busy = conflict(run.Name, "run %s's approved plan applies to the same state (%s) first, which may make this plan stale; wait until it ends, then approve again (a stale plan is refused) or create a new run", o.Name, state)
+		case o.Status.Phase == terrarun.RunPhasePlanning && o.Spec.Approval.Mode == terrarun.ApprovalModeAuto && o.Spec.Operation != terrarun.OperationPlan:
+			busy = conflict(run.Name, "run %s is planning on the same state (%s) and applies without approval, which may make this plan stale; wait until it ends, then approve again (a stale plan is refused) or create a new run", o.Name, state)
+		}
+	}
+	return busy
+}
+
+// planStart is when run's last plan stage started: its plan read the state then.
+func planStart(run *terrarun.TerraformRun) (time.Time, bool) {
+	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
+		if st := run.Status.Stages[i]; st.Name == terrarun.StagePlan && st.StartTime != nil {
+			return st.StartTime.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func shortDigest(d string) string {

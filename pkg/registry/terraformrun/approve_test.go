@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -209,4 +210,77 @@ func TestApproveRunBeingDeleted(t *testing.T) {
 	_, err := env.storage.Approve.Create(requestContext(&user.DefaultInfo{Name: "bob"}, "create", "approve"), "going",
 		&terrarun.TerraformRunApproval{PlanDigest: testDigest}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	expectAPIError(t, err, http.StatusConflict, "the run is being deleted; its plan will not be applied")
+}
+
+// TestApproveStaleState: a plan is refused at approval time (409, naming the
+// run) when another run on the same Terraform state applied after the plan
+// was made, or is about to; runs on other states do not matter.
+func TestApproveStaleState(t *testing.T) {
+	env := newTestEnv(t)
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
+	planned := func(st *terrarun.TerraformRunStatus) {
+		awaitingApproval(st)
+		st.Stages = []terrarun.StageStatus{{Name: terrarun.StagePlan, Attempt: 1, StartTime: at(0), CompletionTime: at(time.Minute)}}
+	}
+	workspace := func(ws string, more ...func(*terrarun.TerraformRunSpec)) func(*terrarun.TerraformRunSpec) {
+		return func(s *terrarun.TerraformRunSpec) {
+			s.Workspace = ws
+			for _, m := range more {
+				m(s)
+			}
+		}
+	}
+	approve := func(name string) error {
+		_, err := env.storage.Approve.Create(requestContext(alice, "create", "approve"), name, &terrarun.TerraformRunApproval{PlanDigest: testDigest}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+		return err
+	}
+	expectRefused := func(t *testing.T, name string, msgs ...string) {
+		t.Helper()
+		expectAPIError(t, approve(name), http.StatusConflict, msgs...)
+		if run := env.getRun(t, name); run.Status.Approval != nil || len(run.Status.Approvals) != 0 {
+			t.Errorf("a refused approval was recorded: %+v", run.Status.Approvals)
+		}
+	}
+
+	t.Run("another run applied after the plan", func(t *testing.T) {
+		env.createRunWith(t, "a1", workspace("one"), planned)
+		env.createRunWith(t, "b1", workspace("one"), func(st *terrarun.TerraformRunStatus) {
+			st.Phase = terrarun.RunPhaseSucceeded
+			st.Stages = []terrarun.StageStatus{{Name: terrarun.StagePlan, Attempt: 1, StartTime: at(2 * time.Minute)}, {Name: terrarun.StageApply, Attempt: 1, StartTime: at(3 * time.Minute)}}
+		})
+		expectRefused(t, "a1", "the plan is stale: run b1 applied to the same state (workspace one of the default backend) at 2026-11-25T10:03:00Z", "create a new run")
+	})
+	t.Run("another run applies now, or first", func(t *testing.T) {
+		env.createRunWith(t, "a2", workspace("two"), planned)
+		env.createRunWith(t, "b2", workspace("two"), func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseApplying })
+		expectRefused(t, "a2", "run b2 is applying to the same state")
+
+		env.createRunWith(t, "a3", workspace("three"), planned)
+		env.createRunWith(t, "b3", workspace("three"), func(st *terrarun.TerraformRunStatus) {
+			awaitingApproval(st)
+			st.Approval = &terrarun.ApprovalStatus{ApprovedBy: "bob", PlanDigest: testDigest, ApprovedAt: at(time.Minute)}
+		})
+		expectRefused(t, "a3", "run b3's approved plan applies to the same state first")
+
+		env.createRunWith(t, "a4", workspace("four"), planned)
+		env.createRunWith(t, "b4", workspace("four", func(s *terrarun.TerraformRunSpec) { s.Approval.Mode = terrarun.ApprovalModeAuto }),
+			func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhasePlanning })
+		expectRefused(t, "a4", "run b4 is planning on the same state", "applies without approval")
+	})
+	t.Run("other states, earlier applies and speculative plans do not matter", func(t *testing.T) {
+		env.createRunWith(t, "a5", workspace("five"), planned)
+		env.createRunWith(t, "elsewhere", workspace("five", func(s *terrarun.TerraformRunSpec) {
+			s.Backend = &terrarun.Backend{Type: "s3", Config: map[string]string{"bucket": "b", "key": "k", "region": "eu-west-1"}}
+		}), func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhaseApplying })
+		env.createRunWith(t, "before", workspace("five"), func(st *terrarun.TerraformRunStatus) {
+			st.Phase = terrarun.RunPhaseSucceeded
+			st.Stages = []terrarun.StageStatus{{Name: terrarun.StageApply, Attempt: 1, StartTime: at(-time.Minute)}}
+		})
+		env.createRunWith(t, "speculative", workspace("five", func(s *terrarun.TerraformRunSpec) { s.Operation = terrarun.OperationPlan }),
+			func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhasePlanning })
+		if err := approve("a5"); err != nil {
+			t.Fatalf("approving a current plan: %v", err)
+		}
+	})
 }

@@ -111,8 +111,12 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
 				"run %q ended %s with no %s log for attempt %d", name, run.Status.Phase, stageName, attempt)))
 		case err != nil && ctx.Err() == nil:
+			hint := "; add ?follow=true to wait for it"
+			if streamOpts.Follow {
+				hint = ""
+			}
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
-				"run %q has no %s log for attempt %d yet (it is %s); add ?follow=true to wait for it", name, stageName, attempt, phaseOrPending(run))))
+				"run %q has no %s log for attempt %d yet (it is %s)%s", name, stageName, attempt, phaseOrPending(run), hint)))
 		default:
 			w.WriteHeader(http.StatusOK)
 		}

@@ -113,14 +113,17 @@ func outputStatuses(outputs map[string]outputValue) []terrarun.OutputStatus {
 	total := 0
 	for _, n := range slices.Sorted(maps.Keys(outputs)) {
 		o := outputs[n]
-		s := terrarun.OutputStatus{Name: n, Type: string(o.Type), Sensitive: o.Sensitive}
-		switch v := string(o.Value); {
+		s := terrarun.OutputStatus{Name: n, Sensitive: o.Sensitive}
+		if len(o.Type) > 0 {
+			s.Type = &terrarun.JSON{Raw: o.Type}
+		}
+		switch v := o.Value; {
 		case o.Sensitive:
 			s.ValueOmitted = terrarun.OutputSensitive
 		case len(v) > validation.MaxOutputValueBytes || total+len(v) > validation.MaxOutputValuesBytes:
 			s.ValueOmitted = terrarun.OutputTooLarge
 		default:
-			s.Value = v
+			s.Value = &terrarun.JSON{Raw: v}
 			total += len(v)
 		}
 		statuses = append(statuses, s)

@@ -32,9 +32,9 @@ func TestOutputsUploadAndRead(t *testing.T) {
 	expectStatus(t, w, http.StatusNoContent)
 
 	want := []terrarun.OutputStatus{
-		{Name: "password", Type: `"string"`, Sensitive: true, ValueOmitted: terrarun.OutputSensitive},
-		{Name: "ports", Type: `["list", "number"]`, Value: `[80, 443]`},
-		{Name: "url", Type: `"string"`, Value: `"https://example.com"`},
+		{Name: "password", Type: rawJSON(`"string"`), Sensitive: true, ValueOmitted: terrarun.OutputSensitive},
+		{Name: "ports", Type: rawJSON(`["list","number"]`), Value: rawJSON(`[80,443]`)},
+		{Name: "url", Type: rawJSON(`"string"`), Value: rawJSON(`"https://example.com"`)},
 	}
 	if diff := cmp.Diff(want, env.getRun(t, "web").Status.Outputs); diff != "" {
 		t.Errorf("status.outputs (-want +got):\n%s", diff)
@@ -72,7 +72,7 @@ func TestOutputsTooLargeForStatus(t *testing.T) {
 	expectStatus(t, w, http.StatusNoContent)
 
 	st := env.getRun(t, "web").Status.Outputs
-	if len(st) != 31 || st[0].Name != "a_big" || st[0].Value != "" || st[0].ValueOmitted != terrarun.OutputTooLarge {
+	if len(st) != 31 || st[0].Name != "a_big" || st[0].Value != nil || st[0].ValueOmitted != terrarun.OutputTooLarge {
 		t.Fatalf("status.outputs[0] = %+v, want a_big without its value, TooLarge", st[0])
 	}
 	kept, total := 0, 0
@@ -134,3 +134,5 @@ func TestOutputsUploadErrors(t *testing.T) {
 		t.Errorf("outputs were recorded: %+v", outputs)
 	}
 }
+
+func rawJSON(s string) *terrarun.JSON { return &terrarun.JSON{Raw: []byte(s)} }

@@ -262,7 +262,7 @@ func (r *PlanREST) waitForApply(ctx context.Context, run *terrarun.TerraformRun)
 // without a plan, or nil.
 func planFailed(run *terrarun.TerraformRun) *metav1.Condition {
 	c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionPlanned)
-	if c != nil && c.Status == metav1.ConditionFalse && c.Reason != terrarun.ReasonPlanning && c.Reason != terrarun.ReasonPending && c.Reason != terrarun.ReasonQueued {
+	if c != nil && c.Status == metav1.ConditionFalse && c.Reason != terrarun.ReasonPlanning && c.Reason != terrarun.ReasonPending && c.Reason != terrarun.ReasonQueued && c.Reason != terrarun.ReasonWaitingForState {
 		return c
 	}
 	return nil

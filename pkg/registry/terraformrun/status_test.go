@@ -94,7 +94,7 @@ func TestStatusKeepsRecords(t *testing.T) {
 		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: "mallory", PlanDigest: testDigest}
 		run.Status.Plan = &terrarun.PlanSummary{Digest: "sha256:forged", Add: 9}
 		run.Status.Source = &terrarun.SourceStatus{Revision: "forged"}
-		run.Status.Outputs = []terrarun.OutputStatus{{Name: "forged", Value: `"x"`}}
+		run.Status.Outputs = []terrarun.OutputStatus{{Name: "forged", Value: rawJSON(`"x"`)}}
 		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: terrarun.ConditionApproved, Status: metav1.ConditionTrue, Reason: terrarun.ReasonApproved, Message: "forged"})
 		run.Status.Message = "the controller's message"
 	})

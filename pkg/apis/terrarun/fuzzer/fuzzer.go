@@ -12,6 +12,7 @@
 package fuzzer
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/randfill"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 // Funcs returns the fuzzer functions for the terrarun.dev API group.
@@ -221,17 +223,26 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				*s.ExitCode = c.Int31n(256)
 			}
 		},
+		func(j *terrarun.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
+		func(j *v1alpha1.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
 		func(o *terrarun.OutputStatus, c randfill.Continue) {
 			o.Name = identifier(c)
-			o.Type = pick(c, `"string"`, `"number"`, `["list","string"]`)
+			o.Type = &terrarun.JSON{Raw: []byte(pick(c, `"string"`, `"number"`, `["list","string"]`))}
 			o.Sensitive = c.Bool()
-			o.Value = ""
+			o.Value = nil
 			if !o.Sensitive {
-				// a JSON string
-				o.Value = fmt.Sprintf("%q", c.String(0))
+				// a JSON string, number or object
+				o.Value = &terrarun.JSON{Raw: jsonValue(c)}
 			}
 		},
 	}
+}
+
+// jsonValue returns a random JSON string, number or object, escaped as the
+// serializer escapes, so that its bytes survive a round trip.
+func jsonValue(c randfill.Continue) []byte {
+	str, _ := json.Marshal(c.String(0))
+	return []byte(pick(c, string(str), fmt.Sprint(c.Int31()), `{"a":[1,true,null]}`))
 }
 
 // optionalTime returns nil or a random time. It is needed because randfill leaves

@@ -67,6 +67,11 @@ func (in HistoryLimits) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in JSON) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.JSON"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KeySelector) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.KeySelector"
 }

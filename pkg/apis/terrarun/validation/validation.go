@@ -803,14 +803,14 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 			allErrs = append(allErrs, field.Duplicate(namePath, o.Name))
 		}
 		seen[o.Name] = true
-		if o.Sensitive && o.Value != "" {
+		if o.Sensitive && o.Value != nil {
 			allErrs = append(allErrs, field.Forbidden(idxPath.Child("value"),
 				"must be empty for a sensitive output; sensitive values are served only by the outputs subresource"))
 		}
 		switch o.ValueOmitted {
 		case "":
 		case terrarun.OutputSensitive, terrarun.OutputTooLarge:
-			if o.Value != "" {
+			if o.Value != nil {
 				allErrs = append(allErrs, field.Forbidden(idxPath.Child("value"),
 					"must be empty when valueOmitted is set; the value is served only by the outputs subresource"))
 			}
@@ -818,7 +818,7 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 			allErrs = append(allErrs, field.NotSupported(idxPath.Child("valueOmitted"), o.ValueOmitted,
 				[]terrarun.OutputValueOmitted{terrarun.OutputSensitive, terrarun.OutputTooLarge}))
 		}
-		if len(o.Value) > MaxOutputValueBytes {
+		if o.Value != nil && len(o.Value.Raw) > MaxOutputValueBytes {
 			allErrs = append(allErrs, field.TooLong(idxPath.Child("value"), "", MaxOutputValueBytes))
 		}
 	}

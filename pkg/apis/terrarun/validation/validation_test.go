@@ -665,8 +665,8 @@ func validStatus() terrarun.TerraformRunStatus {
 			{Name: terrarun.StageApply, Attempt: 2, Job: "run-1-apply-2"},
 		},
 		Outputs: []terrarun.OutputStatus{
-			{Name: "ip", Type: `"string"`, Value: `"10.0.0.1"`},
-			{Name: "db_password", Type: `"string"`, Sensitive: true},
+			{Name: "ip", Type: &terrarun.JSON{Raw: []byte(`"string"`)}, Value: &terrarun.JSON{Raw: []byte(`"10.0.0.1"`)}},
+			{Name: "db_password", Type: &terrarun.JSON{Raw: []byte(`"string"`)}, Sensitive: true},
 		},
 		StartTime:      &now,
 		CompletionTime: &now,
@@ -710,7 +710,9 @@ func TestValidateTerraformRunStatusUpdate(t *testing.T) {
 		{name: "output duplicate", mutate: func(r *terrarun.TerraformRun) { r.Status.Outputs[1].Name = "ip" }, want: []string{duplicate("status.outputs[1].name")}},
 		{name: "output invalid name", mutate: func(r *terrarun.TerraformRun) { r.Status.Outputs[0].Name = "1ip" }, want: []string{invalid("status.outputs[0].name")}},
 		{name: "output without name", mutate: func(r *terrarun.TerraformRun) { r.Status.Outputs[0].Name = "" }, want: []string{required("status.outputs[0].name")}},
-		{name: "sensitive output with value", mutate: func(r *terrarun.TerraformRun) { r.Status.Outputs[1].Value = `"` + secretMarker + `"` }, want: []string{forbidden("status.outputs[1].value")}},
+		{name: "sensitive output with value", mutate: func(r *terrarun.TerraformRun) {
+			r.Status.Outputs[1].Value = &terrarun.JSON{Raw: []byte(`"` + secretMarker + `"`)}
+		}, want: []string{forbidden("status.outputs[1].value")}},
 		{name: "spec change through status", mutate: func(r *terrarun.TerraformRun) { r.Spec.Workspace = "other" }, want: []string{forbidden("spec")}},
 		{name: "missing resourceVersion", mutate: func(r *terrarun.TerraformRun) { r.ResourceVersion = "" }, want: []string{invalid("metadata.resourceVersion")}},
 	}

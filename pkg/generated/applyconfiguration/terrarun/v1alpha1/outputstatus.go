@@ -29,14 +29,16 @@ import (
 type OutputStatusApplyConfiguration struct {
 	// name of the output.
 	Name *string `json:"name,omitempty"`
-	// type is the output's Terraform type, as JSON (for example "string" or ["list","number"]).
-	Type *string `json:"type,omitempty"`
+	// type is the output's Terraform type, in Terraform's JSON form (for
+	// example "string", or ["list","number"]).
+	Type *terrarunv1alpha1.JSON `json:"type,omitempty"`
 	// sensitive is true when the output is marked sensitive; its value is then omitted.
 	Sensitive *bool `json:"sensitive,omitempty"`
-	// value is the output's value as JSON, present only when the output is
-	// neither sensitive nor larger than 4 KiB (valueOmitted says which). The
-	// outputs subresource serves every value.
-	Value *string `json:"value,omitempty"`
+	// value is the output's value, as it is (a string, a number, a list,
+	// an object...), present only when the output is neither sensitive nor
+	// larger than 4 KiB in JSON (valueOmitted says which). The outputs
+	// subresource serves every value.
+	Value *terrarunv1alpha1.JSON `json:"value,omitempty"`
 	// valueOmitted says why value is absent: Sensitive, or TooLarge (the
 	// value, or the outputs together, are too large for the run's status).
 	ValueOmitted *terrarunv1alpha1.OutputValueOmitted `json:"valueOmitted,omitempty"`
@@ -59,7 +61,7 @@ func (b *OutputStatusApplyConfiguration) WithName(value string) *OutputStatusApp
 // WithType sets the Type field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Type field is set to the value of the last call.
-func (b *OutputStatusApplyConfiguration) WithType(value string) *OutputStatusApplyConfiguration {
+func (b *OutputStatusApplyConfiguration) WithType(value terrarunv1alpha1.JSON) *OutputStatusApplyConfiguration {
 	b.Type = &value
 	return b
 }
@@ -75,7 +77,7 @@ func (b *OutputStatusApplyConfiguration) WithSensitive(value bool) *OutputStatus
 // WithValue sets the Value field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Value field is set to the value of the last call.
-func (b *OutputStatusApplyConfiguration) WithValue(value string) *OutputStatusApplyConfiguration {
+func (b *OutputStatusApplyConfiguration) WithValue(value terrarunv1alpha1.JSON) *OutputStatusApplyConfiguration {
 	b.Value = &value
 	return b
 }

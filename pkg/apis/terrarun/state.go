@@ -1,0 +1,65 @@
+package terrarun
+
+import (
+	"sort"
+	"strings"
+)
+
+// StateKey names the Terraform state run reads and writes, so that runs on
+// one state take turns instead of failing on its lock, and an approval can
+// tell that the state changed since its plan was made: the run's namespace,
+// its Terraform workspace ("default" when unset) and its backend (type,
+// settings and the name of its configSecret; the executor's default backend
+// when unset). Two runs whose backends differ in settings only in a
+// configSecret's content, or that reach one state through different
+// settings, have different keys; Terraform's own lock still guards them.
+func StateKey(run *TerraformRun) string {
+	if b := run.Spec.Backend; b != nil {
+		return StateKeyOf(run.Namespace, run.Spec.Workspace, b.Type, b.Config, b.ConfigSecret)
+	}
+	return StateKeyOf(run.Namespace, run.Spec.Workspace, "", nil, "")
+}
+
+// StateKeyOf is StateKey for a backend given by its fields; "" as backendType
+// is the executor's default backend.
+func StateKeyOf(namespace, workspace, backendType string, config map[string]string, configSecret string) string {
+	if workspace == "" {
+		workspace = "default"
+	}
+	keys := make([]string, 0, len(config))
+	for k := range config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, s := range []string{namespace, workspace, backendType, configSecret} {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(config[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// DescribeState says which state run uses, for messages.
+func DescribeState(run *TerraformRun) string {
+	if b := run.Spec.Backend; b != nil {
+		return DescribeStateOf(run.Spec.Workspace, b.Type)
+	}
+	return DescribeStateOf(run.Spec.Workspace, "")
+}
+
+// DescribeStateOf is DescribeState for a workspace and backend type.
+func DescribeStateOf(workspace, backendType string) string {
+	if workspace == "" {
+		workspace = "default"
+	}
+	if backendType == "" {
+		return "workspace " + workspace + " of the default backend"
+	}
+	return "workspace " + workspace + " of its " + backendType + " backend"
+}
