@@ -7,7 +7,11 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
@@ -239,12 +244,51 @@ func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
 // refused when it is neither.
 type yamlTolerantJSON struct{ runtime.Serializer }
 
-// Decode implements runtime.Decoder.
+// Decode implements runtime.Decoder. A duration that does not parse is
+// named by its field: the JSON decoder says only what is wrong with it.
 func (s yamlTolerantJSON) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] != '{' {
 		if js, err := yaml.YAMLToJSON(data); err == nil {
 			data = js
 		}
 	}
-	return s.Serializer.Decode(data, defaults, into)
+	obj, gvk, err := s.Serializer.Decode(data, defaults, into)
+	if err != nil && strings.Contains(err.Error(), "time: ") {
+		if path := badDuration(data, err.Error()); path != "" {
+			err = fmt.Errorf("%s: %w; write a duration such as 30m, 1h or 1h30m", path, err)
+		}
+	}
+	return obj, gvk, err
+}
+
+// badDuration returns the path of the first string in the JSON document
+// data that time.ParseDuration refuses with the error msg mentions, or "".
+func badDuration(data []byte, msg string) string {
+	var doc any
+	if json.Unmarshal(data, &doc) != nil {
+		return ""
+	}
+	var walk func(v any, path *field.Path) string
+	walk = func(v any, path *field.Path) string {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(v)) {
+				if p := walk(v[k], path.Child(k)); p != "" {
+					return p
+				}
+			}
+		case []any:
+			for i, e := range v {
+				if p := walk(e, path.Index(i)); p != "" {
+					return p
+				}
+			}
+		case string:
+			if _, err := time.ParseDuration(v); err != nil && strings.Contains(msg, err.Error()) {
+				return path.String()
+			}
+		}
+		return ""
+	}
+	return walk(doc, nil)
 }

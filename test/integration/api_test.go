@@ -200,6 +200,14 @@ func TestInvalidSpecReportsFieldPath(t *testing.T) {
 			}
 		})
 	}
+	// A duration that does not parse is named by its field too.
+	body := `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRun","metadata":{"name":"bad"},` +
+		`"spec":{"source":{"inline":{"main.tf":""}},"timeouts":{"plan":"10m","apply":"5x"}}}`
+	err := s.Client.TerrarunV1alpha1().RESTClient().Post().Namespace("default").Resource("terraformruns").
+		SetHeader("Content-Type", "application/json").Body([]byte(body)).Do(ctx).Error()
+	if !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), `spec.timeouts.apply: time: unknown unit "x" in duration "5x"`) {
+		t.Errorf("a bad duration: %v, want 400 naming spec.timeouts.apply", err)
+	}
 	// Nothing was stored.
 	if list, err := runs.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
 		t.Fatalf("list after invalid creates: %v, %d items", err, len(list.Items))
