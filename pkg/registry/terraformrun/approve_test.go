@@ -261,7 +261,7 @@ func TestApproveStaleState(t *testing.T) {
 			awaitingApproval(st)
 			st.Approval = &terrarun.ApprovalStatus{ApprovedBy: "bob", PlanDigest: testDigest, ApprovedAt: at(time.Minute)}
 		})
-		expectRefused(t, "a3", "run b3's approved plan applies to the same state first")
+		expectRefused(t, "a3", "run b3's approved plan applies to the same state (workspace three of the default backend) first")
 
 		env.createRunWith(t, "a4", workspace("four"), planned)
 		env.createRunWith(t, "b4", workspace("four", func(s *terrarun.TerraformRunSpec) { s.Approval.Mode = terrarun.ApprovalModeAuto }),
