@@ -3,6 +3,9 @@ package terrarun
 import (
 	"sort"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // StateKey names the Terraform state run reads and writes, so that runs on
@@ -62,4 +65,17 @@ func DescribeStateOf(workspace, backendType string) string {
 		return "workspace " + workspace + " of the default backend"
 	}
 	return "workspace " + workspace + " of its " + backendType + " backend"
+}
+
+// ChangedStateAfter says whether another run's apply stage, which started at
+// start and ended at end (nil while it runs), may have changed the state
+// after a plan that started at planStart read it. Runs on one state take
+// turns, so an apply either ended before the plan started or started after
+// the plan ended; status times have a second's resolution, so an apply that
+// ended in the second the plan started counts as before it.
+func ChangedStateAfter(start, end *metav1.Time, planStart time.Time) bool {
+	if start == nil || start.Time.Before(planStart) {
+		return false
+	}
+	return end == nil || end.Time.After(planStart)
 }

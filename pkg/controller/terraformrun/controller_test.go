@@ -2159,14 +2159,20 @@ func TestStateTurns(t *testing.T) {
 		}
 		expectCondition(t, run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan)
 
-		// An apply that started before this plan did not make it stale.
-		h = newHarness(t, newRun(approved))
-		add(h, other("before", t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
-			r.Status.Stages = []v1alpha1.StageStatus{stageAt(v1alpha1.StageApply, 1, t0.Add(-time.Minute))}
-		}))
-		h.mustSync()
-		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseApplying {
-			t.Fatalf("an apply before the plan: %s %q", run.Status.Phase, run.Status.Message)
+		// An apply that started before this plan, or ended in the second
+		// it started (the times' resolution), did not make it stale.
+		for name, apply := range map[string]v1alpha1.StageStatus{
+			"before":      stageAt(v1alpha1.StageApply, 1, t0.Add(-time.Minute)),
+			"same second": completed(stageAt(v1alpha1.StageApply, 1, t0), t0),
+		} {
+			h = newHarness(t, newRun(approved))
+			add(h, other(strings.ReplaceAll(name, " ", "-"), t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
+				r.Status.Stages = []v1alpha1.StageStatus{apply}
+			}))
+			h.mustSync()
+			if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseApplying {
+				t.Fatalf("an apply %s the plan: %s %q", name, run.Status.Phase, run.Status.Message)
+			}
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
@@ -139,12 +140,12 @@ func stageDoing(r *v1alpha1.TerraformRun) string {
 	return "starting its plan on it"
 }
 
-// appliedSince returns a run on run's state whose apply started at or after
-// since, or nil: one that may have changed the state after run's plan read it.
+// appliedSince returns a run on run's state whose apply may have changed the
+// state after run's plan, started at since, read it (ChangedStateAfter), or nil.
 func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, since time.Time) *v1alpha1.TerraformRun {
 	for _, r := range c.sameState(run) {
 		for _, st := range r.Status.Stages {
-			if st.Name == v1alpha1.StageApply && st.StartTime != nil && !st.StartTime.Time.Before(since) {
+			if st.Name == v1alpha1.StageApply && terrarun.ChangedStateAfter(st.StartTime, st.CompletionTime, since) {
 				return r
 			}
 		}

@@ -126,7 +126,7 @@ func (w statusWriter) stateUnchanged(ctx context.Context, run *terrarun.Terrafor
 			continue
 		}
 		for _, st := range o.Status.Stages {
-			if st.Name == terrarun.StageApply && st.StartTime != nil && !st.StartTime.Time.Before(since) {
+			if st.Name == terrarun.StageApply && terrarun.ChangedStateAfter(st.StartTime, st.CompletionTime, since) {
 				return conflict(run.Name, "the plan is stale: run %s applied to the same state (%s) at %s, after this plan was made; create a new run to plan again",
 					o.Name, state, st.StartTime.UTC().Format(time.RFC3339))
 			}

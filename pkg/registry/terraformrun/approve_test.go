@@ -277,6 +277,11 @@ func TestApproveStaleState(t *testing.T) {
 			st.Phase = terrarun.RunPhaseSucceeded
 			st.Stages = []terrarun.StageStatus{{Name: terrarun.StageApply, Attempt: 1, StartTime: at(-time.Minute)}}
 		})
+		// Ended in the second the plan started: before it, as runs take turns.
+		env.createRunWith(t, "just-before", workspace("five"), func(st *terrarun.TerraformRunStatus) {
+			st.Phase = terrarun.RunPhaseSucceeded
+			st.Stages = []terrarun.StageStatus{{Name: terrarun.StageApply, Attempt: 1, StartTime: at(0), CompletionTime: at(0)}}
+		})
 		env.createRunWith(t, "speculative", workspace("five", func(s *terrarun.TerraformRunSpec) { s.Operation = terrarun.OperationPlan }),
 			func(st *terrarun.TerraformRunStatus) { st.Phase = terrarun.RunPhasePlanning })
 		if err := approve("a5"); err != nil {
