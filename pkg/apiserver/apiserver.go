@@ -30,6 +30,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/metrics"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 	"github.com/terrarun/terrarun/pkg/registry/terraformworkspace"
 )
@@ -139,6 +140,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("building the generic API server: %w", err)
 	}
 	extra := c.ExtraConfig
+	metrics.Register()
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		Artifacts:         extra.Artifacts,
 		DefaultEngine:     extra.DefaultEngine,

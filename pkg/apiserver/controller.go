@@ -23,6 +23,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
+	"github.com/terrarun/terrarun/pkg/metrics"
 )
 
 const (
@@ -85,6 +86,9 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 			return
 		}
 		factory.Start(ctx.Done())
+		// The leader reports the runs it sees; the others report none.
+		metrics.Watch(runInformer.Lister())
+		defer metrics.Watch(nil)
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			wsCtx := klog.NewContext(ctx, klog.Background().WithName("workspace-controller"))

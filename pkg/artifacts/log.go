@@ -13,6 +13,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/terrarun/terrarun/pkg/metrics"
 )
 
 // logMeta is the stored meta of one log.
@@ -240,6 +242,7 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 			return err
 		}
 		s.countLog(run, stored)
+		metrics.LogBytes.WithLabelValues(run.Namespace).Add(float64(stored))
 		if m.Truncated {
 			return nil
 		}

@@ -26,11 +26,9 @@ func (r *runner) apply(ctx context.Context) error {
 	if d := stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON); !strings.EqualFold(d, r.spec.PlanDigest) {
 		return fmt.Errorf("refusing to apply: %w: the part digests make plan %s, the approved plan is %s", ErrDigestMismatch, d, r.spec.PlanDigest)
 	}
-	r.logf("terrarun: downloading the plan file")
 	if err := r.downloadPlanFile(ctx, parts.File); err != nil {
 		return err
 	}
-	r.logf("terrarun: downloading the planned configuration")
 	archive := filepath.Join(filepath.Dir(r.planPath), "source.tar.gz")
 	get := func(ctx context.Context) (io.ReadCloser, error) {
 		return r.client.GetPlan(ctx, v1alpha1.PlanFormatSource)
@@ -139,7 +137,6 @@ func (r *runner) applyPlan(ctx context.Context, tf *tfexec.Terraform, tfDir stri
 	if err != nil {
 		return err
 	}
-	r.logf("terrarun: uploading %d outputs", len(outputs))
 	return r.client.PutOutputs(ctx, r.spec.Attempt, bytes.NewReader(b))
 }
 

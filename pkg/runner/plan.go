@@ -154,7 +154,6 @@ func (r *runner) plan(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r.logf("terrarun: uploading plan %s", part.name)
 		if err := r.client.PutPlanPart(ctx, r.spec.Attempt, part.name, bytes.NewReader(part.body)); err != nil {
 			return err
 		}

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 func TestRedactWriter(t *testing.T) {
@@ -104,5 +107,37 @@ func TestRedactString(t *testing.T) {
 	s := newSecretSet("p@ss", "user")
 	if got := s.redactString("login user:p@ss failed"); got != "login (redacted):(redacted) failed" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestStageLogEndsOnItsOwnLine: the stage's final line starts a line of its
+// own even when the output before it did not end one, and the log ends
+// with a newline.
+func TestStageLogEndsOnItsOwnLine(t *testing.T) {
+	for name, output := range map[string]string{"mid-line": "Error: no newline", "whole lines": "done\n", "nothing": ""} {
+		t.Run(name, func(t *testing.T) {
+			srv := newFakeServer(t)
+			client, err := NewHTTPClient(srv.spec(v1alpha1.StagePlan, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &stageLog{open: func(s v1alpha1.StageName, a int32) *logSink {
+				return newLogSink(t.Context(), client, s, a, func(error) {})
+			}}
+			l.start(v1alpha1.StagePlan, 1)
+			if _, err := l.Write([]byte(output)); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.end([]byte("terrarun: stage plan attempt 1 succeeded\n"), 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			got := srv.log(v1alpha1.StagePlan, 1)
+			if !strings.HasSuffix(got, "\nterrarun: stage plan attempt 1 succeeded\n") && got != "terrarun: stage plan attempt 1 succeeded\n" {
+				t.Errorf("log %q: the final line is not on a line of its own", got)
+			}
+			if strings.Contains(got, "\n\n") {
+				t.Errorf("log %q has an empty line", got)
+			}
+		})
 	}
 }

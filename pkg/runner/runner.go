@@ -195,12 +195,15 @@ type stageLog struct {
 	open func(v1alpha1.StageName, int32) *logSink
 	mu   sync.Mutex
 	sink *logSink
+	// midLine is true when the stream's last byte was not a newline.
+	midLine bool
 }
 
 func (l *stageLog) start(stageName v1alpha1.StageName, attempt int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sink = l.open(stageName, attempt)
+	l.midLine = false
 }
 
 // streaming says whether a stage's stream is open.
@@ -214,6 +217,9 @@ func (l *stageLog) streaming() bool {
 func (l *stageLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	sink := l.sink
+	if len(p) > 0 {
+		l.midLine = p[len(p)-1] != '\n'
+	}
 	l.mu.Unlock()
 	if sink == nil {
 		return len(p), nil
@@ -221,11 +227,15 @@ func (l *stageLog) Write(p []byte) (int, error) {
 	return sink.Write(p)
 }
 
-// end writes final to the current stream, closes it and returns its error.
+// end writes final to the current stream, on a line of its own, closes the
+// stream and returns its error.
 func (l *stageLog) end(final []byte, timeout time.Duration) error {
 	l.mu.Lock()
 	sink := l.sink
 	l.sink = nil
+	if l.midLine {
+		final = append([]byte("\n"), final...)
+	}
 	l.mu.Unlock()
 	if sink == nil {
 		return nil

@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
@@ -288,9 +291,18 @@ func TestYAMLActionBodies(t *testing.T) {
 	run := e.waitPhase(t, "yaml-body", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 	approval := filepath.Join(t.TempDir(), "approval.yaml")
 	writeFile(t, approval, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRunApproval\nplanDigest: "+run.Status.Plan.Digest+"\ncomment: lgtm # a YAML comment\n")
-	out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve"), "-f", approval)
+	// ?result=short: a Status that says what happened, not the whole run.
+	out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve?result=short"), "-f", approval)
 	if err != nil {
 		t.Fatalf("approving with a YAML body: %v\n%s", err, out)
+	}
+	var st metav1.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Kind != "Status" || st.Status != metav1.StatusSuccess ||
+		!strings.Contains(st.Message, "TerraformRunApproval recorded for run default/yaml-body") || !strings.Contains(st.Message, "Approved by bob") {
+		t.Errorf("the short result: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve?result=all"), "-f", approval); err == nil || !strings.Contains(out, "the only value is") {
+		t.Errorf("an unknown ?result: %v\n%s", err, out)
 	}
 	got := e.waitPhase(t, "yaml-body", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
 	if got.Status.Approval == nil || got.Status.Approval.Comment != "lgtm" {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"sync"
 
@@ -205,6 +206,9 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	config.OpenAPIV3Config.Info.Title = "terrarun"
 	config.OpenAPIV3Config.Info.Version = "v1alpha1"
 	config.FeatureGate = utilfeature.DefaultFeatureGate
+	config.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(terraformrun.WithActionResult(h, apiserver.Codecs), c)
+	}
 	config.EffectiveVersion = serverVersion{compatibility.DefaultBuildEffectiveVersion()}
 	setLongRunning(config)
 	if err := recommended.ApplyTo(config); err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/metrics"
 )
 
 // Options configure a Controller.
@@ -281,6 +282,9 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		return 0, err
 	}
 	c.opts.Recorder.Eventf(updated, "Normal", "StageStarted", "Started the %s stage, attempt %d", stageName, attempt)
+	if stageName == v1alpha1.StagePlan && attempt == 1 {
+		metrics.QueueWait.Observe(now.Sub(run.CreationTimestamp.Time).Seconds())
+	}
 	return c.syncStage(ctx, updated, stageName)
 }
 
@@ -451,8 +455,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 				}
 			}
 			if _, err := c.exec.Start(ctx, ex); err != nil {
+				metrics.ExecutorStarts.WithLabelValues(string(st.Name), "error").Inc()
 				return c.startFailed(ctx, run, st, err)
 			}
+			metrics.ExecutorStarts.WithLabelValues(string(st.Name), "ok").Inc()
 			if strings.HasPrefix(run.Status.Message, startFailedPrefix(st.Name)) {
 				// Started after all: say so instead of the last start error.
 				c.markRunning(run, st.Name, st.Attempt)
@@ -621,6 +627,14 @@ func (c *Controller) completeStage(ctx context.Context, run *v1alpha1.TerraformR
 	st.CompletionTime = &now
 	st.ExitCode = status.ExitCode
 	st.Reason = reason
+	if st.StartTime != nil {
+		metrics.StageDuration.WithLabelValues(string(st.Name), reason).Observe(now.Sub(st.StartTime.Time).Seconds())
+	}
+	switch reason {
+	case executor.ReasonCompleted, v1alpha1.ReasonPlanned, v1alpha1.ReasonCanceled:
+	default:
+		metrics.ExecutorFailures.WithLabelValues(string(st.Name), reason).Inc()
+	}
 	if c.artifacts == nil {
 		return
 	}

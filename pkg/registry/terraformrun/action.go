@@ -23,7 +23,8 @@ type actionBody interface {
 // actionREST serves an action subresource (approve, discard, cancel), as
 // pods/eviction is served: POST a body of type B to the run, which validates
 // it, passes it to admission, and records what it asks for in the run's
-// status with record. It answers with the run.
+// status with record. It answers with the run, or a short Status when the
+// client asks for it (?result=short, WithActionResult).
 type actionREST[B actionBody] struct {
 	status statusWriter
 	// kind is B's kind, for errors.
@@ -67,10 +68,14 @@ func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Obj
 	if user == "" {
 		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
 	}
-	return r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
+	run, err := r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
 		if err := r.record(run, body, user); err != nil || r.check == nil {
 			return err
 		}
 		return r.check(ctx, run)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return result(ctx, run, r.kind), nil
 }
