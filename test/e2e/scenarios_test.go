@@ -505,7 +505,7 @@ output "content" {
 	if log := mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage=apply")); !strings.Contains(log, "testing_file.f: Creation complete") {
 		t.Errorf("the apply log does not show the resource created:\n%s", log)
 	}
-	if out := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.outputs[0].value}"); out != `"from a plugin"` {
+	if out := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.outputs[0].value}"); out != "from a plugin" {
 		t.Errorf("status.outputs[0].value = %s, want the data source's read of the file", out)
 	}
 }
