@@ -474,6 +474,37 @@ func (h *harness) sync() (time.Duration, error) {
 	return h.ctrl.sync(h.ctx, testKey)
 }
 
+// add puts other runs into the controller's cache.
+func (h *harness) add(runs ...*v1alpha1.TerraformRun) {
+	h.t.Helper()
+	for _, r := range runs {
+		if err := h.indexer.Add(r); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// endRun ends the other run r (Succeeded) in the cache, and syncs the run.
+func (h *harness) endRun(r *v1alpha1.TerraformRun) {
+	h.t.Helper()
+	r = r.DeepCopy()
+	r.Status.Phase = v1alpha1.RunPhaseSucceeded
+	if err := h.indexer.Update(r); err != nil {
+		h.t.Fatal(err)
+	}
+	h.mustSync()
+}
+
+// expectNotRewritten syncs again and fails if that wrote the run.
+func (h *harness) expectNotRewritten(what string) {
+	h.t.Helper()
+	rv := h.get().ResourceVersion
+	h.mustSync()
+	if h.get().ResourceVersion != rv {
+		h.t.Errorf("%s was written again", what)
+	}
+}
+
 func (h *harness) mustSync() time.Duration {
 	h.t.Helper()
 	d, err := h.sync()
@@ -1919,18 +1950,11 @@ func TestStageSlots(t *testing.T) {
 	limits := func(max, perNS int) harnessOption {
 		return func(o *Options) { o.MaxConcurrentStages, o.MaxConcurrentStagesPerNamespace = max, perNS }
 	}
-	add := func(h *harness, runs ...*v1alpha1.TerraformRun) {
-		for _, r := range runs {
-			if err := h.indexer.Add(r); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 
 	t.Run("queued while the slot is taken, started once it is free", func(t *testing.T) {
 		h := newHarness(t, newRun(), limits(1, 0))
 		busy := other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning)
-		add(h, busy)
+		h.add(busy)
 		if d := h.mustSync(); d != queuedRecheck {
 			t.Errorf("requeue = %v, want %v", d, queuedRecheck)
 		}
@@ -1944,18 +1968,8 @@ func TestStageSlots(t *testing.T) {
 			t.Fatal("a stage started beyond the bound")
 		}
 		// Unchanged, it is not written again.
-		rv := h.get().ResourceVersion
-		h.mustSync()
-		if h.get().ResourceVersion != rv {
-			t.Error("an unchanged queued run was written again")
-		}
-
-		busy = busy.DeepCopy()
-		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
-		if err := h.indexer.Update(busy); err != nil {
-			t.Fatal(err)
-		}
-		h.mustSync()
+		h.expectNotRewritten("an unchanged queued run")
+		h.endRun(busy)
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || h.world.realStarts(planJob1) != 1 {
 			t.Fatalf("after the slot was freed: %s, %d starts", run.Status.Phase, h.world.realStarts(planJob1))
 		}
@@ -1963,7 +1977,7 @@ func TestStageSlots(t *testing.T) {
 
 	t.Run("first in, first out", func(t *testing.T) {
 		h := newHarness(t, newRun(), limits(1, 0))
-		add(h, other(testNS, "earlier", t0.Add(-time.Minute), v1alpha1.RunPhaseQueued),
+		h.add(other(testNS, "earlier", t0.Add(-time.Minute), v1alpha1.RunPhaseQueued),
 			other("elsewhere", "earliest", t0.Add(-time.Hour), v1alpha1.RunPhasePending),
 			other(testNS, "later", t0.Add(time.Minute), v1alpha1.RunPhasePending))
 		h.mustSync()
@@ -1974,14 +1988,14 @@ func TestStageSlots(t *testing.T) {
 
 	t.Run("per namespace", func(t *testing.T) {
 		h := newHarness(t, newRun(), limits(0, 1))
-		add(h, other("elsewhere", "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
+		h.add(other("elsewhere", "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
 			t.Fatalf("another namespace's stage held this one back: %s %q", run.Status.Phase, run.Status.Message)
 		}
 
 		h = newHarness(t, newRun(), limits(0, 1))
-		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
+		h.add(other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying))
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseQueued || !strings.Contains(run.Status.Message, "1 stage per namespace") {
 			t.Fatalf("beyond the namespace's bound: %s %q", run.Status.Phase, run.Status.Message)
@@ -1990,7 +2004,7 @@ func TestStageSlots(t *testing.T) {
 
 	t.Run("canceled while queued", func(t *testing.T) {
 		h := newHarness(t, newRun(func(r *v1alpha1.TerraformRun) { r.Status.Phase = v1alpha1.RunPhaseQueued }, cancelRequested), limits(1, 0))
-		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
+		h.add(other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseCanceled {
 			t.Fatalf("a canceled queued run: %s", run.Status.Phase)
@@ -1999,7 +2013,7 @@ func TestStageSlots(t *testing.T) {
 
 	t.Run("unbounded", func(t *testing.T) {
 		h := newHarness(t, newRun())
-		add(h, other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
+		h.add(other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
 			t.Fatalf("without a bound: %s", run.Status.Phase)
@@ -2048,13 +2062,6 @@ func TestStateTurns(t *testing.T) {
 	phase := func(p v1alpha1.RunPhase) func(*v1alpha1.TerraformRun) {
 		return func(r *v1alpha1.TerraformRun) { r.Status.Phase = p }
 	}
-	add := func(h *harness, runs ...*v1alpha1.TerraformRun) {
-		for _, r := range runs {
-			if err := h.indexer.Add(r); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	expectWaiting := func(t *testing.T, h *harness, want v1alpha1.RunPhase, holder string) {
 		t.Helper()
 		run := h.get()
@@ -2069,7 +2076,7 @@ func TestStateTurns(t *testing.T) {
 	t.Run("a plan waits for a stage on its state, and starts when it ends", func(t *testing.T) {
 		h := newHarness(t, newRun())
 		busy := other("busy", t0.Add(-time.Hour), planning)
-		add(h, busy)
+		h.add(busy)
 		if d := h.mustSync(); d != queuedRecheck {
 			t.Errorf("requeue = %v, want %v", d, queuedRecheck)
 		}
@@ -2079,18 +2086,8 @@ func TestStateTurns(t *testing.T) {
 		if c := meta.FindStatusCondition(h.get().Status.Conditions, v1alpha1.ConditionPlanned); c == nil || c.Message != h.get().Status.Message {
 			t.Errorf("the Planned condition %+v does not say what status.message says", c)
 		}
-		rv := h.get().ResourceVersion
-		h.mustSync()
-		if h.get().ResourceVersion != rv {
-			t.Error("an unchanged waiting run was written again")
-		}
-
-		busy = busy.DeepCopy()
-		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
-		if err := h.indexer.Update(busy); err != nil {
-			t.Fatal(err)
-		}
-		h.mustSync()
+		h.expectNotRewritten("an unchanged waiting run")
+		h.endRun(busy)
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning || h.world.realStarts(planJob1) != 1 {
 			t.Fatalf("after the state was freed: %s, %d starts", run.Status.Phase, h.world.realStarts(planJob1))
 		}
@@ -2098,7 +2095,7 @@ func TestStateTurns(t *testing.T) {
 
 	t.Run("other states do not hold it", func(t *testing.T) {
 		h := newHarness(t, newRun())
-		add(h,
+		h.add(
 			other("ws", t0.Add(-time.Hour), planning, func(r *v1alpha1.TerraformRun) { r.Spec.Workspace = "staging" }),
 			other("backend", t0.Add(-time.Hour), planning, func(r *v1alpha1.TerraformRun) {
 				r.Spec.Backend = &v1alpha1.Backend{Type: "s3", Config: map[string]string{"bucket": "b", "key": "k"}}
@@ -2109,7 +2106,7 @@ func TestStateTurns(t *testing.T) {
 		)
 		elsewhere := other("ns", t0.Add(-time.Hour), planning)
 		elsewhere.Namespace = "elsewhere"
-		add(h, elsewhere)
+		h.add(elsewhere)
 		h.mustSync()
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
 			t.Fatalf("held back by runs on other states, or not holding it: %s %q", run.Status.Phase, run.Status.Message)
@@ -2118,12 +2115,12 @@ func TestStateTurns(t *testing.T) {
 
 	t.Run("earlier runs and approved plans go first", func(t *testing.T) {
 		h := newHarness(t, newRun())
-		add(h, other("earlier", t0.Add(-time.Minute), phase(v1alpha1.RunPhaseQueued)))
+		h.add(other("earlier", t0.Add(-time.Minute), phase(v1alpha1.RunPhaseQueued)))
 		h.mustSync()
 		expectWaiting(t, h, v1alpha1.RunPhaseQueued, "earlier, created earlier")
 
 		h = newHarness(t, newRun())
-		add(h, other("approved", t0.Add(-time.Hour), approved))
+		h.add(other("approved", t0.Add(-time.Hour), approved))
 		h.mustSync()
 		expectWaiting(t, h, v1alpha1.RunPhaseQueued, "approved's approved plan applies first")
 	})
@@ -2131,17 +2128,12 @@ func TestStateTurns(t *testing.T) {
 	t.Run("an approved apply waits for a stage in flight", func(t *testing.T) {
 		h := newHarness(t, newRun(approved))
 		busy := other("speculative", t0.Add(time.Hour), planning)
-		add(h, busy)
+		h.add(busy)
 		h.mustSync()
 		expectWaiting(t, h, v1alpha1.RunPhaseAwaitingApproval, "speculative is planning on it")
 		expectCondition(t, h.get(), v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonWaitingForState)
 
-		busy = busy.DeepCopy()
-		busy.Status.Phase = v1alpha1.RunPhaseSucceeded
-		if err := h.indexer.Update(busy); err != nil {
-			t.Fatal(err)
-		}
-		h.mustSync()
+		h.endRun(busy)
 		if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseApplying || h.world.realStarts(applyJob1) != 1 {
 			t.Fatalf("after the state was freed: %s, %d apply starts", run.Status.Phase, h.world.realStarts(applyJob1))
 		}
@@ -2149,7 +2141,7 @@ func TestStateTurns(t *testing.T) {
 
 	t.Run("an approved plan made stale by another apply is discarded", func(t *testing.T) {
 		h := newHarness(t, newRun(approved))
-		add(h, other("sneaky", t0.Add(time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
+		h.add(other("sneaky", t0.Add(time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
 			r.Status.Stages = []v1alpha1.StageStatus{stageAt(v1alpha1.StagePlan, 1, t0.Add(time.Minute)), stageAt(v1alpha1.StageApply, 1, t0.Add(90*time.Second))}
 		}))
 		h.mustSync()
@@ -2166,7 +2158,7 @@ func TestStateTurns(t *testing.T) {
 			"same second": completed(stageAt(v1alpha1.StageApply, 1, t0), t0),
 		} {
 			h = newHarness(t, newRun(approved))
-			add(h, other(strings.ReplaceAll(name, " ", "-"), t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
+			h.add(other(strings.ReplaceAll(name, " ", "-"), t0.Add(-time.Hour), applying, phase(v1alpha1.RunPhaseSucceeded), func(r *v1alpha1.TerraformRun) {
 				r.Status.Stages = []v1alpha1.StageStatus{apply}
 			}))
 			h.mustSync()

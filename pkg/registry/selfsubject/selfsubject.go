@@ -66,14 +66,9 @@ func (r *AccessReviewREST) Create(ctx context.Context, obj runtime.Object, creat
 		return nil, apierrors.NewInvalid(authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview").GroupKind(), "",
 			field.ErrorList{field.Invalid(spec.Child("nonResourceAttributes"), nra, "exactly one of resourceAttributes or nonResourceAttributes may be set")})
 	}
-	u, ok := genericapirequest.UserFrom(ctx)
-	if !ok {
-		return nil, apierrors.NewBadRequest("no user in the request")
-	}
-	if createValidation != nil {
-		if err := createValidation(ctx, review); err != nil {
-			return nil, err
-		}
+	u, err := requester(ctx, review, createValidation)
+	if err != nil {
+		return nil, err
 	}
 	attrs := authorizer.AttributesRecord{User: u}
 	if ra != nil {
@@ -122,6 +117,17 @@ func (ReviewREST) Create(ctx context.Context, obj runtime.Object, createValidati
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a SelfSubjectReview, got %T", obj))
 	}
+	u, err := requester(ctx, review, createValidation)
+	if err != nil {
+		return nil, err
+	}
+	review.Status.UserInfo = userInfo(u)
+	return review, nil
+}
+
+// requester returns the user who asks for review, once admission
+// (createValidation) has let the review through.
+func requester(ctx context.Context, review runtime.Object, createValidation rest.ValidateObjectFunc) (user.Info, error) {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return nil, apierrors.NewBadRequest("no user in the request")
@@ -131,8 +137,7 @@ func (ReviewREST) Create(ctx context.Context, obj runtime.Object, createValidati
 			return nil, err
 		}
 	}
-	review.Status.UserInfo = userInfo(u)
-	return review, nil
+	return u, nil
 }
 
 func userInfo(u user.Info) authenticationv1.UserInfo {
