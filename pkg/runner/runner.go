@@ -171,10 +171,7 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 func (r *runner) end(parent, runCtx context.Context, log *stageLog, err error) error {
 	_ = r.out.Flush()
 	err = r.classify(parent, runCtx, err)
-	final := fmt.Sprintf("terrarun: stage %s attempt %d succeeded\n", r.spec.Stage, r.spec.Attempt)
-	if err != nil {
-		final = fmt.Sprintf("terrarun: stage %s attempt %d failed: %s\n", r.spec.Stage, r.spec.Attempt, err.Error())
-	}
+	final := stage.EndLine(r.spec.Stage, r.spec.Attempt, err)
 	if !log.streaming() {
 		// The stage's log has ended already (a plan stage that failed to go
 		// on to its apply): say it where the executor's output goes.

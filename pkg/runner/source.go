@@ -436,6 +436,25 @@ func (c *gitCredentials) secrets() []string {
 	return out
 }
 
+// gitCommand is the git subcommand args run, past the global options.
+func gitCommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "-c":
+			i++
+		case !strings.HasPrefix(args[i], "-"):
+			return args[i]
+		}
+	}
+	return "git"
+}
+
+// lastLine is the last non-blank line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
@@ -527,12 +546,12 @@ func (r *runner) cloneGit(ctx context.Context, src *stage.GitSource, dst string)
 		return "", err
 	}
 	git := func(dir string, args ...string) (string, error) {
-		var out bytes.Buffer
+		var out, stderr bytes.Buffer
 		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Dir = dir
 		cmd.Env = env
 		cmd.Stdout = &out
-		cmd.Stderr = r.out
+		cmd.Stderr = io.MultiWriter(r.out, &stderr)
 		cmd.WaitDelay = 5 * time.Second
 		err := cmd.Run()
 		r.out.Flush()
@@ -540,7 +559,12 @@ func (r *runner) cloneGit(ctx context.Context, src *stage.GitSource, dst string)
 			if ctx.Err() != nil {
 				return "", ctx.Err()
 			}
-			return "", fmt.Errorf("git %s: %w", args[0], err)
+			// git's own last words say why (a host that does not resolve,
+			// a ref that does not exist); they are redacted like its output.
+			if last := lastLine(stderr.String()); last != "" {
+				return "", fmt.Errorf("git %s: %s (%w)", gitCommand(args), r.secrets.redactString(last), err)
+			}
+			return "", fmt.Errorf("git %s: %w", gitCommand(args), err)
 		}
 		return strings.TrimSpace(out.String()), nil
 	}

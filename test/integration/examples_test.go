@@ -49,4 +49,13 @@ func TestExamples(t *testing.T) {
 	if out := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("with-secret", "plan")); strings.Contains(out, "correct-horse") {
 		t.Errorf("the plan shows the Secret's value:\n%s", out)
 	}
+
+	// git-source.yaml without network: the run fails, and the first line of
+	// its message (what kubectl get events shows) says why.
+	e.create(t, runManifest("from-git", "  workspace: from-git\n  source:\n    git:\n      url: https://127.0.0.1:1/x/y.git\n      ref: main\n"))
+	run := e.waitPhase(t, "from-git", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	first, _, _ := strings.Cut(run.Status.Message, "\n")
+	if run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(first, "git clone: fatal: unable to access") || !strings.Contains(first, "(exit status 128)") {
+		t.Errorf("an unreachable git host: %s, first line %q", run.Status.Phase, first)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // Process control: starting, waiting for, signalling and reaping the
@@ -146,6 +147,10 @@ func (e *Executor) wait(p *proc) {
 	if st.State == executor.StateFailed {
 		st.Message = summary
 		if tail := logTail(filepath.Join(p.dir, "executor.log"), logTailBytes, p.secrets); tail != "" {
+			if failure := stage.FailureIn(tail); failure != "" && st.Reason == executor.ReasonError {
+				// The first line says why, not only the exit code.
+				st.Message += ": " + failure
+			}
 			st.Message += "\n" + tail
 		}
 	}
