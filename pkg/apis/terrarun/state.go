@@ -2,6 +2,7 @@ package terrarun
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 // when unset). Two runs whose backends differ in settings only in a
 // configSecret's content, or that reach one state through different
 // settings, have different keys; Terraform's own lock still guards them.
+// A local backend without a path is the default backend's state.
 func StateKey(run *TerraformRun) string {
 	if b := run.Spec.Backend; b != nil {
 		return StateKeyOf(run.Namespace, run.Spec.Workspace, b.Type, b.Config, b.ConfigSecret)
@@ -29,23 +31,23 @@ func StateKeyOf(namespace, workspace, backendType string, config map[string]stri
 	if workspace == "" {
 		workspace = "default"
 	}
+	if backendType == "local" && configSecret == "" && config["path"] == "" && config["workspace_dir"] == "" {
+		// The local executor gives a local backend without a path the
+		// default backend's (a relative path would land in the stage's work
+		// directory, which is removed): they are one state.
+		backendType, config = "", nil
+	}
 	keys := make([]string, 0, len(config))
 	for k := range config {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var b strings.Builder
-	for _, s := range []string{namespace, workspace, backendType, configSecret} {
-		b.WriteString(s)
-		b.WriteByte(0)
-	}
+	// Every part quoted, so that no two settings make one key.
+	parts := []string{strconv.Quote(namespace), strconv.Quote(workspace), strconv.Quote(backendType), strconv.Quote(configSecret)}
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(config[k])
-		b.WriteByte(0)
+		parts = append(parts, strconv.Quote(k)+"="+strconv.Quote(config[k]))
 	}
-	return b.String()
+	return strings.Join(parts, " ")
 }
 
 // DescribeState says which state run uses, for messages.
