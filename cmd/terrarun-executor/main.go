@@ -78,6 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	spec, err := readSpec(*stageFile)
 	if err != nil {
 		fmt.Fprintf(stdout, "terrarun: stage ? attempt ? failed: %v\n", err)
+		terminationMessage(err)
 		return exitFailed
 	}
 
@@ -85,17 +86,41 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	err = runStage(ctx, spec, stdout, *grace)
+	fmt.Fprint(stdout, stage.EndLine(spec.Stage, spec.Attempt, err))
 	switch {
 	case err == nil:
-		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d succeeded\n", spec.Stage, spec.Attempt)
 		return exitOK
 	case errors.Is(err, runner.ErrCanceled):
-		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d failed: %v\n", spec.Stage, spec.Attempt, err)
+		terminationMessage(err)
 		return exitCanceled
 	default:
-		fmt.Fprintf(stdout, "terrarun: stage %s attempt %d failed: %v\n", spec.Stage, spec.Attempt, err)
+		terminationMessage(err)
 		return exitFailed
 	}
+}
+
+// terminationLog is where the kubelet reads a container's termination
+// message from (the Job executor's pods set TerminationMessageReadFile).
+var terminationLog = "/dev/termination-log"
+
+// maxTerminationMessage is the most the kubelet keeps of it.
+const maxTerminationMessage = 4096
+
+// terminationMessage leaves why the stage failed where the kubelet reads
+// it, so that the run's status says why and not only the exit code. It
+// writes only where the kubelet has mounted the file: never elsewhere (a
+// local stage has none). The runner's errors are already redacted.
+func terminationMessage(err error) {
+	f, openErr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
+	if openErr != nil {
+		return
+	}
+	defer f.Close()
+	msg := err.Error()
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage-3] + "..."
+	}
+	_, _ = f.WriteString(msg)
 }
 
 func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time.Duration) error {

@@ -43,6 +43,9 @@ func TestFailures(t *testing.T) {
 	if err := os.WriteFile(noToken, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Where the kubelet would read the termination message from.
+	terminationLog = filepath.Join(dir, "termination-log")
+	t.Cleanup(func() { terminationLog = "/dev/termination-log" })
 	for file, want := range map[string]string{
 		filepath.Join(dir, "missing.json"): "terrarun: stage ? attempt ? failed: reading the stage file",
 		bad:                                "terrarun: stage ? attempt ? failed: decoding the stage file",
@@ -58,6 +61,19 @@ func TestFailures(t *testing.T) {
 		if strings.Contains(stdout.String(), "hunter2") {
 			t.Errorf("stdout shows credentials: %s", stdout.String())
 		}
+		// No termination log: none is created.
+		if _, err := os.Stat(terminationLog); !os.IsNotExist(err) {
+			t.Errorf("a termination log was created where there was none: %v", err)
+		}
+	}
+	// With one (a Job's pod), it says why the stage failed.
+	if err := os.WriteFile(terminationLog, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	run([]string{"--stage-file", noToken}, &stdout, &stderr)
+	if msg, err := os.ReadFile(terminationLog); err != nil || !strings.HasPrefix(string(msg), "server URL must not hold credentials") || strings.Contains(string(msg), "hunter2") {
+		t.Errorf("termination message %q (%v)", msg, err)
 	}
 }
 

@@ -206,12 +206,16 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			case terminated != nil && terminated.Reason != "" && terminated.Reason != executor.ReasonError && terminated.Reason != executor.ReasonCompleted:
 				// OOMKilled, ContainerCannotRun, ...
 				st.Reason = terminated.Reason
+				if terminated.Message != "" {
+					st.Message = terminated.Message
+				}
 			case terminated != nil && terminated.ExitCode != 0:
 				st.Reason = executor.ReasonError
 				st.Message = fmt.Sprintf("terrarun-executor exited with code %d", terminated.ExitCode)
-			}
-			if terminated != nil && terminated.Message != "" {
-				st.Message = terminated.Message
+				if terminated.Message != "" {
+					// terrarun-executor's termination message: why.
+					st.Message += ": " + terminated.Message
+				}
 			}
 			if st.Reason == "" {
 				st.Reason = executor.ReasonFailed

@@ -188,6 +188,7 @@ func TestStatus(t *testing.T) {
 		state     executor.State
 		exitCode  *int32
 		reason    string
+		message   string // when set, st.Message
 	}{
 		{
 			name:   "running, no pod yet",
@@ -230,6 +231,18 @@ func TestStatus(t *testing.T) {
 			state:     executor.StateFailed,
 			exitCode:  ptr.To[int32](3),
 			reason:    "Error",
+			message:   "terrarun-executor exited with code 3",
+		},
+		{
+			name: "failed, saying why in its termination message",
+			status: batchv1.JobStatus{StartTime: &start, Failed: 1, Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: end},
+			}},
+			container: &corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "git clone: fatal: could not resolve host (exit status 128)"}},
+			state:     executor.StateFailed,
+			exitCode:  ptr.To[int32](1),
+			reason:    "Error",
+			message:   "terrarun-executor exited with code 1: git clone: fatal: could not resolve host (exit status 128)",
 		},
 		{
 			name: "failed: OOMKilled",
@@ -277,6 +290,9 @@ func TestStatus(t *testing.T) {
 			}
 			if st.Reason != c.reason {
 				t.Errorf("Reason = %q, want %q (message %q)", st.Reason, c.reason, st.Message)
+			}
+			if c.message != "" && st.Message != c.message {
+				t.Errorf("Message = %q, want %q", st.Message, c.message)
 			}
 			if st.StartTime == nil || !st.StartTime.Equal(start.Time) {
 				t.Errorf("StartTime = %v, want %v", st.StartTime, start)
