@@ -6,20 +6,12 @@ type JSON struct {
 	Raw []byte `json:"-"`
 }
 
-// MarshalJSON writes the document itself, as the versioned type does.
+// MarshalJSON writes the document itself, as the versioned type does, so
+// that the internal and versioned objects agree in JSON (internal objects
+// are never decoded from JSON).
 func (j JSON) MarshalJSON() ([]byte, error) {
 	if len(j.Raw) == 0 {
 		return []byte("null"), nil
 	}
 	return j.Raw, nil
-}
-
-// UnmarshalJSON keeps the document as it is; null is none.
-func (j *JSON) UnmarshalJSON(data []byte) error {
-	if string(data) == "null" {
-		j.Raw = nil
-		return nil
-	}
-	j.Raw = append(j.Raw[:0:0], data...)
-	return nil
 }
