@@ -22,6 +22,17 @@ help: ## Show the targets.
 build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
+IMAGES    ?= $(BIN)/images
+REGISTRY  ?= ghcr.io/terrarun
+TERRAFORM ?=
+
+.PHONY: images
+images: ## Build the terrarun-apiserver and terrarun-executor images (OCI layouts and tarballs in bin/images) without a container runtime; TERRAFORM=path adds terraform to the executor image.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(IMAGES)/static/ ./cmd/terrarun-apiserver ./cmd/terrarun-executor
+	tofu=$$(hack/engine.sh --build) && \
+	  $(GO) run ./hack/images -out $(IMAGES) -version $(VERSION) -registry $(REGISTRY) \
+	    -apiserver $(IMAGES)/static/terrarun-apiserver -executor $(IMAGES)/static/terrarun-executor -tofu "$$tofu" -terraform '$(TERRAFORM)'
+
 .PHONY: engine
 engine: ## Find terraform or tofu (or the one TERRARUN_ENGINE names), else build OpenTofu from the Go module proxy into .cache/engine.
 	@hack/engine.sh
@@ -36,14 +47,14 @@ test: verify unit integration e2e ## Run every test: static checks, codegen veri
 
 .PHONY: verify
 verify: ## gofmt, go vet and generated-code freshness.
-	@out=$$(gofmt -l cmd pkg test hack); if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd pkg test hack charts); if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	hack/verify-codegen.sh
 
 .PHONY: unit
-unit: ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist).
-	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && \
-	  TERRARUN_ENGINE=$$engine $(GO_TEST) ./pkg/... ./cmd/... ./test/e2e/nodeagent/... && \
+unit: ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist), and the chart's with helm.
+	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && helm=$$(hack/helm.sh) && \
+	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm $(GO_TEST) ./pkg/... ./cmd/... ./charts/... ./test/e2e/nodeagent/... && \
 	  if [[ "$$tofu" != "$$engine" ]]; then TERRARUN_ENGINE=$$tofu $(GO_TEST) -count=1 ./pkg/runner/... ./cmd/terrarun-executor/...; fi
 
 FUZZTIME ?= 1m
@@ -59,14 +70,18 @@ integration: build ## Integration tests: the real server on embedded etcd, drive
 	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && \
 	  TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
 
+.PHONY: helm
+helm: ## Build helm from hack/tools/helm into .cache/helm (only when the pin changes); make test lints, renders and installs charts/terrarun with it.
+	@hack/helm.sh
+
 .PHONY: e2e-tools
 e2e-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl from hack/tools into .cache/e2e-tools (only when the pins change).
 	@hack/e2e-tools.sh
 
 .PHONY: e2e
-e2e: build ## End-to-end tests (root): a real cluster in a network namespace, terrarun behind an APIService, executor Jobs, all through kubectl.
-	tools=$$(hack/e2e-tools.sh) && engine=$$(hack/engine.sh) && \
-	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver \
+e2e: images ## End-to-end tests (root): a real cluster in a network namespace, terrarun installed by its chart from its images behind an APIService, executor Jobs, all through kubectl.
+	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && \
+	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm \
 	  $(GO) test -count=1 -timeout 30m ./test/e2e/
 
 .PHONY: bench

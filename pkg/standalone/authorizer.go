@@ -12,7 +12,7 @@ import (
 	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/terrarun/terrarun/artifacts/deploy"
+	chart "github.com/terrarun/terrarun/charts/terrarun"
 )
 
 // The groups, in a user's client certificate, that grant terrarun's roles in
@@ -28,7 +28,7 @@ const (
 	ApproversGroup = "terrarun:approvers"
 )
 
-// groupRoles are the ClusterRoles (of artifacts/deploy/rbac.yaml) that each
+// groupRoles are the ClusterRoles (of charts/terrarun/files/roles.yaml) that each
 // group is bound to, cluster-wide.
 var groupRoles = map[string][]string{
 	ViewersGroup:   {"terrarun-view"},
@@ -56,13 +56,13 @@ var selfReviews = []rbacv1.PolicyRule{
 var readEvents = rbacv1.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"events"}}
 
 // NewAuthorizer returns standalone mode's authorizer: the roles of
-// artifacts/deploy/rbac.yaml, bound to the groups above, with reading
+// charts/terrarun/files/roles.yaml, bound to the groups above, with reading
 // Events; self reviews and discovery for every authenticated user; and
 // everything for system:masters. Everybody else, and everything else, is denied: status
 // writes, impersonation and the executors' writes among them (executors are
 // authorized apart, by pkg/executor/auth).
 func NewAuthorizer() (authorizer.Authorizer, error) {
-	roles, err := clusterRoles(deploy.RBAC)
+	roles, err := clusterRoles(chart.Roles)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func NewAuthorizer() (authorizer.Authorizer, error) {
 		for _, name := range names {
 			role, ok := roles[name]
 			if !ok {
-				return nil, fmt.Errorf("artifacts/deploy/rbac.yaml has no ClusterRole %s", name)
+				return nil, fmt.Errorf("charts/terrarun/files/roles.yaml has no ClusterRole %s", name)
 			}
 			rules[group] = append(rules[group], role.Rules...)
 		}
@@ -119,7 +119,7 @@ func clusterRoles(manifests []byte) (map[string]rbacv1.ClusterRole, error) {
 	for _, doc := range bytes.Split(manifests, []byte("\n---")) {
 		var role rbacv1.ClusterRole
 		if err := yaml.Unmarshal(doc, &role); err != nil {
-			return nil, fmt.Errorf("artifacts/deploy/rbac.yaml: %w", err)
+			return nil, fmt.Errorf("charts/terrarun/files/roles.yaml: %w", err)
 		}
 		if role.Kind == "ClusterRole" {
 			roles[role.Name] = role

@@ -8,7 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -35,7 +35,7 @@ const (
 	kubeEtcdPort     = 2379
 	terrarunEtcdPort = 2479
 	kubeAPIPort      = 6443
-	terrarunPort     = 8443
+	terrarunPort     = 8443 // the chart's containerPort: pods share the node's address
 	kubeletPort      = 10250
 	nodeName         = "e2e-node"
 )
@@ -51,11 +51,13 @@ var users = map[string]string{
 // cluster is the running test cluster.
 type cluster struct {
 	dir string
-	// providerDir holds the test provider's mirror, outside dir.
+	// providerDir holds the test provider's mirror, and imageDir the
+	// images' file systems, outside dir: the pods' user reaches them.
 	providerDir string
+	imageDir    string
 	tools       string // directory of etcd, kube-apiserver, kube-controller-manager, kubectl
-	bin         string // directory of terrarun-apiserver and terrarun-executor
-	engine      string // terraform or tofu
+	images      string // directory of the OCI layouts make images writes
+	helm        string
 	kubectl     string
 	kubeAPI     string
 	kubeCA      string
@@ -65,13 +67,10 @@ type cluster struct {
 
 	kubeconfigs map[string]string
 
-	trArgs []string
-
-	mu       sync.Mutex
-	procs    []*proc
-	terrarun *proc
-	cancel   context.CancelFunc
-	agent    chan error
+	mu     sync.Mutex
+	procs  []*proc
+	cancel context.CancelFunc
+	agent  chan error
 }
 
 // proc is one process of the cluster with its log.
@@ -93,7 +92,6 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 	// No Pdeathsig: it fires when the starting OS thread exits, not the
 	// process. Leftovers are killed with the network namespace.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(c.engine)+":"+c.bin+":"+os.Getenv("PATH"))
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -142,23 +140,33 @@ func (c *cluster) stop() {
 	}
 	if os.Getenv("TERRARUN_E2E_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
-		if c.providerDir != "" {
-			_ = os.RemoveAll(c.providerDir)
+		for _, d := range []string{c.providerDir, c.imageDir} {
+			if d != "" {
+				_ = os.RemoveAll(d)
+			}
 		}
 	}
 }
 
-// dumpLogs prints the end of every process log, for a failed run.
+// dumpLogs prints the end of every process log, and of the logs of
+// terrarun's pods, for a failed run.
 func (c *cluster) dumpLogs(w io.Writer) {
 	c.mu.Lock()
-	procs := append([]*proc(nil), c.procs...)
+	var logs [][2]string
+	for _, p := range c.procs {
+		logs = append(logs, [2]string{p.name, p.log})
+	}
 	c.mu.Unlock()
-	for _, p := range procs {
-		data, _ := os.ReadFile(p.log)
+	pods, _ := filepath.Glob(filepath.Join(c.agentDir, "terrarun-system_*", "*.log"))
+	for _, l := range pods {
+		logs = append(logs, [2]string{"pod " + filepath.Base(filepath.Dir(l)), l})
+	}
+	for _, l := range logs {
+		data, _ := os.ReadFile(l[1])
 		if len(data) > 6000 {
 			data = data[len(data)-6000:]
 		}
-		fmt.Fprintf(w, "\n===== %s (%s), last lines =====\n%s\n", p.name, p.log, data)
+		fmt.Fprintf(w, "\n===== %s (%s), last lines =====\n%s\n", l[0], l[1], data)
 	}
 }
 
@@ -175,11 +183,11 @@ func startCluster() (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiserver, err := env("TERRARUN_APISERVER", "the terrarun-apiserver binary (make build)")
+	images, err := env("TERRARUN_IMAGES", "the directory of the images `make images` builds (bin/images; make e2e passes it)")
 	if err != nil {
 		return nil, err
 	}
-	engine, err := env("TERRARUN_ENGINE", "terraform or tofu (hack/engine.sh)")
+	helm, err := env("TERRARUN_HELM", "a helm binary (hack/helm.sh prints one; make e2e passes it)")
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +198,8 @@ func startCluster() (*cluster, error) {
 	c := &cluster{
 		dir:         dir,
 		tools:       tools,
-		bin:         filepath.Dir(apiserver),
-		engine:      engine,
+		images:      images,
+		helm:        helm,
 		kubectl:     filepath.Join(tools, "kubectl"),
 		kubeAPI:     fmt.Sprintf("https://%s:%d", nodeIP, kubeAPIPort),
 		trEtcd:      fmt.Sprintf("http://%s:%d", nodeIP, terrarunEtcdPort),
@@ -331,7 +339,8 @@ func (c *cluster) bootstrap() error {
 		"--use-service-account-credentials=false",
 		"--service-account-private-key-file", saKey,
 		"--root-ca-file", kubePKI.CAFile(),
-		"--controllers", "job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,root-ca-certificate-publisher-controller",
+		"--controllers", "job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,root-ca-certificate-publisher-controller,"+
+			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller",
 	); err != nil {
 		return err
 	}
@@ -361,14 +370,39 @@ func (c *cluster) bootstrap() error {
 	if err != nil {
 		return err
 	}
+	// The node runs what is in the images that make images built: their
+	// file systems are unpacked, and a container of an image runs its
+	// binary, with the executor image's engine on PATH.
+	imageDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-images-")
+	if err != nil {
+		return err
+	}
+	c.imageDir = imageDir
+	if err := os.Chmod(imageDir, 0o755); err != nil {
+		return err
+	}
+	roots := map[string]string{}
+	for _, name := range []string{"terrarun-apiserver", "terrarun-executor"} {
+		img, err := openImage(filepath.Join(c.images, name))
+		if err != nil {
+			return err
+		}
+		roots[name] = filepath.Join(imageDir, name)
+		if err := extractImage(img, roots[name]); err != nil {
+			return fmt.Errorf("unpacking %s: %w", name, err)
+		}
+	}
 	agent, err := nodeagent.New(nodeagent.Options{
-		NodeName:     nodeName,
-		Address:      nodeIP,
-		Port:         kubeletPort,
-		Client:       kube,
-		RootDir:      c.agentDir,
-		Images:       map[string]string{"terrarun-executor": filepath.Join(c.bin, "terrarun-executor")},
-		PathDirs:     []string{filepath.Dir(c.engine), c.bin},
+		NodeName: nodeName,
+		Address:  nodeIP,
+		Port:     kubeletPort,
+		Client:   kube,
+		RootDir:  c.agentDir,
+		Images: map[string]string{
+			"terrarun-apiserver": filepath.Join(roots["terrarun-apiserver"], "usr", "local", "bin", "terrarun-apiserver"),
+			"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
+		},
+		PathDirs:     []string{filepath.Join(roots["terrarun-executor"], "usr", "local", "bin")},
 		ServingCert:  kubeletCert,
 		ServingKey:   kubeletKey,
 		ClientCAFile: kubePKI.CAFile(),
@@ -386,90 +420,65 @@ func (c *cluster) bootstrap() error {
 	return c.deployTerrarun(trCert, trKey)
 }
 
-// deployTerrarun applies artifacts/deploy (except the Deployment and etcd,
-// replaced by a local process and the harness's etcd), points the Service's
-// endpoints at the process, starts it and waits for the APIService.
+// deployTerrarun installs charts/terrarun as the README says: it renders
+// the chart with helm, for this cluster (terrarun's etcd is the harness's,
+// the serving certificate its PKI's, one replica), and applies it with
+// kubectl. The node agent runs the Deployment's pod from the
+// terrarun-apiserver image. The chart's default rendering (bundled etcd, a
+// certificate made by the chart) is checked by the cluster with a server-side
+// dry run.
 func (c *cluster) deployTerrarun(cert, key string) error {
-	for _, f := range []string{"00-namespace.yaml", "service-account.yaml", "rbac.yaml", "service.yaml", "apiservice.yaml"} {
-		if _, err := c.kubectlAs("admin", "apply", "-f", harness.RepoPath("artifacts", "deploy", f)); err != nil {
+	if _, err := c.kubectlAs("admin", "create", "namespace", "terrarun-system"); err != nil {
+		return err
+	}
+	// The restricted Pod Security Standard: the chart's pods must meet it.
+	if _, err := c.kubectlAs("admin", "label", "namespace", "terrarun-system",
+		"pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted"); err != nil {
+		return err
+	}
+	values := map[string]any{
+		"replicas":          1,
+		"executorServerURL": fmt.Sprintf("https://%s:%d", nodeIP, terrarunPort),
+		"etcd":              map[string]any{"bundled": false, "external": map[string]any{"endpoints": []string{c.trEtcd}}},
+		// The policy of these tests: only the executor images are allowed,
+		// and none of the chart's other defaults apply.
+		"policy": map[string]any{
+			"defaults": nil, "allowedGitHosts": nil, "manualApprovalNamespaceSelector": nil, "maxTimeouts": nil, "separationOfDuties": nil,
+			"allowedImages": []string{"ghcr.io/terrarun/terrarun-executor:*"},
+		},
+	}
+	tls := map[string]any{}
+	for k, file := range map[string]string{"cert": cert, "key": key, "ca": c.trCA} {
+		data, err := os.ReadFile(file)
+		if err != nil {
 			return err
 		}
+		tls[k] = string(data)
 	}
-	endpoints := fmt.Sprintf(`apiVersion: v1
-kind: Endpoints
-metadata:
-  name: terrarun-apiserver
-  namespace: terrarun-system
-subsets:
-- addresses:
-  - ip: %[1]s
-  ports:
-  - name: https
-    port: %[2]d
-    protocol: TCP
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: terrarun-apiserver-e2e
-  namespace: terrarun-system
-  labels:
-    kubernetes.io/service-name: terrarun-apiserver
-addressType: IPv4
-endpoints:
-- addresses: ["%[1]s"]
-  conditions:
-    ready: true
-ports:
-- name: https
-  port: %[2]d
-  protocol: TCP
-`, nodeIP, terrarunPort)
-	if _, err := c.kubectlStdin("admin", endpoints, "apply", "-f", "-"); err != nil {
-		return err
-	}
-	caBundle, err := os.ReadFile(c.trCA)
+	values["tls"] = tls
+	data, err := json.Marshal(values)
 	if err != nil {
 		return err
 	}
-	patch := fmt.Sprintf(`{"spec":{"caBundle":%q}}`, base64.StdEncoding.EncodeToString(caBundle))
-	if _, err := c.kubectlAs("admin", "patch", "apiservice", "v1alpha1.terrarun.dev", "--type=merge", "-p", patch); err != nil {
+	valuesFile := c.path("terrarun-values.json")
+	if err := os.WriteFile(valuesFile, data, 0o600); err != nil {
 		return err
 	}
-
-	// terrarun-apiserver authenticates to the cluster as its ServiceAccount,
-	// with the RBAC of artifacts/deploy.
-	token, err := c.kubectlAs("admin", "create", "token", "terrarun-apiserver", "-n", "terrarun-system", "--duration=24h")
+	manifests, err := c.helmTemplate("-f", valuesFile)
 	if err != nil {
 		return err
 	}
-	if err := c.writeKubeconfig("terrarun-apiserver", strings.TrimSpace(token)); err != nil {
+	if _, err := c.kubectlStdin("admin", manifests, "apply", "-f", "-"); err != nil {
 		return err
 	}
-	// A cluster policy that allows only the default executor image.
-	policyFile, admissionFile := c.path("terrarun-policy.yaml"), c.path("admission-config.yaml")
-	if err := os.WriteFile(policyFile, []byte("apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\n"+
-		"allowedImages: [\"ghcr.io/terrarun/terrarun-executor:*\"]\n"), 0o600); err != nil {
+	defaults, err := c.helmTemplate()
+	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(admissionFile, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"+
-		"- name: TerraformRunDefaults\n  path: "+policyFile+"\n- name: TerraformRunPolicy\n  path: "+policyFile+"\n"), 0o600); err != nil {
-		return err
+	if _, err := c.kubectlStdin("admin", defaults, "apply", "--dry-run=server", "-f", "-"); err != nil {
+		return fmt.Errorf("the chart's default rendering: %w", err)
 	}
-	c.trArgs = []string{filepath.Join(c.bin, "terrarun-apiserver"),
-		"--admission-control-config-file", admissionFile,
-		"--etcd-servers", c.trEtcd,
-		"--bind-address", nodeIP, "--secure-port", fmt.Sprint(terrarunPort),
-		"--tls-cert-file", cert, "--tls-private-key-file", key,
-		"--kubeconfig", c.kubeconfigs["terrarun-apiserver"],
-		"--authentication-kubeconfig", c.kubeconfigs["terrarun-apiserver"],
-		"--authorization-kubeconfig", c.kubeconfigs["terrarun-apiserver"],
-		"--executor", "kubernetes",
-		"--executor-server-url", fmt.Sprintf("https://%s:%d", nodeIP, terrarunPort),
-		"--executor-ca-file", c.trCA,
-		"--default-engine", filepath.Base(c.engine),
-	}
-	if err := c.startTerrarun(); err != nil {
+	if _, err := c.kubectlAs("admin", "-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=120s"); err != nil {
 		return err
 	}
 	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s"); err != nil {
@@ -478,16 +487,15 @@ ports:
 	return nil
 }
 
-// startTerrarun starts terrarun-apiserver and waits until it is ready.
-func (c *cluster) startTerrarun() error {
-	p, err := c.start("terrarun-apiserver", c.trArgs...)
-	if err != nil {
-		return err
+// helmTemplate renders charts/terrarun into terrarun-system.
+func (c *cluster) helmTemplate(args ...string) (string, error) {
+	cmd := exec.Command(c.helm, append([]string{"template", "terrarun", harness.RepoPath("charts", "terrarun"), "--namespace", "terrarun-system"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("helm template %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	c.mu.Lock()
-	c.terrarun = p
-	c.mu.Unlock()
-	return waitHTTP(fmt.Sprintf("https://%s:%d/readyz", nodeIP, terrarunPort), c.caPool(c.trCA), "", 120*time.Second)
+	return stdout.String(), nil
 }
 
 func (c *cluster) caPool(file string) *x509.CertPool {

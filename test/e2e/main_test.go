@@ -1,14 +1,17 @@
-// Package e2e runs terrarun the way users deploy it: behind a real
+// Package e2e runs terrarun the way users deploy it: installed by its Helm
+// chart (charts/terrarun) from its images (make images), behind a real
 // kube-apiserver through an APIService, with delegated authentication and
-// authorization, RBAC on subresources, and terraform running in executor Jobs
+// authorization, RBAC on subresources, and OpenTofu running in executor Jobs
 // that the real Job controller manages. Every step is driven by kubectl.
 //
 // The harness needs root: it creates a network namespace with a 10.x address
 // on its loopback device (the aggregator refuses to route to 127.0.0.0/8),
 // re-executes the test binary inside it, and deletes it afterwards, whatever
-// happened. Inside, it starts two etcds, kube-apiserver,
-// kube-controller-manager (built by hack/e2e-tools.sh), terrarun-apiserver and
-// a test-only node agent that runs Job pods as local processes.
+// happened. Inside, it starts two etcds, kube-apiserver and
+// kube-controller-manager (built by hack/e2e-tools.sh), and a test-only node
+// agent that runs pods as local processes: the chart's Deployment runs the
+// terrarun-apiserver image's binary, and executor Jobs the terrarun-executor
+// image's, with its tofu.
 package e2e
 
 import (

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,7 +169,7 @@ func TestLifecycleAndRBAC(t *testing.T) {
 	if plan := mustAs(t, "alice", "get", "--raw", raw(ns, "hello", "plan")); !strings.Contains(plan, "1 to add") {
 		t.Errorf("plan:\n%s", plan)
 	}
-	if logs := mustAs(t, "admin", "logs", "-n", ns, "job/hello-plan-1"); !strings.Contains(logs, "terrarun: running terraform plan") {
+	if logs := mustAs(t, "admin", "logs", "-n", ns, "job/hello-plan-1"); !strings.Contains(logs, "terrarun: running tofu plan") {
 		t.Errorf("kubectl logs job/hello-plan-1:\n%s", logs)
 	}
 
@@ -363,8 +364,9 @@ func decode(s string) string {
 	return string(b)
 }
 
-// TestRestartMidPlan is scenario 7: terrarun restarts while a run plans; the
-// APIService goes unavailable and comes back, and the run completes once.
+// TestRestartMidPlan is scenario 7: terrarun's process is killed on its node
+// while a run plans; the Deployment's container restarts, the APIService
+// comes back, and the run completes, applying once.
 func TestRestartMidPlan(t *testing.T) {
 	ns := newNamespace(t)
 	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
@@ -392,17 +394,21 @@ resource "terraform_data" "once" {
 	createRun(t, "alice", ns, "restart", tf, "  approval:\n    mode: Auto\n")
 	waitPhase(t, ns, "restart", 2*time.Minute, "Planning")
 
-	cl.mu.Lock()
-	p := cl.terrarun
-	cl.mu.Unlock()
-	stopProc(p, syscall.SIGKILL)
-	waitFor(t, 2*time.Minute, "the APIService to become unavailable", func() bool {
-		out, _ := cl.kubectlAs("admin", "get", "apiservice", "v1alpha1.terrarun.dev", "-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`)
-		return out == "False"
-	})
-	if err := cl.startTerrarun(); err != nil {
+	// The container's process, from its ID (nodeagent://<uid>-<name>-<pid>).
+	pod := "jsonpath={.items[0].status.containerStatuses[0]"
+	selector := "--selector=app.kubernetes.io/name=terrarun-apiserver"
+	id := mustAs(t, "admin", "get", "pods", "-n", "terrarun-system", selector, "-o", pod+".containerID}")
+	pid, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+	if err != nil {
+		t.Fatalf("container ID %q: %v", id, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 2*time.Minute, "terrarun's container to restart", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", "terrarun-system", selector, "-o", pod+".lastState.terminated.exitCode}")
+		return out == "137"
+	})
 	mustAs(t, "admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s")
 
 	if got := waitPhase(t, ns, "restart", 8*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {

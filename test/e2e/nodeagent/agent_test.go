@@ -424,19 +424,11 @@ func assertDeletedWithGraceZero(t *testing.T, h *harness, name string) {
 
 func TestUnsupportedPods(t *testing.T) {
 	h := newHarness(t, nil)
-	p := shPod("restarts", "exit 0")
-	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
-	h.create(p)
-	got := h.waitPhase("restarts", corev1.PodFailed)
-	if got.Status.Reason != "UnsupportedRestartPolicy" || !strings.Contains(got.Status.Message, "restartPolicy Never") {
-		t.Errorf("status: %q %q", got.Status.Reason, got.Status.Message)
-	}
-
-	p = shPod("noimage", "")
+	p := shPod("noimage", "")
 	p.Spec.Containers[0].Command = nil
 	p.Spec.Containers[0].Image = "example.com/unknown:1"
 	h.create(p)
-	got = h.waitPhase("noimage", corev1.PodFailed)
+	got := h.waitPhase("noimage", corev1.PodFailed)
 	if !strings.Contains(got.Status.Message, "example.com/unknown:1") {
 		t.Errorf("status: %q %q", got.Status.Reason, got.Status.Message)
 	}
@@ -508,4 +500,64 @@ func TestPodDeletedWhileWaiting(t *testing.T) {
 	if !sawStatus(h, "never", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed }) {
 		t.Error("no Failed status before the deletion")
 	}
+}
+
+// TestRestartPolicies: a container of a pod with restartPolicy Always runs
+// again whenever it exits (a Deployment's pod killed on its node), the first
+// time at once, with its restart count and last state in the status; with
+// OnFailure only a failure restarts it; deletion ends the restarts.
+func TestRestartPolicies(t *testing.T) {
+	h := newHarness(t, nil)
+	dir := worldDir(t)
+	runs := filepath.Join(dir, "runs")
+	// Exits with 3 on its first run, then stays up.
+	p := shPod("always", "echo run >> "+runs+"; [ $(wc -l < "+runs+") -gt 1 ] && exec sleep 300; exit 3")
+	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	h.create(p)
+	got := h.waitPod("always", "running again after one restart", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount == 1 && cs[0].State.Running != nil
+	})
+	if last := got.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 3 || last.Reason != "Error" {
+		t.Errorf("last state %+v, want terminated with 3", last)
+	}
+	if got.Status.Phase != corev1.PodRunning {
+		t.Errorf("phase %s", got.Status.Phase)
+	}
+	// Killed on the node, as a crashing server is: it runs again, after
+	// the back-off.
+	pid := containerPID(t, got)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	got = h.waitPod("always", "restarted after SIGKILL", func(p *corev1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount == 2 && cs[0].State.Running != nil
+	})
+	if last := got.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+		t.Errorf("last state %+v, want terminated with 137", last)
+	}
+	h.deleteGracefully("always", 5)
+	h.waitGone("always")
+	waitNoProcess(t, containerPID(t, got))
+
+	p = shPod("onfailure", "exit 0")
+	p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	h.create(p)
+	got = h.waitPhase("onfailure", corev1.PodSucceeded)
+	if n := got.Status.ContainerStatuses[0].RestartCount; n != 0 {
+		t.Errorf("a container that succeeded with OnFailure restarted %d times", n)
+	}
+}
+
+// containerPID reads the process of the pod's only container from its
+// container ID (nodeagent://<uid>-<name>-<pid>).
+func containerPID(t *testing.T, p *corev1.Pod) int {
+	t.Helper()
+	id := p.Status.ContainerStatuses[0].ContainerID
+	pid, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+	if err != nil {
+		t.Fatalf("container ID %q: %v", id, err)
+	}
+	return pid
 }

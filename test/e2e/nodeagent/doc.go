@@ -1,9 +1,9 @@
 // Package nodeagent is a small, TEST-ONLY node agent for the end-to-end
 // tests: there is no container runtime on the machines that run them, so it
 // stands in for the kubelet (and the scheduler) and runs the containers of
-// Job pods as local processes. It is used in-process by the e2e harness and
-// must never be used outside tests: it runs as root, trusts every pod, and
-// isolates nothing but mounts.
+// pods (the executor Jobs' and terrarun's Deployment's) as local processes.
+// It is used in-process by the e2e harness and must never be used outside
+// tests: it runs as root, trusts every pod, and isolates nothing but mounts.
 //
 // # What it does
 //
@@ -26,10 +26,14 @@
 //     Pending (containers waiting, ContainerCreating) → Running (podIP and
 //     hostIP = Address, containers running, started and ready) → Succeeded or
 //     Failed (containers terminated with exitCode, reason Completed or Error,
-//     startedAt, finishedAt, and the termination message). Only restartPolicy
-//     Never is supported; other pods fail at once with reason
-//     UnsupportedRestartPolicy, as do pods with init or ephemeral containers
-//     (UnsupportedPodSpec) or with other volumes (UnsupportedVolume).
+//     startedAt, finishedAt, and the termination message). With
+//     restartPolicy Always (a Deployment's pods), or OnFailure after a
+//     failure, a container that exits runs again, as the kubelet does: at
+//     once the first time, then after a back-off of 10s doubling up to 5
+//     minutes (CrashLoopBackOff), with restartCount and lastState in the
+//     status. Pods with init or ephemeral containers fail at once
+//     (UnsupportedPodSpec), as do pods with other volumes
+//     (UnsupportedVolume).
 //   - On deletion (deletionTimestamp), sends SIGTERM to each container's main
 //     process, as a runtime signals a container's PID 1, then SIGKILL to its
 //     process group after deletionGracePeriodSeconds (else

@@ -31,6 +31,12 @@ const (
 	maxTerminationMessage = 4096
 	// tokenRetry is how soon a failed token refresh is retried.
 	tokenRetry = 10 * time.Second
+	// The kubelet's crash-loop back-off: a container that exits is restarted
+	// at once the first time, then after 10s, doubling up to 5 minutes; one
+	// that ran for 10 minutes starts over.
+	restartBackoffInitial = 10 * time.Second
+	restartBackoffMax     = 5 * time.Minute
+	restartBackoffReset   = 10 * time.Minute
 )
 
 // podRunner runs one pod bound to the node, from its first sight to its
@@ -75,8 +81,14 @@ type container struct {
 	exitCode   int32
 	reason     string
 	message    string
-	exited     chan struct{} // closed once terminated, or once it never will run
+	exited     chan struct{} // closed once terminated for good, or once it never will run
 	exitOnce   sync.Once
+	// Restarts (restartPolicy Always or OnFailure): the count, the last
+	// instance's end, when the next starts and the back-off after it.
+	restarts  int32
+	last      *corev1.ContainerStateTerminated
+	restartAt time.Time
+	backoff   time.Duration
 }
 
 func (c *container) closeExited() { c.exitOnce.Do(func() { close(c.exited) }) }
@@ -199,7 +211,7 @@ func (r *podRunner) run() {
 	r.waitMsg = ""
 	r.mu.Unlock()
 
-	exits := make(chan struct{}, len(r.containers))
+	exits := make(chan struct{}, 4*len(r.containers))
 	for i, c := range r.containers {
 		r.startContainer(c, specs[i], exits)
 	}
@@ -222,25 +234,107 @@ func (r *podRunner) run() {
 	for {
 		r.mu.Lock()
 		all := true
+		var next time.Time // the next restart due
 		for _, c := range r.containers {
 			all = all && c.terminated
+			if !c.restartAt.IsZero() && (next.IsZero() || c.restartAt.Before(next)) {
+				next = c.restartAt
+			}
 		}
 		r.mu.Unlock()
 		if all {
 			break
 		}
-		<-exits
+		var (
+			due   <-chan time.Time
+			timer *time.Timer
+		)
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			due = timer.C
+		}
+		select {
+		case <-exits:
+		case <-due:
+			r.restartDue(specs, exits)
+		case <-r.stopCh:
+			// The running containers got SIGTERM from stop; those waiting to
+			// restart never will.
+			r.endRestarts()
+			for !r.allTerminated() {
+				<-exits
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
 		r.updateStatus(ctx)
 	}
 	r.updateStatus(ctx)
+}
+
+func (r *podRunner) allTerminated() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.containers {
+		if !c.terminated {
+			return false
+		}
+	}
+	return true
+}
+
+// restarts says whether a container that exited with code runs again.
+func (r *podRunner) restarts(code int32) bool {
+	if r.stopping {
+		return false
+	}
+	switch r.pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyAlways:
+		return true
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return false
+}
+
+// restartDue starts again the containers whose back-off is over.
+func (r *podRunner) restartDue(specs []*execSpec, exits chan<- struct{}) {
+	r.mu.Lock()
+	var due []int
+	for i, c := range r.containers {
+		if !c.restartAt.IsZero() && !time.Now().Before(c.restartAt) {
+			c.restartAt = time.Time{}
+			due = append(due, i)
+		}
+	}
+	r.mu.Unlock()
+	for _, i := range due {
+		r.startContainer(r.containers[i], specs[i], exits)
+	}
+}
+
+// endRestarts makes the containers waiting to restart terminated for good,
+// with their last instance's end, when the pod stops.
+func (r *podRunner) endRestarts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.containers {
+		if c.restartAt.IsZero() || c.last == nil {
+			continue
+		}
+		c.restartAt = time.Time{}
+		c.terminated = true
+		c.exitCode, c.reason, c.message = c.last.ExitCode, c.last.Reason, c.last.Message
+		c.startedAt, c.finishedAt = c.last.StartedAt.Time, c.last.FinishedAt.Time
+		c.closeExited()
+	}
 }
 
 // unsupported returns why the agent cannot run the pod at all.
 func (r *podRunner) unsupported() (reason, msg string) {
 	spec := &r.pod.Spec
 	switch {
-	case spec.RestartPolicy != corev1.RestartPolicyNever:
-		return "UnsupportedRestartPolicy", fmt.Sprintf("the test node agent runs only pods with restartPolicy Never, not %q", spec.RestartPolicy)
 	case len(spec.InitContainers) > 0:
 		return "UnsupportedPodSpec", "the test node agent does not run init containers"
 	case len(spec.EphemeralContainers) > 0:
@@ -536,15 +630,31 @@ func (r *podRunner) startContainer(c *container, spec *execSpec, exits chan<- st
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		msg := readTerminationMessage(c)
 		r.mu.Lock()
-		c.running, c.terminated = false, true
+		c.running = false
 		c.exitCode, c.finishedAt = code, time.Now()
 		c.reason, c.message = "Completed", msg
 		if code != 0 {
 			c.reason = "Error"
 		}
-		c.closeExited()
+		restart := r.restarts(code)
+		if restart {
+			c.last = &corev1.ContainerStateTerminated{
+				ExitCode: code, Reason: c.reason, Message: msg,
+				StartedAt: metav1.Time{Time: c.startedAt}, FinishedAt: metav1.Time{Time: c.finishedAt},
+				ContainerID: fmt.Sprintf("nodeagent://%s-%s-%d", r.uid, c.spec.Name, c.pid),
+			}
+			if c.finishedAt.Sub(c.startedAt) >= restartBackoffReset {
+				c.backoff = 0
+			}
+			c.restarts++
+			c.restartAt = c.finishedAt.Add(c.backoff)
+			c.backoff = min(max(2*c.backoff, restartBackoffInitial), restartBackoffMax)
+		} else {
+			c.terminated = true
+			c.closeExited()
+		}
 		r.mu.Unlock()
-		r.a.logf("nodeagent: pod %s: container %s exited with %d", r.key, c.spec.Name, code)
+		r.a.logf("nodeagent: pod %s: container %s exited with %d (restarting: %v)", r.key, c.spec.Name, code, restart)
 		exits <- struct{}{}
 	}()
 }
@@ -749,14 +859,18 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 	}
 
 	var statuses []corev1.ContainerStatus
-	running, terminated, failed := 0, 0, 0
+	running, terminated, failed, restarting := 0, 0, 0, 0
 	for _, c := range r.containers {
 		cs := corev1.ContainerStatus{
-			Name:    c.spec.Name,
-			Image:   c.spec.Image,
-			ImageID: "nodeagent://" + c.spec.Image,
-			Ready:   c.running,
-			Started: ptr.To(c.running),
+			Name:         c.spec.Name,
+			Image:        c.spec.Image,
+			ImageID:      "nodeagent://" + c.spec.Image,
+			Ready:        c.running,
+			Started:      ptr.To(c.running),
+			RestartCount: c.restarts,
+		}
+		if c.last != nil {
+			cs.LastTerminationState.Terminated = c.last.DeepCopy()
 		}
 		if c.pid != 0 {
 			cs.ContainerID = fmt.Sprintf("nodeagent://%s-%s-%d", r.uid, c.spec.Name, c.pid)
@@ -778,6 +892,10 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 		case c.running:
 			running++
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: c.startedAt}}
+		case !c.restartAt.IsZero():
+			restarting++
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", time.Until(c.restartAt).Round(time.Second), c.spec.Name, r.pod.Name)}
 		default:
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: r.waitMsg}
 			if r.failReason != "" {
@@ -797,7 +915,7 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 		phase = corev1.PodSucceeded
 	case terminated == len(r.containers):
 		phase = corev1.PodFailed
-	case running > 0 || terminated > 0:
+	case running > 0 || terminated > 0 || restarting > 0:
 		phase = corev1.PodRunning
 	}
 	status.Phase = phase
