@@ -7,6 +7,7 @@
 #   etcd                     go.etcd.io/etcd/server/v3
 #   kube-apiserver           k8s.io/kubernetes/cmd/kube-apiserver
 #   kube-controller-manager  k8s.io/kubernetes/cmd/kube-controller-manager
+#   kube-scheduler           k8s.io/kubernetes/cmd/kube-scheduler
 #   kubectl                  k8s.io/kubernetes/cmd/kubectl
 #
 # This needs only Go and the Go module proxy: no container runtime and no
@@ -35,9 +36,10 @@ PACKAGES=(
 	go.etcd.io/etcd/server/v3
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubectl
 )
-BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 log() { echo "e2e-tools.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -134,13 +136,13 @@ if command -v flock >/dev/null 2>&1; then
 	fi
 fi
 
-log "building Kubernetes ${kube_version} (kube-apiserver, kube-controller-manager, kubectl) and etcd ${etcd_version} from hack/tools into .cache/e2e-tools/bin (takes tens of minutes on a cold cache)"
+log "building Kubernetes ${kube_version} (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) and etcd ${etcd_version} from hack/tools into .cache/e2e-tools/bin (takes tens of minutes on a cold cache)"
 tmp="${CACHEDIR}/bin.tmp.$$"
 trap 'rm -rf "${tmp}"' EXIT
 rm -rf "${tmp}"
 mkdir -p "${tmp}"
 start=${SECONDS}
-# One go build for the four, so that their shared packages are compiled once
+# One go build for the five, so that their shared packages are compiled once
 # and the links run side by side; nice, as it takes both cores for a while.
 gomod env CGO_ENABLED=0 nice -n 10 go build "${build_flags[@]}" -o "${tmp}/" "${PACKAGES[@]}"
 # go build names the etcd binary after go.etcd.io/etcd/server/v3's "server".
@@ -156,7 +158,7 @@ reports() {
 }
 reports "Client Version: ${kube_version}" "${tmp}/kubectl" version --client ||
 	die "the built kubectl does not report ${kube_version}"
-for bin in kube-apiserver kube-controller-manager; do
+for bin in kube-apiserver kube-controller-manager kube-scheduler; do
 	reports "Kubernetes ${kube_version}" "${tmp}/${bin}" --version ||
 		die "the built ${bin} does not report ${kube_version}"
 done
@@ -170,5 +172,5 @@ for bin in "${BINARIES[@]}"; do
 done
 echo "${want}" >"${STAMP}.tmp.$$"
 mv -f "${STAMP}.tmp.$$" "${STAMP}"
-log "built in $((SECONDS - start))s: kube-apiserver, kube-controller-manager and kubectl ${kube_version}, etcd ${etcd_version}"
+log "built in $((SECONDS - start))s: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl ${kube_version}, etcd ${etcd_version}"
 echo "${BINDIR}"

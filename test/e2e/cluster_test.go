@@ -35,10 +35,24 @@ const (
 	kubeEtcdPort     = 2379
 	terrarunEtcdPort = 2479
 	kubeAPIPort      = 6443
-	terrarunPort     = 8443 // the chart's containerPort: pods share the node's address
+	terrarunPort     = 8443 // the chart's containerPort, on each replica's node address
+	serviceProxyPort = 443  // terrarun's Service, on nodeIP
 	kubeletPort      = 10250
-	nodeName         = "e2e-node"
+	schedulerPort    = 10259
 )
+
+// nodes are the names and addresses of the cluster's three nodes, each a node
+// agent with its own address in the namespace: pods on a node share its
+// address, so each terrarun replica binds its node's.
+var nodes = []struct{ name, ip string }{
+	{"e2e-node-1", "10.213.0.11"},
+	{"e2e-node-2", "10.213.0.12"},
+	{"e2e-node-3", "10.213.0.13"},
+}
+
+// terrarunEtcd are the client and peer ports of terrarun's three etcd
+// members, on nodeIP.
+var terrarunEtcd = []struct{ client, peer int }{{2479, 2480}, {2489, 2490}, {2499, 2500}}
 
 // Users of the test cluster, authenticated by static tokens.
 var users = map[string]string{
@@ -62,10 +76,12 @@ type cluster struct {
 	kubeAPI     string
 	kubeCA      string
 	trCA        string
-	trEtcd      string
+	trEtcd      []string // terrarun's etcd members' client URLs
 	agentDir    string
 
 	kubeconfigs map[string]string
+	serviceURL  string // terrarun's Service, through the harness's proxy
+	trMembers   []*etcdMember
 
 	mu     sync.Mutex
 	procs  []*proc
@@ -108,6 +124,27 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 	return p, nil
 }
 
+// etcdMember is a member of terrarun's etcd cluster, which a test may kill
+// and start again on its data directory.
+type etcdMember struct {
+	name, client string
+	args         []string
+	proc         *proc
+}
+
+// kill kills the member's process, as a crash would.
+func (m *etcdMember) kill() { stopProc(m.proc, syscall.SIGKILL) }
+
+// restart starts the member again on its data directory.
+func (c *cluster) restart(m *etcdMember) error {
+	p, err := c.start(m.name, m.args...)
+	if err != nil {
+		return err
+	}
+	m.proc = p
+	return nil
+}
+
 // stopProc sends sig to the process group and waits up to 30s.
 func stopProc(p *proc, sig syscall.Signal) {
 	select {
@@ -127,9 +164,12 @@ func stopProc(p *proc, sig syscall.Signal) {
 func (c *cluster) stop() {
 	if c.cancel != nil {
 		c.cancel()
-		select {
-		case <-c.agent:
-		case <-time.After(30 * time.Second):
+		timeout := time.After(30 * time.Second)
+		for range nodes {
+			select {
+			case <-c.agent:
+			case <-timeout:
+			}
 		}
 	}
 	c.mu.Lock()
@@ -157,9 +197,16 @@ func (c *cluster) dumpLogs(w io.Writer) {
 		logs = append(logs, [2]string{p.name, p.log})
 	}
 	c.mu.Unlock()
-	pods, _ := filepath.Glob(filepath.Join(c.agentDir, "terrarun-system_*", "*.log"))
+	pods, _ := filepath.Glob(filepath.Join(c.agentDir, "*", "terrarun-system_*", "*.log"))
 	for _, l := range pods {
 		logs = append(logs, [2]string{"pod " + filepath.Base(filepath.Dir(l)), l})
+	}
+	for _, args := range [][]string{
+		{"get", "nodes,pods", "-A", "-o", "wide"},
+		{"get", "events", "-n", "terrarun-system"},
+	} {
+		out, err := c.kubectlAs("admin", args...)
+		fmt.Fprintf(w, "\n===== kubectl %s =====\n%s%v\n", strings.Join(args, " "), out, err)
 	}
 	for _, l := range logs {
 		data, _ := os.ReadFile(l[1])
@@ -202,7 +249,6 @@ func startCluster() (*cluster, error) {
 		helm:        helm,
 		kubectl:     filepath.Join(tools, "kubectl"),
 		kubeAPI:     fmt.Sprintf("https://%s:%d", nodeIP, kubeAPIPort),
-		trEtcd:      fmt.Sprintf("http://%s:%d", nodeIP, terrarunEtcdPort),
 		kubeconfigs: map[string]string{},
 	}
 	for _, d := range []string{"logs", "pki", "kubeconfigs", "agent"} {
@@ -250,9 +296,21 @@ func (c *cluster) bootstrap() error {
 	if err != nil {
 		return err
 	}
-	kubeletCert, kubeletKey, err := kubeletPKI.ServingCert([]string{nodeName}, []net.IP{ip})
-	if err != nil {
-		return err
+	kubeletCerts := map[string][2]string{}
+	for _, n := range nodes {
+		cert, key, err := kubeletPKI.ServingCert([]string{n.name}, []net.IP{net.ParseIP(n.ip)})
+		if err != nil {
+			return err
+		}
+		// ServingCert writes the same two files each time: keep each node's.
+		mine := [2]string{c.path("pki", n.name+"-kubelet.crt"), c.path("pki", n.name+"-kubelet.key")}
+		if err := os.Rename(cert, mine[0]); err != nil {
+			return err
+		}
+		if err := os.Rename(key, mine[1]); err != nil {
+			return err
+		}
+		kubeletCerts[n.name] = mine
 	}
 	trPKI, err := standalone.LoadOrCreatePKI(c.path("pki", "terrarun"))
 	if err != nil {
@@ -279,21 +337,39 @@ func (c *cluster) bootstrap() error {
 		return err
 	}
 
-	// Two etcds: the cluster's and terrarun's own.
-	for _, e := range []struct {
-		name       string
-		client, pr int
-	}{{"etcd-kube", kubeEtcdPort, kubeEtcdPort + 1}, {"etcd-terrarun", terrarunEtcdPort, terrarunEtcdPort + 1}} {
-		clientURL := fmt.Sprintf("http://%s:%d", nodeIP, e.client)
-		peerURL := fmt.Sprintf("http://%s:%d", nodeIP, e.pr)
-		if _, err := c.start(e.name, filepath.Join(c.tools, "etcd"),
+	// The cluster's etcd, and terrarun's own: a cluster of three members.
+	type member struct {
+		name, client, peer string
+	}
+	kubeEtcd := member{"etcd-kube", fmt.Sprintf("http://%s:%d", nodeIP, kubeEtcdPort), fmt.Sprintf("http://%s:%d", nodeIP, kubeEtcdPort+1)}
+	var trMembers []member
+	var initial []string
+	for i, e := range terrarunEtcd {
+		m := member{fmt.Sprintf("etcd-terrarun-%d", i), fmt.Sprintf("http://%s:%d", nodeIP, e.client), fmt.Sprintf("http://%s:%d", nodeIP, e.peer)}
+		trMembers = append(trMembers, m)
+		initial = append(initial, m.name+"="+m.peer)
+		c.trEtcd = append(c.trEtcd, m.client)
+	}
+	for _, e := range append([]member{kubeEtcd}, trMembers...) {
+		cluster := e.name + "=" + e.peer
+		if e != kubeEtcd {
+			cluster = strings.Join(initial, ",")
+		}
+		args := []string{filepath.Join(c.tools, "etcd"),
 			"--name", e.name, "--data-dir", c.path(e.name),
-			"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-			"--initial-cluster", e.name+"="+peerURL, "--unsafe-no-fsync"); err != nil {
+			"--listen-client-urls", e.client, "--advertise-client-urls", e.client,
+			"--listen-peer-urls", e.peer, "--initial-advertise-peer-urls", e.peer,
+			"--initial-cluster", cluster, "--initial-cluster-state", "new", "--unsafe-no-fsync"}
+		p, err := c.start(e.name, args...)
+		if err != nil {
 			return err
 		}
-		if err := waitHTTP(clientURL+"/health", nil, "", 60*time.Second); err != nil {
+		if e != kubeEtcd {
+			c.trMembers = append(c.trMembers, &etcdMember{name: e.name, client: e.client, args: args, proc: p})
+		}
+	}
+	for _, e := range append([]member{kubeEtcd}, trMembers...) {
+		if err := waitHTTP(e.client+"/health", nil, "", 60*time.Second); err != nil {
 			return fmt.Errorf("%s: %w", e.name, err)
 		}
 	}
@@ -340,12 +416,23 @@ func (c *cluster) bootstrap() error {
 		"--service-account-private-key-file", saKey,
 		"--root-ca-file", kubePKI.CAFile(),
 		"--controllers", "job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,root-ca-certificate-publisher-controller,"+
-			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller",
+			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,disruption-controller,node-lifecycle-controller",
 	); err != nil {
 		return err
 	}
 
-	// The node agent runs pods; it is part of this test process.
+	// kube-scheduler places pods on the nodes (spread, anti-affinity).
+	if _, err := c.start("kube-scheduler", filepath.Join(c.tools, "kube-scheduler"),
+		"--kubeconfig", c.kubeconfigs["admin"],
+		"--authentication-kubeconfig", c.kubeconfigs["admin"],
+		"--authorization-kubeconfig", c.kubeconfigs["admin"],
+		"--bind-address", nodeIP, "--secure-port", fmt.Sprint(schedulerPort),
+		"--leader-elect=false",
+	); err != nil {
+		return err
+	}
+
+	// The node agents run pods; they are part of this test process.
 	admin, err := clientcmd.BuildConfigFromFlags("", c.kubeconfigs["admin"])
 	if err != nil {
 		return err
@@ -392,37 +479,47 @@ func (c *cluster) bootstrap() error {
 			return fmt.Errorf("unpacking %s: %w", name, err)
 		}
 	}
-	agent, err := nodeagent.New(nodeagent.Options{
-		NodeName: nodeName,
-		Address:  nodeIP,
-		Port:     kubeletPort,
-		Client:   kube,
-		RootDir:  c.agentDir,
-		Images: map[string]string{
-			"terrarun-apiserver": filepath.Join(roots["terrarun-apiserver"], "usr", "local", "bin", "terrarun-apiserver"),
-			"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
-		},
-		PathDirs:     []string{filepath.Join(roots["terrarun-executor"], "usr", "local", "bin")},
-		ServingCert:  kubeletCert,
-		ServingKey:   kubeletKey,
-		ClientCAFile: kubePKI.CAFile(),
-		Env: append([]string{"KUBERNETES_SERVICE_HOST=" + nodeIP, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)},
-			provider.Env()...),
-	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.agent = make(chan error, len(nodes))
+	for _, n := range nodes {
+		agent, err := nodeagent.New(nodeagent.Options{
+			NodeName:  n.name,
+			Address:   n.ip,
+			Port:      kubeletPort,
+			Client:    kube,
+			RootDir:   filepath.Join(c.agentDir, n.name),
+			Scheduled: true,
+			Images: map[string]string{
+				"terrarun-apiserver": filepath.Join(roots["terrarun-apiserver"], "usr", "local", "bin", "terrarun-apiserver"),
+				"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
+			},
+			PathDirs:     []string{filepath.Join(roots["terrarun-executor"], "usr", "local", "bin")},
+			ServingCert:  kubeletCerts[n.name][0],
+			ServingKey:   kubeletCerts[n.name][1],
+			ClientCAFile: kubePKI.CAFile(),
+			Env: append([]string{"KUBERNETES_SERVICE_HOST=" + nodeIP, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)},
+				provider.Env()...),
+		})
+		if err != nil {
+			return err
+		}
+		go func() { c.agent <- agent.Run(ctx) }()
+	}
+	// terrarun's Service, as kube-proxy would route it: the executor pods
+	// reach whichever replica is ready.
+	proxy, err := newServiceProxy(ctx, kube, fmt.Sprintf("%s:%d", nodeIP, serviceProxyPort), "terrarun-system", "terrarun-apiserver")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.agent = make(chan error, 1)
-	go func() { c.agent <- agent.Run(ctx) }()
+	c.serviceURL = "https://" + proxy
 
 	return c.deployTerrarun(trCert, trKey)
 }
 
 // deployTerrarun installs charts/terrarun as the README says: it renders
 // the chart with helm, for this cluster (terrarun's etcd is the harness's,
-// the serving certificate its PKI's, one replica), and applies it with
+// the serving certificate its PKI's), and applies it with
 // kubectl. The node agent runs the Deployment's pod from the
 // terrarun-apiserver image. The chart's default rendering (bundled etcd, a
 // certificate made by the chart) is checked by the cluster with a server-side
@@ -437,9 +534,11 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 		return err
 	}
 	values := map[string]any{
-		"replicas":          1,
-		"executorServerURL": fmt.Sprintf("https://%s:%d", nodeIP, terrarunPort),
-		"etcd":              map[string]any{"bundled": false, "external": map[string]any{"endpoints": []string{c.trEtcd}}},
+		"replicas":          2,
+		"executorServerURL": c.serviceURL,
+		"etcd":              map[string]any{"bundled": false, "external": map[string]any{"endpoints": c.trEtcd}},
+		// Pods share their node's address: each replica binds its own.
+		"extraArgs": []string{"--bind-address=$(POD_IP)"},
 		// The policy of these tests: only the executor images are allowed,
 		// and none of the chart's other defaults apply.
 		"policy": map[string]any{

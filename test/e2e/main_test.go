@@ -7,11 +7,14 @@
 // The harness needs root: it creates a network namespace with a 10.x address
 // on its loopback device (the aggregator refuses to route to 127.0.0.0/8),
 // re-executes the test binary inside it, and deletes it afterwards, whatever
-// happened. Inside, it starts two etcds, kube-apiserver and
-// kube-controller-manager (built by hack/e2e-tools.sh), and a test-only node
-// agent that runs pods as local processes: the chart's Deployment runs the
-// terrarun-apiserver image's binary, and executor Jobs the terrarun-executor
-// image's, with its tofu.
+// happened. Inside, it starts the cluster's etcd and a three-member etcd
+// cluster for terrarun, kube-apiserver, kube-controller-manager and
+// kube-scheduler (built by hack/e2e-tools.sh), three test-only node agents,
+// each a Node with its own address, that run pods as local processes, and a
+// proxy that routes terrarun's Service to its ready endpoints as kube-proxy
+// would. The chart's Deployment runs two replicas of the terrarun-apiserver
+// image's binary, spread over the nodes; executor Jobs run the
+// terrarun-executor image's, with its tofu.
 package e2e
 
 import (
@@ -77,10 +80,14 @@ func reexecInNetns() int {
 		return 1
 	}
 	defer deleteNetns(ns)
-	for _, args := range [][]string{
+	setup := [][]string{
 		{"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"},
 		{"ip", "netns", "exec", ns, "ip", "addr", "add", nodeIP + "/24", "dev", "lo"},
-	} {
+	}
+	for _, n := range nodes {
+		setup = append(setup, []string{"ip", "netns", "exec", ns, "ip", "addr", "add", n.ip + "/24", "dev", "lo"})
+	}
+	for _, args := range setup {
 		if err := sh(args...); err != nil {
 			fmt.Fprintf(os.Stderr, "configuring network namespace %s: %v\n", ns, err)
 			return 1

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
@@ -73,6 +74,9 @@ type ExecutorOptions struct {
 	MaxPlanBytes int64
 	// DefaultEngine is spec.engine.binary for runs that set none.
 	DefaultEngine string
+	// SpreadTopologyKey spreads the kubernetes executor's pods over the
+	// values of this node label; empty: no spread constraint.
+	SpreadTopologyKey string
 	// RunController runs the run controller (leader-elected). Without it the
 	// server serves the API only and runs stay Pending.
 	RunController bool
@@ -101,6 +105,7 @@ func newExecutorOptions() *ExecutorOptions {
 		ArtifactRetention:   30 * 24 * time.Hour,
 		LocalSandbox:        true,
 		LocalUser:           "65532:65532",
+		SpreadTopologyKey:   corev1.LabelHostname,
 	}
 }
 
@@ -142,6 +147,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
+	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
+		"(a topology spread constraint with ScheduleAnyway), so that runs do not pile onto one node; empty: no constraint.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
 	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run on this server's host and share its kernel and network, "+
@@ -381,7 +388,7 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 		if tokens, err = podTokenAuthenticator(kube); err != nil {
 			return nil, err
 		}
-		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle})
+		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey})
 		identities = job.NewIdentityResolver(kube)
 	}
 

@@ -184,6 +184,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 					TerminationGracePeriodSeconds: ptr.To(seconds(opts.GracePeriod)),
 					NodeSelector:                  nodeSelector,
 					Tolerations:                   tolerations,
+					TopologySpreadConstraints:     spread(opts.SpreadTopologyKey),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To(nonRootID),
@@ -222,6 +223,22 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		},
 	}
 	return job, b.secret, nil
+}
+
+// spread is the soft topology spread constraint over key of a namespace's
+// executor pods (those with a run UID label), or none when key is empty.
+func spread(key string) []corev1.TopologySpreadConstraint {
+	if key == "" {
+		return nil
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       key,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: LabelRunUID, Operator: metav1.LabelSelectorOpExists},
+		}},
+	}}
 }
 
 // Labels returns the labels of the Job, pods and Secret of one stage execution.

@@ -108,6 +108,11 @@ type JobOptions struct {
 	// without spec.executor.serviceAccountName. Default: the namespace's
 	// "default" service account.
 	ServiceAccountName string
+	// SpreadTopologyKey, when set, spreads a namespace's executor pods over
+	// the values of this node label (kubernetes.io/hostname: over nodes) with
+	// a soft topology spread constraint: runs do not pile onto one node, and
+	// still start when they cannot spread. Empty: no constraint.
+	SpreadTopologyKey string
 }
 
 func (o JobOptions) withDefaults() JobOptions {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
@@ -276,6 +277,29 @@ func TestJobOptionsOverrideDefaults(t *testing.T) {
 	}
 	if got := volumeAt(t, pod, TokenDir).Projected.Sources[0].ServiceAccountToken.Audience; got != opts.Audience {
 		t.Errorf("token audience = %q, want %q", got, opts.Audience)
+	}
+}
+
+// TestJobSpread: with a topology key, a namespace's executor pods spread over
+// its values, softly; without one there is no constraint.
+func TestJobSpread(t *testing.T) {
+	opts := testOptions()
+	job, _, _ := build(t, testRun(), v1alpha1.StagePlan, opts)
+	if c := job.Spec.Template.Spec.TopologySpreadConstraints; len(c) != 0 {
+		t.Errorf("constraints without a key: %+v", c)
+	}
+	opts.SpreadTopologyKey = corev1.LabelHostname
+	job, _, _ = build(t, testRun(), v1alpha1.StagePlan, opts)
+	c := job.Spec.Template.Spec.TopologySpreadConstraints
+	if len(c) != 1 || c[0].TopologyKey != corev1.LabelHostname || c[0].WhenUnsatisfiable != corev1.ScheduleAnyway || c[0].MaxSkew != 1 {
+		t.Fatalf("constraints %+v", c)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(c[0].LabelSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(labels.Set(job.Spec.Template.Labels)) || sel.Matches(labels.Set{"app": "other"}) {
+		t.Errorf("selector %s does not select executor pods only", sel)
 	}
 }
 

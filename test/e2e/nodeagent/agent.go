@@ -78,6 +78,10 @@ type Options struct {
 	// containerLogs endpoint then requires (kube-apiserver presents its
 	// --kubelet-client-certificate).
 	ClientCAFile string
+	// Scheduled says that a scheduler (kube-scheduler) binds pods to nodes:
+	// the agent then binds none and runs those bound to its node. Several
+	// agents, each its own node, need it.
+	Scheduled bool
 	// Logf logs what the agent does. Default: klog at verbosity 2.
 	Logf func(format string, args ...any)
 }
@@ -350,6 +354,9 @@ func (a *Agent) sync(key string) error {
 		return nil
 	}
 	if pod.Spec.NodeName == "" {
+		if a.o.Scheduled {
+			return nil
+		}
 		return a.bind(pod)
 	}
 	if pod.Spec.NodeName != a.o.NodeName {

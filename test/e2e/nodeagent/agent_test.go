@@ -561,3 +561,41 @@ func containerPID(t *testing.T, p *corev1.Pod) int {
 	}
 	return pid
 }
+
+// TestContainerHostname: a container's host name is its pod's, as in a real
+// pod (servers name themselves after it, e.g. in leader election).
+func TestContainerHostname(t *testing.T) {
+	h := newHarness(t, nil)
+	h.create(shPod("named", "cat /proc/sys/kernel/hostname"))
+	h.waitPhase("named", corev1.PodSucceeded)
+	if _, body := h.logs("named", "main", ""); strings.TrimSpace(body) != "named" {
+		t.Errorf("host name %q, want the pod's name", body)
+	}
+	if host, _ := os.Hostname(); host == "named" {
+		t.Error("the container renamed the node")
+	}
+}
+
+// TestScheduledAgentLeavesBinding: with a scheduler, an agent binds nothing
+// and runs only what is bound to its node.
+func TestScheduledAgentLeavesBinding(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Scheduled = true })
+	p := shPod("unbound", "exit 0")
+	p.Spec.NodeName = ""
+	h.create(p)
+	other := shPod("elsewhere", "exit 0")
+	other.Spec.NodeName = "another-node"
+	h.create(other)
+	mine := shPod("mine", "exit 0")
+	h.create(mine)
+	h.waitPhase("mine", corev1.PodSucceeded)
+	for _, name := range []string{"unbound", "elsewhere"} {
+		got, err := h.get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.NodeName != p.Spec.NodeName && name == "unbound" || got.Status.Phase != "" {
+			t.Errorf("pod %s: node %q, phase %q: the agent bound or ran it", name, got.Spec.NodeName, got.Status.Phase)
+		}
+	}
+}

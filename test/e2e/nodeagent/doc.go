@@ -17,7 +17,9 @@
 //   - Binds every pending pod with an empty spec.nodeName whose scheduler is
 //     default-scheduler to itself (pods/binding): there is no scheduler.
 //     nodeSelector, affinity, tolerations, taints and resource requests are
-//     ignored, not honoured. Run a single agent per cluster.
+//     ignored, not honoured. Run a single agent per cluster, or run
+//     kube-scheduler and set Options.Scheduled on each agent: it then runs
+//     what the scheduler bound to its node.
 //   - Runs each pod bound to it, under <RootDir>/<namespace>_<name>_<uid>/:
 //     volumes in volumes/<volume>, each container's stdout and stderr in
 //     <container>.log, its termination message in
@@ -126,6 +128,10 @@
 // any binary that links this package (the e2e test binary) can serve as it;
 // New checks that private mount namespaces work, and fails clearly when not
 // root or when unshare(CLONE_NEWNS) is refused.
+//
+// Each container has its own UTS namespace, with the pod's host name
+// (spec.hostname, else its name), so that os.Hostname in a container names
+// its pod, as in a real pod.
 //
 // Each container is its own process group and dies with the agent's process
 // (Pdeathsig SIGKILL); whatever is left in its group when its main process

@@ -18,7 +18,7 @@ import (
 
 // How a container process is started (see the package documentation):
 //
-//	agent ──fork, unshare(CLONE_NEWNS), / made rprivate──> /proc/self/exe with execEnv set
+//	agent ──fork, unshare(CLONE_NEWNS|CLONE_NEWUTS), / made rprivate──> /proc/self/exe with execEnv set
 //	  └─ the helper (this file's init): staging tmpfs, bind mounts, credentials,
 //	     working directory, then execve of the container's command
 //
@@ -73,6 +73,9 @@ type execSpec struct {
 	Cred *credSpec `json:"cred,omitempty"`
 	// NoNewPrivs sets PR_SET_NO_NEW_PRIVS (allowPrivilegeEscalation false).
 	NoNewPrivs bool `json:"noNewPrivs,omitempty"`
+	// Hostname is the container's host name (its own UTS namespace), as the
+	// kubelet gives it: the pod's spec.hostname, else its name.
+	Hostname string `json:"hostname,omitempty"`
 
 	// failure, when set, is why the container cannot start at all; nothing
 	// is started.
@@ -146,6 +149,11 @@ func (s *execSpec) setup() error {
 	}
 	if s.Probe {
 		return os.WriteFile(filepath.Join(s.Staging, "probe"), []byte("ok"), 0o644)
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("setting the host name %s: %w", s.Hostname, err)
+		}
 	}
 	for _, b := range s.Stage {
 		target := filepath.Join(s.Staging, b.Target)
@@ -336,7 +344,7 @@ func startHelper(sp *spawner, spec *execSpec, specFile string, out *os.File) (cm
 		ExtraFiles: []*os.File{w},
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:      true,
-			Unshareflags: syscall.CLONE_NEWNS,
+			Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS,
 			// Containers do not outlive the agent's process.
 			Pdeathsig: syscall.SIGKILL,
 		},

@@ -331,6 +331,19 @@ func (r *podRunner) endRestarts() {
 	}
 }
 
+// hostname is the pod's host name, as the kubelet gives it: spec.hostname,
+// else the pod's name cut to the 63 characters a host name may have.
+func (r *podRunner) hostname() string {
+	if h := r.pod.Spec.Hostname; h != "" {
+		return h
+	}
+	h := r.pod.Name
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
 // unsupported returns why the agent cannot run the pod at all.
 func (r *podRunner) unsupported() (reason, msg string) {
 	spec := &r.pod.Spec
@@ -423,7 +436,7 @@ func (r *podRunner) prepare(ctx context.Context) ([]*execSpec, time.Time, error)
 // container's StartError by startContainer, and not retried.
 func (r *podRunner) execSpec(ctx context.Context, c *container, objs *objects) (*execSpec, error) {
 	a := r.a
-	spec := &execSpec{Staging: a.staging, Dir: c.spec.WorkingDir}
+	spec := &execSpec{Staging: a.staging, Dir: c.spec.WorkingDir, Hostname: r.hostname()}
 
 	// PathDirs, read-only: a directory that anyone may search as a whole,
 	// else its executables one by one (a bind mount's root needs only its own

@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// leaderPod names the terrarun pod whose controllers run: the first
+// candidate of the election in etcd, whose identity is <host>_<uuid> and
+// whose host name is its pod's.
+func leaderPod(t *testing.T) string {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, "/terrarun/leader/run-controller", clientv3.WithFirstCreate()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatal("no terrarun replica leads")
+	}
+	id := string(resp.Kvs[0].Value)
+	return id[:strings.LastIndex(id, "_")]
+}
+
+// killLeader kills the leading replica's server process on its node, as a
+// crash would, and returns its pod.
+func killLeader(t *testing.T) string {
+	t.Helper()
+	pod := leaderPod(t)
+	id := mustAs(t, "admin", "get", "pod", pod, "-n", "terrarun-system", "-o", "jsonpath={.status.containerStatuses[0].containerID}")
+	pid, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+	if err != nil {
+		t.Fatalf("container ID %q of %s: %v", id, pod, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the leader %s (pid %d)", pod, pid)
+	return pod
+}
+
+// TestReplicasSpread: the chart's two replicas run on different nodes, and
+// both serve.
+func TestReplicasSpread(t *testing.T) {
+	var out string
+	var lines []string
+	waitFor(t, 2*time.Minute, "two terrarun pods", func() bool {
+		out, _ = cl.kubectlAs("admin", "get", "pods", "-n", "terrarun-system", "--selector=app.kubernetes.io/name=terrarun-apiserver",
+			"-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP} {.status.containerStatuses[0].ready}{"\n"}{end}`)
+		lines = strings.Split(strings.TrimSpace(out), "\n")
+		return len(lines) == 2
+	})
+	a, b := strings.Fields(lines[0]), strings.Fields(lines[1])
+	if a[0] == b[0] || a[2] != "true" || b[2] != "true" {
+		t.Errorf("the replicas are not ready on two nodes:\n%s", out)
+	}
+	slices := mustAs(t, "admin", "get", "endpointslices", "-n", "terrarun-system", "--selector=kubernetes.io/service-name=terrarun-apiserver",
+		"-o", `jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {end}`)
+	if !strings.Contains(slices, a[1]) || !strings.Contains(slices, b[1]) {
+		t.Errorf("the Service's endpoints %q do not list both replicas %s and %s", slices, a[1], b[1])
+	}
+}
+
+// TestLeaderKilled: the leading replica is killed while a run plans, and
+// the new leader is killed while it applies; each time the other replica
+// takes over, adopts the stage in flight (its Job) and the run ends
+// Succeeded, having applied once.
+func TestLeaderKilled(t *testing.T) {
+	ns := newNamespace(t)
+	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
+	// writable by the pod's user.
+	dir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "applied")
+	tf := fmt.Sprintf(`resource "terraform_data" "many" {
+  count = 300
+  input = count.index
+}
+
+resource "terraform_data" "once" {
+  provisioner "local-exec" {
+    command = "sleep 20; echo applied >> %s"
+  }
+}
+`, marker)
+	createRun(t, "alice", ns, "failover", tf, "  approval:\n    mode: Auto\n")
+	waitPhase(t, ns, "failover", 2*time.Minute, "Planning")
+	first := killLeader(t)
+	waitFor(t, time.Minute, "another replica to lead", func() bool { return leaderPod(t) != first })
+
+	waitPhase(t, ns, "failover", 5*time.Minute, "Applying")
+	second := killLeader(t)
+	waitFor(t, time.Minute, "another replica to lead", func() bool { return leaderPod(t) != second })
+
+	if got := waitPhase(t, ns, "failover", 8*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "failover", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	stages := mustAs(t, "admin", "get", "tfr", "failover", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt} {end}`)
+	if strings.TrimSpace(stages) != "plan-1 apply-1" {
+		t.Errorf("stages %q, want one plan and one apply", stages)
+	}
+	data, err := os.ReadFile(marker)
+	if err != nil || strings.Count(string(data), "applied") != 1 {
+		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
+	}
+	// The killed containers came back (the Deployment's pods restart them).
+	for _, pod := range []string{first, second} {
+		waitFor(t, 2*time.Minute, pod+" to restart", func() bool {
+			out, _ := cl.kubectlAs("admin", "get", "pod", pod, "-n", "terrarun-system", "-o", "jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}")
+			n, _ := strconv.Atoi(strings.Fields(out + " 0")[0])
+			return n >= 1 && strings.HasSuffix(out, "true")
+		})
+	}
+}
+
+// TestFollowAcrossReplicas: a log follower connected to each replica sees
+// every line of a stage, whichever replica the executor writes through.
+func TestFollowAcrossReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	tf := `resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "for i in 1 2 3 4 5; do echo line-$i; sleep 1; done"
+  }
+}
+`
+	createRun(t, "alice", ns, "follow", tf, "  approval:\n    mode: Auto\n")
+	ips := strings.Fields(mustAs(t, "admin", "get", "pods", "-n", "terrarun-system", "--selector=app.kubernetes.io/name=terrarun-apiserver",
+		"-o", `jsonpath={.items[*].status.podIP}`))
+	if len(ips) != 2 {
+		t.Fatalf("replica addresses %v", ips)
+	}
+	waitPhase(t, ns, "follow", 3*time.Minute, "Applying", "Succeeded", "Failed")
+	results := make(chan string, len(ips))
+	for _, ip := range ips {
+		go func() { results <- followDirect(t, ip, ns, "follow") }()
+	}
+	for range ips {
+		got := <-results
+		for i := 1; i <= 5; i++ {
+			if !strings.Contains(got, fmt.Sprintf("line-%d", i)) {
+				t.Errorf("a follower lacks line-%d:\n%s", i, got)
+			}
+		}
+	}
+}
+
+// followDirect follows the apply stage's log on one replica, as alice,
+// bypassing the aggregator, until the stage ends.
+func followDirect(t *testing.T, ip, ns, run string) string {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	ca, err := os.ReadFile(cl.trCA)
+	if err != nil {
+		return err.Error()
+	}
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, ServerName: "terrarun-apiserver.terrarun-system.svc",
+	}}}
+	url := fmt.Sprintf("https://%s:%d%s?follow=true&stage=apply", ip, terrarunPort, raw(ns, run, "logs"))
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer alice-token")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("%s: %s", url, resp.Status)
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// TestExecutorJobsSpread: the plan pods of runs started together land on
+// different nodes (the Job's topology spread constraint over
+// kubernetes.io/hostname, honoured by kube-scheduler).
+func TestExecutorJobsSpread(t *testing.T) {
+	ns := newNamespace(t)
+	tf := `resource "terraform_data" "many" {
+  count = 300
+  input = count.index
+}
+`
+	for _, name := range []string{"spread-a", "spread-b", "spread-c"} {
+		createRun(t, "alice", ns, name, tf, "")
+	}
+	var nodesOf []string
+	waitFor(t, 3*time.Minute, "three scheduled executor pods", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "-o", `jsonpath={range .items[*]}{.spec.nodeName} {end}`)
+		nodesOf = strings.Fields(out)
+		return len(nodesOf) == 3
+	})
+	distinct := map[string]bool{}
+	for _, n := range nodesOf {
+		distinct[n] = true
+	}
+	if len(distinct) != len(nodes) {
+		t.Errorf("the executor pods ran on %v, want one on each of the %d nodes", nodesOf, len(nodes))
+	}
+	for _, name := range []string{"spread-a", "spread-b", "spread-c"} {
+		waitPhase(t, ns, name, 5*time.Minute, "AwaitingApproval")
+	}
+}
