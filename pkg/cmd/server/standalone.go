@@ -18,6 +18,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
@@ -85,6 +86,9 @@ func (o *Options) startStandalone(ctx context.Context) (_ *standaloneConfig, err
 	if err != nil {
 		return nil, err
 	}
+	// Where to point etcdctl (or a benchmark) at it, with its client certificate.
+	t := etcd.ClientTLS()
+	klog.InfoS("Embedded etcd is serving", "url", etcd.ClientURL(), "cacert", t.CAFile, "cert", t.CertFile, "key", t.KeyFile)
 	return &standaloneConfig{pki: pki, etcd: etcd, serving: &serving, unlock: unlock}, nil
 }
 
