@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// markerRun creates an Auto run that plans 300 resources (a plan that takes
-// a while) and whose apply appends a line to a marker file, which it returns.
-func markerRun(t *testing.T, ns, name string, extra string) string {
+// markerRun creates a run that plans 300 resources (a plan that takes a
+// while) and whose apply sleeps for sleep seconds, then appends a line to a
+// marker file, which it returns.
+func markerRun(t *testing.T, ns, name string, sleep int, extra string) string {
 	t.Helper()
 	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
 	// writable by the pod's user.
@@ -31,10 +32,10 @@ func markerRun(t *testing.T, ns, name string, extra string) string {
 
 resource "terraform_data" "once" {
   provisioner "local-exec" {
-    command = "echo applied >> %s"
+    command = "sleep %d; echo applied >> %s"
   }
 }
-`, marker), extra)
+`, sleep, marker), extra)
 	return marker
 }
 
@@ -61,7 +62,7 @@ func appliedOnce(t *testing.T, ns, name, marker string) {
 // back, a run acknowledged before the loss is still there and goes on.
 func TestEtcdFaults(t *testing.T) {
 	ns := newNamespace(t)
-	marker := markerRun(t, ns, "member", "  approval:\n    mode: Auto\n")
+	marker := markerRun(t, ns, "member", 0, "  approval:\n    mode: Auto\n")
 	waitPhase(t, ns, "member", 2*time.Minute, "Planning")
 	m := cl.trMembers[1]
 	m.kill()
@@ -71,7 +72,7 @@ func TestEtcdFaults(t *testing.T) {
 	}
 
 	// A run acknowledged before the quorum is lost, waiting for approval.
-	marker = markerRun(t, ns, "acked", "")
+	marker = markerRun(t, ns, "acked", 0, "")
 	waitPhase(t, ns, "acked", 3*time.Minute, "AwaitingApproval")
 	down := cl.trMembers[1:]
 	for _, m := range down {

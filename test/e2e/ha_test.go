@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // leaderPod names the terrarun pod whose controllers run: the first
@@ -24,17 +21,7 @@ import (
 // whose host name is its pod's.
 func leaderPod(t *testing.T) string {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := c.Get(ctx, "/terrarun/leader/run-controller", clientv3.WithFirstCreate()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := etcdGet(t, "/terrarun/leader/run-controller", clientv3.WithFirstCreate()...)
 	if len(resp.Kvs) == 0 {
 		t.Fatal("no terrarun replica leads")
 	}
@@ -87,29 +74,7 @@ func TestReplicasSpread(t *testing.T) {
 // Succeeded, having applied once.
 func TestLeaderKilled(t *testing.T) {
 	ns := newNamespace(t)
-	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
-	// writable by the pod's user.
-	dir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(dir, "applied")
-	tf := fmt.Sprintf(`resource "terraform_data" "many" {
-  count = 300
-  input = count.index
-}
-
-resource "terraform_data" "once" {
-  provisioner "local-exec" {
-    command = "sleep 20; echo applied >> %s"
-  }
-}
-`, marker)
-	createRun(t, "alice", ns, "failover", tf, "  approval:\n    mode: Auto\n")
+	marker := markerRun(t, ns, "failover", 20, "  approval:\n    mode: Auto\n")
 	waitPhase(t, ns, "failover", 2*time.Minute, "Planning")
 	first := killLeader(t)
 	waitFor(t, time.Minute, "another replica to lead", func() bool { return leaderPod(t) != first })
@@ -118,17 +83,7 @@ resource "terraform_data" "once" {
 	second := killLeader(t)
 	waitFor(t, time.Minute, "another replica to lead", func() bool { return leaderPod(t) != second })
 
-	if got := waitPhase(t, ns, "failover", 8*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
-		t.Fatalf("phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "failover", "-n", ns, "-o", "jsonpath={.status.message}"))
-	}
-	stages := mustAs(t, "admin", "get", "tfr", "failover", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt} {end}`)
-	if strings.TrimSpace(stages) != "plan-1 apply-1" {
-		t.Errorf("stages %q, want one plan and one apply", stages)
-	}
-	data, err := os.ReadFile(marker)
-	if err != nil || strings.Count(string(data), "applied") != 1 {
-		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
-	}
+	appliedOnce(t, ns, "failover", marker)
 	// The killed containers came back (the Deployment's pods restart them).
 	for _, pod := range []string{first, second} {
 		waitFor(t, 2*time.Minute, pod+" to restart", func() bool {

@@ -288,6 +288,12 @@ func TestGarbageCollection(t *testing.T) {
 // etcdKeys counts the keys under prefix in terrarun's etcd.
 func etcdKeys(t *testing.T, prefix string) int64 {
 	t.Helper()
+	return etcdGet(t, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()).Count
+}
+
+// etcdGet reads key from terrarun's etcd.
+func etcdGet(t *testing.T, key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
+	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -295,11 +301,11 @@ func etcdKeys(t *testing.T, prefix string) int64 {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := c.Get(ctx, key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Count
+	return resp
 }
 
 // TestFailure is scenario 5: a failing config ends Failed, its Job fails,
