@@ -36,8 +36,18 @@ func openImage(dir string) (v1.Image, error) {
 }
 
 // extractImage unpacks the image's file system (its layers flattened) into
-// dest, with the modes and owners it has in the image.
+// dest, with the modes and owners it has in the image. It runs as root, so
+// every write goes through an os.Root: no entry, and no symbolic link the
+// image holds, can make it write outside dest.
 func extractImage(img v1.Image, dest string) error {
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	fs := mutate.Extract(img)
 	defer fs.Close()
 	tr := tar.NewReader(fs)
@@ -49,18 +59,20 @@ func extractImage(img v1.Image, dest string) error {
 		if err != nil {
 			return err
 		}
-		name := filepath.Clean("/" + h.Name)
-		path := filepath.Join(dest, name)
+		name := strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")
+		if name == "" {
+			continue
+		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(path, 0o755); err != nil {
+			if err := root.MkdirAll(name, 0o755); err != nil {
 				return err
 			}
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 				return err
 			}
-			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 			if err != nil {
 				return err
 			}
@@ -72,20 +84,20 @@ func extractImage(img v1.Image, dest string) error {
 				return err
 			}
 		case tar.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 				return err
 			}
-			if err := os.Symlink(h.Linkname, path); err != nil {
+			if err := root.Symlink(h.Linkname, name); err != nil {
 				return err
 			}
 			continue
 		default:
 			return fmt.Errorf("%s: unexpected entry type %c in the image", h.Name, h.Typeflag)
 		}
-		if err := os.Chown(path, h.Uid, h.Gid); err != nil {
+		if err := root.Chown(name, h.Uid, h.Gid); err != nil {
 			return err
 		}
-		if err := os.Chmod(path, os.FileMode(h.Mode).Perm()|modeBits(h.Mode)); err != nil {
+		if err := root.Chmod(name, os.FileMode(h.Mode).Perm()|modeBits(h.Mode)); err != nil {
 			return err
 		}
 	}
