@@ -109,6 +109,11 @@ type Status struct {
 	Message        string
 	StartTime      *time.Time
 	CompletionTime *time.Time
+	// Recheck, when set on a running execution, is when its state may change
+	// without the backend noticing (a Job whose node stopped reporting is
+	// reported lost once it has been silent for long enough): the
+	// controller looks again by then.
+	Recheck time.Duration
 }
 
 // Startable says whether the execution may be started: only one that
@@ -203,6 +208,9 @@ func StageSpec(ex Execution) stage.Spec {
 		PlanDigest:  ex.PlanDigest,
 	}
 	spec.ApplyAfterPlan = ex.Stage == v1alpha1.StagePlan && AppliesAfterPlan(run)
+	if ex.Stage == v1alpha1.StagePlan {
+		spec.ForceUnlock = run.Spec.ForceUnlock
+	}
 	if p := run.Status.Plan; ex.Stage == v1alpha1.StageApply && p != nil && p.Parts != nil {
 		parts := *p.Parts
 		spec.PlanParts = &parts

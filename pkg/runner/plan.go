@@ -85,12 +85,42 @@ func (r *runner) plan(ctx context.Context) error {
 	if r.spec.Refresh != nil {
 		opts = append(opts, tfexec.Refresh(*r.spec.Refresh))
 	}
-	if err := withGroupReaper(ctx, tfDir, func() error {
-		return r.step("plan", func() error {
-			_, err := tf.Plan(ctx, opts...)
+	if id := r.spec.ForceUnlock; id != "" {
+		if err := r.forceUnlock(ctx, tf, id, "the run's spec.forceUnlock names it"); err != nil {
 			return err
+		}
+	}
+	runPlan := func() error {
+		return withGroupReaper(ctx, tfDir, func() error {
+			return r.step("plan", func() error {
+				_, err := tf.Plan(ctx, opts...)
+				return err
+			})
 		})
-	}); err != nil {
+	}
+	err = runPlan()
+	self := lockOwner()
+	if lock, ok := heldLock(err, self); ok && lostPlanLock(lock, r.spec.LostPlanHosts) {
+		// An earlier attempt of this plan took it and was lost: a plan
+		// writes no state, so nothing is unsafe in taking its place.
+		if err := r.forceUnlock(ctx, tf, lock.ID, "it was taken by "+lock.Who+", this run's lost plan attempt"); err != nil {
+			return err
+		}
+		err = runPlan()
+	}
+	if lock, ok := heldLock(err, self); ok {
+		if lock.Who == "" {
+			if lock.ID == "" {
+				return fmt.Errorf("%s plan: the state is locked, and the backend does not say by whom (see the stage's log). "+
+					"If its holder is gone (a lost executor), release the lock with a new run that sets spec.forceUnlock to its ID", r.engine)
+			}
+			lock.Who, lock.Operation = "a holder the backend does not name", "an operation it does not name"
+		}
+		return fmt.Errorf("%s plan: the state is locked: lock ID %s, taken by %s for %s. "+
+			"If its holder is gone (a lost executor), release the lock with a new run that sets spec.forceUnlock: %s",
+			r.engine, lock.ID, lock.Who, lock.Operation, lock.ID)
+	}
+	if err != nil {
 		return err
 	}
 

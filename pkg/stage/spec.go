@@ -104,6 +104,16 @@ type Spec struct {
 	// applies it.
 	ApplyAfterPlan bool `json:"applyAfterPlan,omitempty"`
 
+	// ForceUnlock, when set, is the ID of a state lock that the plan stage
+	// releases (terraform force-unlock) before it plans: the run's
+	// spec.forceUnlock.
+	ForceUnlock string `json:"forceUnlock,omitempty"`
+	// LostPlanHosts are the host names of this run's earlier plan attempts,
+	// each lost with its executor. A state lock that one of them holds for a
+	// plan is theirs, and a plan writes no state: the plan stage releases it
+	// when the lock is in its way. A lock held for anything else is left.
+	LostPlanHosts []string `json:"lostPlanHosts,omitempty"`
+
 	// PlanDigest is the approved plan's digest (apply stage), and PlanParts
 	// the digests of its parts it was computed from (PlanDigest): the executor
 	// applies a downloaded plan file and configuration only when they are

@@ -86,7 +86,57 @@ type cluster struct {
 	mu     sync.Mutex
 	procs  []*proc
 	cancel context.CancelFunc
-	agent  chan error
+	// agents are the node agents, by node name.
+	agents map[string]*nodeAgent
+}
+
+// nodeAgent is one node: its agent, which a test may stop (the node dies
+// with its pods) and start again.
+type nodeAgent struct {
+	opts nodeagent.Options
+	ctx  context.Context // the cluster's
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start starts the node's agent, unless it runs.
+func (n *nodeAgent) start() error {
+	n.mu.Lock()
+	running := n.cancel != nil
+	n.mu.Unlock()
+	if running {
+		return nil
+	}
+	agent, err := nodeagent.New(n.opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	n.mu.Lock()
+	n.cancel, n.done = cancel, done
+	n.mu.Unlock()
+	return nil
+}
+
+// kill stops the agent as a dead node would stop: its containers are
+// killed, and it reports nothing more.
+func (n *nodeAgent) kill() {
+	n.mu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel = nil
+	n.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+	}
 }
 
 // proc is one process of the cluster with its log.
@@ -164,12 +214,8 @@ func stopProc(p *proc, sig syscall.Signal) {
 func (c *cluster) stop() {
 	if c.cancel != nil {
 		c.cancel()
-		timeout := time.After(30 * time.Second)
-		for range nodes {
-			select {
-			case <-c.agent:
-			case <-timeout:
-			}
+		for _, n := range c.agents {
+			n.kill()
 		}
 	}
 	c.mu.Lock()
@@ -412,6 +458,9 @@ func (c *cluster) bootstrap() error {
 		"--authorization-kubeconfig", c.kubeconfigs["admin"],
 		"--bind-address", nodeIP, "--secure-port", "10257",
 		"--leader-elect=false",
+		// A node whose agent stops is marked unreachable after 20s (the
+		// agents report every 10s), not 50s.
+		"--node-monitor-grace-period=20s",
 		"--use-service-account-credentials=false",
 		"--service-account-private-key-file", saKey,
 		"--root-ca-file", kubePKI.CAFile(),
@@ -481,9 +530,9 @@ func (c *cluster) bootstrap() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	c.agent = make(chan error, len(nodes))
+	c.agents = map[string]*nodeAgent{}
 	for _, n := range nodes {
-		agent, err := nodeagent.New(nodeagent.Options{
+		agent := &nodeAgent{ctx: ctx, opts: nodeagent.Options{
 			NodeName:  n.name,
 			Address:   n.ip,
 			Port:      kubeletPort,
@@ -500,11 +549,11 @@ func (c *cluster) bootstrap() error {
 			ClientCAFile: kubePKI.CAFile(),
 			Env: append([]string{"KUBERNETES_SERVICE_HOST=" + nodeIP, fmt.Sprintf("KUBERNETES_SERVICE_PORT=%d", kubeAPIPort)},
 				provider.Env()...),
-		})
-		if err != nil {
+		}}
+		if err := agent.start(); err != nil {
 			return err
 		}
-		go func() { c.agent <- agent.Run(ctx) }()
+		c.agents[n.name] = agent
 	}
 	// terrarun's Service, as kube-proxy would route it: the executor pods
 	// reach whichever replica is ready.
@@ -538,7 +587,9 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 		"executorServerURL": c.serviceURL,
 		"etcd":              map[string]any{"bundled": false, "external": map[string]any{"endpoints": c.trEtcd}},
 		// Pods share their node's address: each replica binds its own.
-		"extraArgs": []string{"--bind-address=$(POD_IP)"},
+		// A stage whose node stops reporting is lost 5s after the node
+		// lifecycle controller marks the node (TestNodeLost).
+		"extraArgs": []string{"--bind-address=$(POD_IP)", "--executor-node-lost-after=5s"},
 		// The policy of these tests: only the executor images are allowed,
 		// and none of the chart's other defaults apply.
 		"policy": map[string]any{

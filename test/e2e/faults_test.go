@@ -14,17 +14,7 @@ import (
 // marker file, which it returns.
 func markerRun(t *testing.T, ns, name string, sleep int, extra string) string {
 	t.Helper()
-	// Outside /tmp, which the executor's pod mounts an emptyDir over, and
-	// writable by the pod's user.
-	dir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(dir, "applied")
+	marker := filepath.Join(sharedDir(t), "applied")
 	createRun(t, "alice", ns, name, fmt.Sprintf(`resource "terraform_data" "many" {
   count = 300
   input = count.index

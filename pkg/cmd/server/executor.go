@@ -77,6 +77,9 @@ type ExecutorOptions struct {
 	// SpreadTopologyKey spreads the kubernetes executor's pods over the
 	// values of this node label; empty: no spread constraint.
 	SpreadTopologyKey string
+	// NodeLostAfter is how long an executor pod's node may be silent before
+	// its stage is reported lost.
+	NodeLostAfter time.Duration
 	// RunController runs the run controller (leader-elected). Without it the
 	// server serves the API only and runs stay Pending.
 	RunController bool
@@ -106,6 +109,7 @@ func newExecutorOptions() *ExecutorOptions {
 		LocalSandbox:        true,
 		LocalUser:           "65532:65532",
 		SpreadTopologyKey:   corev1.LabelHostname,
+		NodeLostAfter:       job.DefaultNodeLostAfter,
 	}
 }
 
@@ -149,6 +153,8 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
 		"(a topology spread constraint with ScheduleAnyway), so that runs do not pile onto one node; empty: no constraint.")
+	fs.DurationVar(&o.NodeLostAfter, "executor-node-lost-after", o.NodeLostAfter, "Kubernetes executor: how long the node of a stage's pod may go without reporting (Ready Unknown) before the stage is reported lost: "+
+		"a plan is then retried on another node, and an apply fails and is never run again.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
 	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run on this server's host and share its kernel and network, "+
@@ -200,6 +206,9 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.DefaultEngine != "" && o.DefaultEngine != "terraform" && o.DefaultEngine != "tofu" {
 		errs = append(errs, fmt.Errorf("--default-engine must be terraform or tofu, not %q", o.DefaultEngine))
+	}
+	if o.NodeLostAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--executor-node-lost-after must be a positive duration, such as 1m, not %s", o.NodeLostAfter))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
@@ -388,7 +397,7 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 		if tokens, err = podTokenAuthenticator(kube); err != nil {
 			return nil, err
 		}
-		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey})
+		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter})
 		identities = job.NewIdentityResolver(kube)
 	}
 

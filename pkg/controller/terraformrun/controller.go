@@ -433,6 +433,9 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			return min(timeout-elapsed, waitingRecheck), nil
 		}
 		if elapsed < timeout {
+			if status.Recheck > 0 {
+				return min(timeout-elapsed, status.Recheck), nil
+			}
 			return timeout - elapsed, nil
 		}
 		if err := c.exec.Stop(ctx, ex, c.opts.CancelGrace); err != nil {
@@ -474,6 +477,16 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 			// belongs: what it reports is not trusted.
 			reason, what = v1alpha1.ReasonExecutorForged, "cannot be trusted: "+status.Message
 		}
+		if reason == v1alpha1.ReasonExecutorLost {
+			if status.Message != "" {
+				what += " (" + status.Message + ")"
+			}
+			// What is left of it (a Job whose pod is on a node that stopped
+			// reporting) goes once the node is back or gone.
+			if err := c.exec.Stop(ctx, ex, c.opts.CancelGrace); err != nil {
+				return 0, err
+			}
+		}
 		c.completeStage(ctx, run, st, status, reason)
 		if stageName == v1alpha1.StagePlan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
@@ -482,7 +495,9 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d %s. ", stageName, st.Attempt, what)
 		if stageName == v1alpha1.StageApply {
-			msg += "terrarun never re-applies automatically: check the state, then create a new run."
+			msg += "terrarun never re-applies automatically: check the state, then create a new run. " +
+				"If the lost apply held the state lock, it still does: that run's plan fails on the lock and names its ID; " +
+				"once the lost executor is known to be gone, set spec.forceUnlock to that ID to release it."
 		} else {
 			msg += "No attempts are left; create a new run."
 		}

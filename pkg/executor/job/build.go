@@ -75,6 +75,13 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		},
 	}
 	st := executor.StageSpec(ex)
+	if ex.Stage == v1alpha1.StagePlan {
+		// Each pod's host name is its Job's name (below), which a state
+		// lock's "Who" records.
+		for a := int32(1); a < ex.Attempt; a++ {
+			st.LostPlanHosts = append(st.LostPlanHosts, JobName(run.Name, v1alpha1.StagePlan, a))
+		}
+	}
 	st.Server = opts.ServerURL
 	st.TokenFile = TokenFile
 	st.WorkDir = WorkDir
@@ -177,6 +184,9 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 					Annotations: podAnnotations,
 				},
 				Spec: corev1.PodSpec{
+					// A host name that names the execution: engines record it
+					// in the state locks they take.
+					Hostname:                      name,
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					ServiceAccountName:            serviceAccount,
 					AutomountServiceAccountToken:  ptr.To(false),

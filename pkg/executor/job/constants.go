@@ -58,6 +58,7 @@ const (
 	DefaultTokenExpiration        = time.Hour
 	DefaultTTLAfterFinished       = time.Hour
 	DefaultGracePeriod            = 30 * time.Second
+	DefaultNodeLostAfter          = time.Minute
 	DefaultBackendType            = "kubernetes"
 	defaultRequestCPU             = "100m"
 	defaultRequestMemory          = "256Mi"
@@ -113,6 +114,12 @@ type JobOptions struct {
 	// a soft topology spread constraint: runs do not pile onto one node, and
 	// still start when they cannot spread. Empty: no constraint.
 	SpreadTopologyKey string
+	// NodeLostAfter is how long the node of a stage's pod may go without
+	// reporting (its Ready condition Unknown) before the stage is reported
+	// lost: a plan is then retried on another node, and an apply fails
+	// without ever running again. Default 1m (after the node lifecycle
+	// controller's grace period, 50s by default, marks the node).
+	NodeLostAfter time.Duration
 }
 
 func (o JobOptions) withDefaults() JobOptions {
@@ -130,6 +137,9 @@ func (o JobOptions) withDefaults() JobOptions {
 	}
 	if o.GracePeriod <= 0 {
 		o.GracePeriod = DefaultGracePeriod
+	}
+	if o.NodeLostAfter <= 0 {
+		o.NodeLostAfter = DefaultNodeLostAfter
 	}
 	return o
 }

@@ -11,11 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/executor"
@@ -196,6 +198,13 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			st.CompletionTime = completionTime(job, c)
 			return st, nil
 		case batchv1.JobFailed:
+			if terminated == nil && c.Reason != batchv1.JobReasonDeadlineExceeded {
+				// The pod ended without its container ever ending: deleted
+				// (evicted from a node that stopped reporting) or rejected by
+				// its node. What it did, if anything, is unknown.
+				return executor.Status{State: executor.StateUnknown, Name: job.Name, Reason: executor.ReasonExecutorLost,
+					Message: fmt.Sprintf("Job %s/%s failed before its container ended (%s: %s)", job.Namespace, job.Name, c.Reason, c.Message)}, nil
+			}
 			st.State = executor.StateFailed
 			st.Reason, st.Message = c.Reason, c.Message
 			switch {
@@ -227,7 +236,47 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
 		st.Reason, st.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
 	}
+	if pod != nil && terminated == nil {
+		lost, recheck, err := e.nodeLost(ctx, pod)
+		if err != nil {
+			return executor.Status{}, err
+		}
+		if lost != "" {
+			return executor.Status{State: executor.StateUnknown, Name: job.Name, Reason: executor.ReasonExecutorLost, Message: lost}, nil
+		}
+		st.Recheck = recheck
+	}
 	return st, nil
+}
+
+// nodeLost says whether pod went with its node: the node is gone, or has not
+// reported for NodeLostAfter (its Ready condition is Unknown: the kubelet
+// stopped posting status). Its message names the pod and the node. While the
+// node is silent for less than that, recheck is the time left.
+func (e *Executor) nodeLost(ctx context.Context, pod *corev1.Pod) (lost string, recheck time.Duration, err error) {
+	name := pod.Spec.NodeName
+	if name == "" {
+		return "", 0, nil
+	}
+	node, err := e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("pod %s ran on node %s, which no longer exists", pod.Name, name), 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("getting node %s of pod %s/%s: %w", name, pod.Namespace, pod.Name, err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady || c.Status != corev1.ConditionUnknown {
+			continue
+		}
+		silent := time.Since(c.LastTransitionTime.Time)
+		if silent < e.opts.NodeLostAfter {
+			return "", e.opts.NodeLostAfter - silent, nil
+		}
+		return fmt.Sprintf("pod %s ran on node %s, which stopped reporting at %s (%s)",
+			pod.Name, name, c.LastTransitionTime.UTC().Format(time.RFC3339), c.Message), 0, nil
+	}
+	return "", 0, nil
 }
 
 func completionTime(job *batchv1.Job, c batchv1.JobCondition) *time.Time {
@@ -385,13 +434,69 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 	}); err != nil {
 		return fmt.Errorf("watching Jobs: %w", err)
 	}
+	// A node that stops reporting changes no Job: the runs with a pod on it
+	// are told, and look again after NodeLostAfter (Status.Recheck).
+	nodes := informers.NewSharedInformerFactory(e.client, 0)
+	silent := func(obj any) bool {
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			return true // a deleted node's final state unknown
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionUnknown
+			}
+		}
+		return false
+	}
+	nodeChanged := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if node, ok := obj.(*corev1.Node); ok {
+			e.notifyNode(ctx, node.Name, notify)
+		}
+	}
+	if _, err := nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			if silent(obj) && !silent(old) {
+				nodeChanged(obj)
+			}
+		},
+		DeleteFunc: nodeChanged,
+	}); err != nil {
+		return fmt.Errorf("watching Nodes: %w", err)
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok && ctx.Err() == nil {
-			return fmt.Errorf("syncing the %v cache failed", typ)
+	nodes.Start(ctx.Done())
+	defer nodes.Shutdown()
+	for _, f := range []informers.SharedInformerFactory{factory, nodes} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok && ctx.Err() == nil {
+				return fmt.Errorf("syncing the %v cache failed", typ)
+			}
 		}
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// notifyNode notifies the runs that have an executor pod on node.
+func (e *Executor) notifyNode(ctx context.Context, node string, notify executor.Notifier) {
+	pods, err := e.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		LabelSelector: LabelRun,
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the executor pods of a node that stopped reporting", "node", node)
+		return
+	}
+	for _, p := range pods.Items {
+		name := p.Annotations[AnnotationRunName]
+		if name == "" {
+			name = p.Labels[LabelRun]
+		}
+		notify(p.Namespace, name)
+	}
 }

@@ -635,3 +635,122 @@ func TestStartInputs(t *testing.T) {
 		}
 	}
 }
+
+// node returns a Node whose Ready condition has had status since since.
+func node(name string, status corev1.ConditionStatus, since time.Time) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(since),
+		Message: "Kubelet stopped posting node status.",
+	}}}}
+}
+
+// TestStatusNodeLost: a stage whose pod's node is gone, or has been silent
+// for NodeLostAfter, is lost; while the node is silent for less, the stage
+// runs and the controller is told when to look again.
+func TestStatusNodeLost(t *testing.T) {
+	start := metav1.NewTime(time.Now().Add(-5 * time.Minute))
+	running := &corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: start}}
+	cases := []struct {
+		name    string
+		node    *corev1.Node
+		state   executor.State
+		message string
+		recheck bool
+	}{
+		{name: "node ready", node: node("node-1", corev1.ConditionTrue, start.Time), state: executor.StateRunning},
+		{name: "node not ready, still reporting", node: node("node-1", corev1.ConditionFalse, start.Time), state: executor.StateRunning},
+		{name: "node silent for a while", node: node("node-1", corev1.ConditionUnknown, time.Now().Add(-10*time.Second)), state: executor.StateRunning, recheck: true},
+		{name: "node silent too long", node: node("node-1", corev1.ConditionUnknown, time.Now().Add(-2*time.Minute)), state: executor.StateUnknown,
+			message: "pod web-plan-2-x7k2q ran on node node-1, which stopped reporting at"},
+		{name: "node gone", state: executor.StateUnknown, message: "pod web-plan-2-x7k2q ran on node node-1, which no longer exists"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			client, e := started(t, batchv1.JobStatus{StartTime: &start, Active: 1}, nil)
+			ctx := context.Background()
+			job, err := client.BatchV1().Jobs("team-a").Get(ctx, "web-plan-2", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := jobPod(job, "p0d-uid")
+			pod.Spec.NodeName = "node-1"
+			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: *running}}
+			if _, err := client.CoreV1().Pods("team-a").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if c.node != nil {
+				if _, err := client.CoreV1().Nodes().Create(ctx, c.node, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := e.Status(ctx, planExecution())
+			if err != nil {
+				t.Fatalf("Status: %v", err)
+			}
+			if st.State != c.state || (c.state == executor.StateUnknown && st.Reason != executor.ReasonExecutorLost) {
+				t.Errorf("State %s, Reason %q; want %s", st.State, st.Reason, c.state)
+			}
+			if !strings.HasPrefix(st.Message, c.message) {
+				t.Errorf("Message = %q, want it to start with %q", st.Message, c.message)
+			}
+			if c.recheck != (st.Recheck > 0) || st.Recheck > DefaultNodeLostAfter-9*time.Second {
+				t.Errorf("Recheck = %v (want one: %v), NodeLostAfter %v", st.Recheck, c.recheck, DefaultNodeLostAfter)
+			}
+		})
+	}
+
+	// A pod deleted before its container ended (evicted from its node) fails
+	// the Job: that stage is lost too, not failed.
+	end := metav1.NewTime(start.Add(time.Minute))
+	_, e := started(t, batchv1.JobStatus{StartTime: &start, Failed: 1, Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit", LastTransitionTime: end},
+	}}, running)
+	st, err := e.Status(context.Background(), planExecution())
+	if err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonExecutorLost ||
+		!strings.Contains(st.Message, "failed before its container ended (BackoffLimitExceeded") {
+		t.Errorf("Status of a Job whose pod went before its container ended = %+v, %v; want lost", st, err)
+	}
+}
+
+// TestRunNotifiesNodeLoss: when a node stops reporting, the runs with a pod
+// on it are told, so that their stages are looked at.
+func TestRunNotifiesNodeLoss(t *testing.T) {
+	client, e := started(t, batchv1.JobStatus{Active: 1}, &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pods, err := client.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods: %v %v", pods, err)
+	}
+	pod := &pods.Items[0]
+	pod.Spec.NodeName = "node-1"
+	if _, err := client.CoreV1().Pods("team-a").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := client.CoreV1().Nodes().Create(ctx, node("node-1", corev1.ConditionTrue, time.Now()), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 16)
+	go func() { _ = e.Run(ctx, func(ns, name string) { got <- ns + "/" + name }) }()
+	drain := time.After(2 * time.Second) // the Job's own notifications
+	for waiting := true; waiting; {
+		select {
+		case <-got:
+		case <-drain:
+			waiting = false
+		}
+	}
+	n.Status.Conditions[0].Status = corev1.ConditionUnknown
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-got:
+		if name != "team-a/web" {
+			t.Errorf("notified %q, want team-a/web", name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification when the pod's node stopped reporting")
+	}
+}

@@ -1574,6 +1574,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.Backend{}.OpenAPIModelName()),
 						},
 					},
+					"forceUnlock": {
+						SchemaProps: spec.SchemaProps{
+							Description: "forceUnlock is the ID of a state lock to release before planning, as terraform force-unlock does: for a lock that a lost executor left (the run whose plan failed on it names the ID). Releasing a lock that a running stage still holds lets two writers at the state; use it only once the holder is known to be gone. The ID must be the lock's, or the plan fails and releases nothing.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"workspace": {
 						SchemaProps: spec.SchemaProps{
 							Description: "workspace is the Terraform workspace to select. Defaults to \"default\".",

@@ -96,7 +96,7 @@ func (e *envList) environ() []string {
 func (r *podRunner) containerEnv(ctx context.Context, c *corev1.Container, objs *objects, path string) (*envList, error) {
 	env := &envList{}
 	env.set("PATH", path)
-	env.set("HOSTNAME", r.pod.Name)
+	env.set("HOSTNAME", r.hostname())
 	extra := &envList{}
 	for _, kv := range r.a.o.Env {
 		name, value, _ := strings.Cut(kv, "=")

@@ -99,6 +99,15 @@ type TerraformRunSpec struct {
 	// +optional
 	Backend *Backend `json:"backend,omitempty"`
 
+	// forceUnlock is the ID of a state lock to release before planning, as
+	// terraform force-unlock does: for a lock that a lost executor left (the
+	// run whose plan failed on it names the ID). Releasing a lock that a
+	// running stage still holds lets two writers at the state; use it only
+	// once the holder is known to be gone. The ID must be the lock's, or the
+	// plan fails and releases nothing.
+	// +optional
+	ForceUnlock string `json:"forceUnlock,omitempty"`
+
 	// workspace is the Terraform workspace to select. Defaults to "default".
 	// +optional
 	Workspace string `json:"workspace,omitempty"`

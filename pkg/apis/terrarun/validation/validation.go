@@ -79,6 +79,7 @@ var (
 	backendTypeRegexp        = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	backendConfigKeyRegexp   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	workspaceRegexp          = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,89}$`)
+	lockIDRegexp             = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/+=-]{0,127}$`)
 	planDigestRegexp         = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	scpLikeWithoutPassRegexp = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^:@?#]*$`)
 )
@@ -189,6 +190,10 @@ func ValidateTerraformRunSpec(spec *terrarun.TerraformRunSpec, fldPath *field.Pa
 	allErrs = append(allErrs, validateVariables(spec.Variables, fldPath.Child("variables"))...)
 	if spec.Backend != nil {
 		allErrs = append(allErrs, validateBackend(spec.Backend, fldPath.Child("backend"))...)
+	}
+	if spec.ForceUnlock != "" && !lockIDRegexp.MatchString(spec.ForceUnlock) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("forceUnlock"), spec.ForceUnlock,
+			"must be a state lock's ID as the failed plan printed it (Lock Info: ID), such as 5c1b2a5e-0d3c-4b0e-9a57-1f0e9d2c7b11: at most 128 letters, digits and '.', '_', ':', '/', '+', '=' or '-'"))
 	}
 	if spec.Workspace != "" && !workspaceRegexp.MatchString(spec.Workspace) {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("workspace"), spec.Workspace,

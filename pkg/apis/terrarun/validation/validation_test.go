@@ -410,6 +410,20 @@ func TestValidateWorkspace(t *testing.T) {
 	})
 }
 
+func TestValidateForceUnlock(t *testing.T) {
+	unlock := func(id string) func(*terrarun.TerraformRun) {
+		return func(r *terrarun.TerraformRun) { r.Spec.ForceUnlock = id }
+	}
+	runSpecCases(t, []specCase{
+		{name: "uuid", mutate: unlock("5c1b2a5e-0d3c-4b0e-9a57-1f0e9d2c7b11")},
+		{name: "128 characters", mutate: unlock(strings.Repeat("a", 128))},
+		{name: "129 characters", mutate: unlock(strings.Repeat("a", 129)), want: []string{invalid("spec.forceUnlock")}},
+		{name: "space", mutate: unlock("5c1b 2a5e"), want: []string{invalid("spec.forceUnlock")}, detail: "Lock Info: ID"},
+		{name: "option", mutate: unlock("-force"), want: []string{invalid("spec.forceUnlock")}},
+		{name: "newline", mutate: unlock("a\nb"), want: []string{invalid("spec.forceUnlock")}},
+	})
+}
+
 func TestValidateApprovalAndEngine(t *testing.T) {
 	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 	runSpecCases(t, []specCase{

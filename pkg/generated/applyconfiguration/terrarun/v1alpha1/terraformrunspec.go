@@ -39,6 +39,13 @@ type TerraformRunSpecApplyConfiguration struct {
 	// backend configures where Terraform state is kept. When unset, the executor's
 	// documented default backend is used.
 	Backend *BackendApplyConfiguration `json:"backend,omitempty"`
+	// forceUnlock is the ID of a state lock to release before planning, as
+	// terraform force-unlock does: for a lock that a lost executor left (the
+	// run whose plan failed on it names the ID). Releasing a lock that a
+	// running stage still holds lets two writers at the state; use it only
+	// once the holder is known to be gone. The ID must be the lock's, or the
+	// plan fails and releases nothing.
+	ForceUnlock *string `json:"forceUnlock,omitempty"`
 	// workspace is the Terraform workspace to select. Defaults to "default".
 	Workspace *string `json:"workspace,omitempty"`
 	// approval controls the gate between plan and apply.
@@ -108,6 +115,14 @@ func (b *TerraformRunSpecApplyConfiguration) WithVariables(values ...*VariableAp
 // If called multiple times, the Backend field is set to the value of the last call.
 func (b *TerraformRunSpecApplyConfiguration) WithBackend(value *BackendApplyConfiguration) *TerraformRunSpecApplyConfiguration {
 	b.Backend = value
+	return b
+}
+
+// WithForceUnlock sets the ForceUnlock field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ForceUnlock field is set to the value of the last call.
+func (b *TerraformRunSpecApplyConfiguration) WithForceUnlock(value string) *TerraformRunSpecApplyConfiguration {
+	b.ForceUnlock = &value
 	return b
 }
 

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+)
+
+// lockInfo is what terraform and tofu print of the state lock they could not
+// take ("Error acquiring the state lock ... Lock Info: ID, Operation, Who").
+type lockInfo struct {
+	ID, Operation, Who string
+}
+
+var (
+	lockErrorRegexp = regexp.MustCompile(`Error acquiring the state lock`)
+	lockFieldRegexp = regexp.MustCompile(`(?m)^[\s│]*(ID|Operation|Who):[ \t]*(\S*)`)
+	// lockMessageIDRegexp finds the holder's ID in the error message of
+	// backends whose Lock Info is the engine's own attempt (terraform's http
+	// backend).
+	lockMessageIDRegexp = regexp.MustCompile(`(?m)^[\s│]*Error message:.*\bID=(\S+)`)
+)
+
+// heldLock returns the lock that err, the error of a failed engine command,
+// says is in the way, or false. self is the engine's own "Who": some
+// backends report the lock the engine tried to take instead of the holder's,
+// and then only the holder's ID, if any, is known.
+func heldLock(err error, self string) (lockInfo, bool) {
+	if err == nil || !lockErrorRegexp.MatchString(err.Error()) {
+		return lockInfo{}, false
+	}
+	var info lockInfo
+	for _, m := range lockFieldRegexp.FindAllStringSubmatch(err.Error(), -1) {
+		switch m[1] {
+		case "ID":
+			info.ID = m[2]
+		case "Operation":
+			info.Operation = m[2]
+		case "Who":
+			info.Who = m[2]
+		}
+	}
+	if info.Who == self {
+		info = lockInfo{}
+		if m := lockMessageIDRegexp.FindStringSubmatch(err.Error()); m != nil {
+			info.ID = m[1]
+		}
+	}
+	return info, true
+}
+
+// lockOwner is what engines record as "Who" for a lock this process takes.
+func lockOwner() string {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+// lostPlanLock says whether lock was taken for a plan by one of hosts, this
+// run's lost plan attempts: "Who" is user@host.
+func lostPlanLock(lock lockInfo, hosts []string) bool {
+	at := strings.LastIndex(lock.Who, "@")
+	return lock.Operation == "OperationTypePlan" && at >= 0 && slices.Contains(hosts, lock.Who[at+1:])
+}
+
+// forceUnlock releases the state lock id, saying why in the log.
+func (r *runner) forceUnlock(ctx context.Context, tf *tfexec.Terraform, id, why string) error {
+	r.logf("terrarun: releasing state lock %s: %s", id, why)
+	return r.step("force-unlock", func() error {
+		if err := tf.ForceUnlock(ctx, id); err != nil {
+			return fmt.Errorf("releasing state lock %s: %w", id, err)
+		}
+		return nil
+	})
+}
