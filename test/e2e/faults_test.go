@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -135,4 +137,74 @@ func TestAllReplicasDown(t *testing.T) {
 		_, err := cl.kubectlAs("admin", "get", "namespace", ns)
 		return err != nil && strings.Contains(err.Error(), "NotFound")
 	})
+}
+
+// TestReplicaFlapping: one terrarun replica crashes over and over (its
+// process is killed each time it is back and ready) while 50 runs go
+// through, created by a user who retries what the API refuses. Every run
+// ends Succeeded, having applied once.
+func TestReplicaFlapping(t *testing.T) {
+	const runs = 50
+	ns := newNamespace(t)
+	dir := sharedDir(t)
+	pod := leaderPod(t)
+	done := make(chan struct{})
+	kills := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { kills <- n }()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Second):
+			}
+			out, _ := cl.kubectlAs("admin", "get", "pod", pod, "-n", "terrarun-system", "-o", "jsonpath={.status.containerStatuses[0].ready} {.status.containerStatuses[0].containerID}")
+			ready, id, _ := strings.Cut(out, " ")
+			pid, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:])
+			if ready != "true" || err != nil {
+				continue
+			}
+			time.Sleep(2 * time.Second) // serving for a moment
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-done:
+		default:
+			close(done)
+		}
+	}()
+
+	for i := range runs {
+		name := fmt.Sprintf("flap-%02d", i)
+		manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n"+
+			"  workspace: %s\n  approval:\n    mode: Auto\n  source:\n    inline:\n      main.tf: |\n"+
+			"        resource \"terraform_data\" \"once\" {\n          provisioner \"local-exec\" {\n            command = \"echo applied >> %s\"\n          }\n        }\n",
+			name, ns, name, filepath.Join(dir, name))
+		waitFor(t, 2*time.Minute, "run "+name+" to be created", func() bool {
+			out, err := cl.kubectlStdin("alice", manifest, "create", "-f", "-")
+			return err == nil || strings.Contains(out+err.Error(), "AlreadyExists") || strings.Contains(out+err.Error(), "already exists")
+		})
+	}
+	for i := range runs {
+		name := fmt.Sprintf("flap-%02d", i)
+		if got := waitPhase(t, ns, name, 8*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+			t.Errorf("run %s: phase %s: %s", name, got, mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.message}"))
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || strings.Count(string(data), "applied") != 1 {
+			t.Errorf("run %s applied %d times (%v), want once", name, strings.Count(string(data), "applied"), err)
+		}
+	}
+	close(done)
+	n := <-kills
+	t.Logf("%d runs ended while replica %s was killed %d times", runs, pod, n)
+	if n < 2 {
+		t.Errorf("the replica was killed %d times, want it to flap", n)
+	}
 }
