@@ -123,6 +123,14 @@ resource "terraform_data" "once" {
 		t.Fatalf("the plan that found the lost apply's lock does not name it and how to release it: %s", msg)
 	}
 	t.Logf("reported: %s", msg)
+	// Another lock's ID releases nothing.
+	stateRun("unlock-other", "  forceUnlock: 00000000-1111-2222-3333-444444444444\n")
+	if got := waitPhase(t, ns, "unlock-other", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
+		t.Fatalf("run unlock-other, with another lock's ID: phase %s, want Failed", got)
+	}
+	if out := mustAs(t, "admin", "get", "leases", "-n", ns, "-o", "jsonpath={.items[*].spec.holderIdentity}"); !strings.Contains(out, m[1]) {
+		t.Fatalf("the lost apply's lock %s is gone after a forceUnlock of another ID; holders: %q", m[1], out)
+	}
 	stateRun("unlock", "  forceUnlock: "+m[1]+"\n")
 	if got := waitPhase(t, ns, "unlock", 3*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
 		t.Fatalf("run unlock: phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "unlock", "-n", ns, "-o", "jsonpath={.status.message}"))
