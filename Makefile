@@ -84,6 +84,12 @@ e2e: images ## End-to-end tests (root): a real cluster in a network namespace, t
 	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm \
 	  $(GO) test -count=1 -timeout 30m ./test/e2e/
 
+.PHONY: bench-ha
+bench-ha: images ## Benchmarks of the HA topology of the e2e suite: leader failover, log follow across replicas; figures go in docs/benchmarks.md.
+	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && \
+	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm \
+	  $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime 1x ./test/e2e/
+
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...

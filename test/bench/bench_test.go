@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // Sample counts. They are fixed instead of being derived from b.N so that
@@ -80,12 +80,6 @@ func benchCtx(b *testing.B) context.Context {
 
 func samples(fixed int, b *testing.B) int { return max(fixed, b.N) }
 
-// percentile is the nearest-rank percentile p (0 < p <= 1) of sorted.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // reportLatency reports the p50 and p99 of lat as <prefix>p50-ms and
@@ -93,8 +87,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
-	b.ReportMetric(ms(percentile(sorted, 0.50)), prefix+"p50-ms")
-	b.ReportMetric(ms(percentile(sorted, 0.99)), prefix+"p99-ms")
+	b.ReportMetric(ms(harness.Percentile(sorted, 0.50)), prefix+"p50-ms")
+	b.ReportMetric(ms(harness.Percentile(sorted, 0.99)), prefix+"p99-ms")
 }
 
 // reportMean sets ns/op to the mean of lat, replacing the wall time of the

@@ -70,7 +70,7 @@ func boundedCtx(b *testing.B, d time.Duration) context.Context {
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return percentile(s, 0.5)
+	return harness.Percentile(s, 0.5)
 }
 
 // ---------------------------------------------------------------------------
@@ -1108,8 +1108,8 @@ func concurrentRuns(b *testing.B, n int, args []string) {
 	if len(perRun) > 0 {
 		sorted := slices.Clone(perRun)
 		slices.Sort(sorted)
-		b.ReportMetric(percentile(sorted, 0.5).Seconds(), "run-p50-s")
-		b.ReportMetric(percentile(sorted, 0.99).Seconds(), "run-p99-s")
+		b.ReportMetric(harness.Percentile(sorted, 0.5).Seconds(), "run-p50-s")
+		b.ReportMetric(harness.Percentile(sorted, 0.99).Seconds(), "run-p99-s")
 	}
 	b.ReportMetric(peak.ServerRSS, "server-peak-rss-MiB")
 	b.ReportMetric(hwm, "server-vmhwm-MiB")
@@ -1122,7 +1122,7 @@ func concurrentRuns(b *testing.B, n int, args []string) {
 	if len(ends) > 0 {
 		slices.Sort(ends)
 		detail(b, "runs Succeeded after (s from the first create): first %.1f, 10%% %.1f, 50%% %.1f, 90%% %.1f, last %.1f",
-			ends[0].Seconds(), percentile(ends, 0.1).Seconds(), percentile(ends, 0.5).Seconds(), percentile(ends, 0.9).Seconds(), ends[len(ends)-1].Seconds())
+			ends[0].Seconds(), harness.Percentile(ends, 0.1).Seconds(), harness.Percentile(ends, 0.5).Seconds(), harness.Percentile(ends, 0.9).Seconds(), ends[len(ends)-1].Seconds())
 	}
 	for _, f := range failures {
 		detail(b, "not succeeded: %s", f)

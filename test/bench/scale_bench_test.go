@@ -25,6 +25,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // Scale simulation sizes: TERRARUN_BENCH_SCALE_RUNS finished runs (default
@@ -370,5 +371,5 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 
 func p50p99(d []time.Duration) [2]time.Duration {
 	slices.Sort(d)
-	return [2]time.Duration{percentile(d, 0.5), percentile(d, 0.99)}
+	return [2]time.Duration{harness.Percentile(d, 0.5), harness.Percentile(d, 0.99)}
 }

@@ -19,7 +19,7 @@ import (
 // leaderPod names the terrarun pod whose controllers run: the first
 // candidate of the election in etcd, whose identity is <host>_<uuid> and
 // whose host name is its pod's.
-func leaderPod(t *testing.T) string {
+func leaderPod(t testing.TB) string {
 	t.Helper()
 	resp := etcdGet(t, "/terrarun/leader/run-controller", clientv3.WithFirstCreate()...)
 	if len(resp.Kvs) == 0 {

@@ -27,7 +27,7 @@ import (
 // newNamespace creates a namespace for one scenario, with alice as editor,
 // bob as approver (and viewer), carol as viewer, and the executor's
 // service account bound to terrarun-executor, as the README says.
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
 	buf := make([]byte, 3)
 	_, _ = rand.Read(buf)
@@ -35,7 +35,7 @@ func newNamespace(t *testing.T) string {
 }
 
 // newNamespaceNamed is newNamespace with the namespace's name.
-func newNamespaceNamed(t *testing.T, ns string) string {
+func newNamespaceNamed(t testing.TB, ns string) string {
 	t.Helper()
 	mustAs(t, "admin", "create", "namespace", ns)
 	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "delete", "namespace", ns, "--wait=false") })
@@ -52,7 +52,7 @@ func newNamespaceNamed(t *testing.T, ns string) string {
 	return ns
 }
 
-func mustAs(t *testing.T, user string, args ...string) string {
+func mustAs(t testing.TB, user string, args ...string) string {
 	t.Helper()
 	out, err := cl.kubectlAs(user, args...)
 	if err != nil {
@@ -61,7 +61,7 @@ func mustAs(t *testing.T, user string, args ...string) string {
 	return out
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
 	if err := harness.Poll(t.Context(), 200*time.Millisecond, timeout, what, func(context.Context) bool { return ok() }); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 }
 
 // createRun creates a run as user from a manifest with an inline config.
-func createRun(t *testing.T, user, ns, name, mainTF, extra string) {
+func createRun(t testing.TB, user, ns, name, mainTF, extra string) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n", name, ns)
@@ -83,7 +83,7 @@ func createRun(t *testing.T, user, ns, name, mainTF, extra string) {
 	}
 }
 
-func phase(t *testing.T, ns, name string) string {
+func phase(t testing.TB, ns, name string) string {
 	out, err := cl.kubectlAs("admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.phase}")
 	if err != nil {
 		return ""
@@ -91,7 +91,7 @@ func phase(t *testing.T, ns, name string) string {
 	return out
 }
 
-func waitPhase(t *testing.T, ns, name string, timeout time.Duration, phases ...string) string {
+func waitPhase(t testing.TB, ns, name string, timeout time.Duration, phases ...string) string {
 	t.Helper()
 	var got string
 	deadline := time.Now().Add(timeout)
@@ -292,7 +292,7 @@ func etcdKeys(t *testing.T, prefix string) int64 {
 }
 
 // etcdGet reads key from terrarun's etcd.
-func etcdGet(t *testing.T, key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
+func etcdGet(t testing.TB, key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -98,4 +99,10 @@ func Poll(ctx context.Context, interval, timeout time.Duration, what string, ok 
 		case <-time.After(interval):
 		}
 	}
+}
+
+// Percentile is the nearest-rank percentile p (0 < p <= 1) of sorted.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
