@@ -38,6 +38,7 @@ type EtcdClientTLS struct {
 type etcdConfig struct {
 	noFsync bool
 	pkiDir  string
+	quota   int64
 }
 
 // EtcdOption changes how StartEtcd configures etcd.
@@ -47,6 +48,12 @@ type EtcdOption func(*etcdConfig)
 // which lose what they hold when the machine crashes.
 func WithoutFsync() EtcdOption {
 	return func(c *etcdConfig) { c.noFsync = true }
+}
+
+// WithQuota sets etcd's space quota (--quota-backend-bytes) to bytes; 0
+// keeps etcd's default, 2 GiB.
+func WithQuota(bytes int64) EtcdOption {
+	return func(c *etcdConfig) { c.quota = bytes }
 }
 
 // WithClientCertAuth makes etcd serve TLS and accept only clients, and
@@ -109,6 +116,7 @@ func startEtcd(ctx context.Context, dir string, opts []EtcdOption) (*Etcd, error
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	cfg.UnsafeNoFsync = o.noFsync
+	cfg.QuotaBackendBytes = o.quota
 	if clientTLS != nil {
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = serverTLS, serverTLS
 	}

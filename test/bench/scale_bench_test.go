@@ -29,11 +29,12 @@ import (
 )
 
 // Scale simulation sizes: TERRARUN_BENCH_SCALE_RUNS finished runs (default
-// 35,000: at about 53 KiB each in etcd, 50,000 would pass the embedded etcd's
-// 2 GiB space quota near 39,000, see docs/scaling.md), in namespaces of
-// runsPerNamespace.
+// 50,000, about 2.6 GiB in etcd: the server runs with an embedded etcd quota
+// of scaleQuota instead of etcd's default 2 GiB, which fills near 39,000, see
+// docs/scaling.md), in namespaces of runsPerNamespace.
 const (
-	defaultScaleRuns = 35000
+	defaultScaleRuns = 50000
+	scaleQuota       = 8 << 30
 	runsPerNamespace = 1000
 	scaleCheckpoints = 5
 	scaleWriters     = 16
@@ -67,7 +68,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := startServer(bin+"/terrarun-apiserver", []string{"--run-controller=false"}, nil)
+	s, err := startServer(bin+"/terrarun-apiserver", []string{"--run-controller=false", fmt.Sprintf("--embedded-etcd-quota-bytes=%d", scaleQuota)}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

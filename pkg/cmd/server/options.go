@@ -52,6 +52,9 @@ type Options struct {
 	// certificate authentication, and terrarun's roles granted by certificate
 	// groups (standalone.NewAuthorizer). It is a development mode.
 	Standalone bool
+	// EtcdQuotaBytes is the embedded etcd's space quota in standalone mode;
+	// 0 keeps etcd's default of 2 GiB.
+	EtcdQuotaBytes int64
 	// DataDir holds standalone mode's etcd data, PKI and kubeconfig files.
 	DataDir string
 	// Executor configures how runs execute.
@@ -109,6 +112,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"client-certificate authentication with a generated admin kubeconfig, and terrarun's roles granted by the groups terrarun:viewers, terrarun:editors and terrarun:approvers. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
 	fs.IntVar(&o.MaxFollowsPerUser, "max-follows-per-user", o.MaxFollowsPerUser, "Log follows (logs?follow=true) and plan waits (plan?wait=true) one user may hold open on this server at once; more are refused with 429.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
+	fs.Int64Var(&o.EtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EtcdQuotaBytes, "Standalone mode: the embedded etcd's space quota in bytes (etcd's --quota-backend-bytes); 0: etcd's default, 2 GiB. "+
+		"Past it etcd refuses writes until space is freed; at most 8 GiB is advised.")
 }
 
 // Complete records which flags fs says the user set, and fills in what
@@ -126,6 +131,9 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 	return nil
 }
 
+// maxEtcdQuota is the largest space quota etcd advises (8 GiB).
+const maxEtcdQuota = 8 << 30
+
 // Validate reports every invalid flag and combination of flags.
 func (o *Options) Validate() error {
 	var errs []error
@@ -140,12 +148,17 @@ func (o *Options) Validate() error {
 		if o.DataDir == "" {
 			errs = append(errs, errors.New("--data-dir is required with --standalone"))
 		}
+		if o.EtcdQuotaBytes < 0 || o.EtcdQuotaBytes > maxEtcdQuota {
+			errs = append(errs, fmt.Errorf("--embedded-etcd-quota-bytes must be between 0 (etcd's default, 2 GiB) and %d (8 GiB), not %d", int64(maxEtcdQuota), o.EtcdQuotaBytes))
+		}
 		// Embedded etcd provides the servers.
 		copied := *recommended
 		etcd := *copied.Etcd
 		etcd.StorageConfig.Transport.ServerList = []string{"http://embedded-etcd"}
 		copied.Etcd = &etcd
 		recommended = &copied
+	} else if o.EtcdQuotaBytes != 0 {
+		errs = append(errs, errors.New("--embedded-etcd-quota-bytes applies to --standalone only; set the quota on the etcd cluster itself (--quota-backend-bytes)"))
 	}
 	errs = append(errs, recommended.Validate()...)
 	errs = append(errs, o.Executor.Validate(o.Standalone)...)

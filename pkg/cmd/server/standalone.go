@@ -82,7 +82,8 @@ func (o *Options) startStandalone(ctx context.Context) (_ *standaloneConfig, err
 	}
 
 	// Mutual TLS with a CA of etcd's own: stages share the host's network.
-	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"), standalone.WithClientCertAuth(filepath.Join(o.DataDir, "pki", "etcd")))
+	etcd, err := standalone.StartEtcd(ctx, filepath.Join(o.DataDir, "etcd"),
+		standalone.WithClientCertAuth(filepath.Join(o.DataDir, "pki", "etcd")), standalone.WithQuota(o.EtcdQuotaBytes))
 	if err != nil {
 		return nil, err
 	}
