@@ -96,6 +96,87 @@ func BenchmarkFollowAcrossReplicas(b *testing.B) {
 	b.ReportMetric(loadAverage(), "load1")
 }
 
+// BenchmarkThroughput: TERRARUN_BENCH_HA_RUNS trivial Auto runs (default
+// 1,000) go through one terrarun replica whose executor pods all land on one
+// node (the others cordoned), then through two replicas and three nodes; the
+// figure is each configuration's runs per minute, and their ratio.
+func BenchmarkThroughput(b *testing.B) {
+	runs := envInt("TERRARUN_BENCH_HA_RUNS", 1000)
+	for b.Loop() {
+		b.Cleanup(func() {
+			for _, n := range nodes {
+				_, _ = cl.kubectlAs("admin", "uncordon", n.name)
+			}
+			restoreReplicas(b)
+		})
+		scale := func(replicas int) {
+			mustAs(b, "admin", "-n", "terrarun-system", "scale", "deployment/terrarun-apiserver", fmt.Sprintf("--replicas=%d", replicas))
+			waitFor(b, 5*time.Minute, fmt.Sprintf("%d replicas, ready", replicas), func() bool {
+				out, _ := cl.kubectlAs("admin", "get", "pods", "-n", "terrarun-system", "--selector=app.kubernetes.io/name=terrarun-apiserver",
+					"-o", `jsonpath={range .items[*]}{.status.containerStatuses[0].ready} {end}`)
+				return strings.TrimSpace(out) == strings.TrimSpace(strings.Repeat("true ", replicas))
+			})
+			mustAs(b, "admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s")
+		}
+
+		scale(1)
+		node := strings.TrimSpace(mustAs(b, "admin", "get", "pods", "-n", "terrarun-system", "--selector=app.kubernetes.io/name=terrarun-apiserver",
+			"-o", "jsonpath={.items[0].spec.nodeName}"))
+		for _, n := range nodes {
+			if n.name != node {
+				mustAs(b, "admin", "cordon", n.name)
+			}
+		}
+		one := burst(b, runs)
+		for _, n := range nodes {
+			mustAs(b, "admin", "uncordon", n.name)
+		}
+		scale(2)
+		ha := burst(b, runs)
+		b.ReportMetric(one, "runs/min-1replica-1node")
+		b.ReportMetric(ha, "runs/min-2replicas-3nodes")
+		b.ReportMetric(ha/one, "ratio")
+		b.ReportMetric(loadAverage(), "load1")
+	}
+}
+
+// burst creates runs trivial Auto runs in a new namespace with one kubectl
+// create, waits for every one to end Succeeded, and returns runs per minute
+// from the create to the last.
+func burst(b *testing.B, runs int) float64 {
+	ns := newNamespace(b)
+	var manifest strings.Builder
+	for i := range runs {
+		fmt.Fprintf(&manifest, "---\napiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: r-%04d\n  namespace: %s\nspec:\n"+
+			"  workspace: r-%04d\n  approval:\n    mode: Auto\n  source:\n    inline:\n      main.tf: |\n        resource \"terraform_data\" \"x\" {}\n", i, ns, i)
+	}
+	start := time.Now()
+	if out, err := cl.kubectlStdin("alice", manifest.String(), "create", "-f", "-"); err != nil {
+		b.Fatalf("creating %d runs: %v %s", runs, err, out)
+	}
+	var phases []string
+	waitFor(b, 3*time.Hour, fmt.Sprintf("%d runs to end", runs), func() bool {
+		out, err := cl.kubectlAs("admin", "get", "tfr", "-n", ns, "-o", "jsonpath={.items[*].status.phase}")
+		if err != nil {
+			return false
+		}
+		phases = strings.Fields(out)
+		ended := 0
+		for _, p := range phases {
+			if p == "Succeeded" || p == "Failed" {
+				ended++
+			}
+		}
+		return ended == runs
+	})
+	took := time.Since(start)
+	if failed := len(phases) - strings.Count(" "+strings.Join(phases, " ")+" ", " Succeeded "); failed > 0 {
+		b.Errorf("%d of %d runs did not succeed", failed, runs)
+	}
+	b.Logf("%d runs in %s", runs, took.Round(time.Second))
+	return float64(runs) / took.Minutes()
+}
+
 // followTicks follows the apply log on one replica and returns, for each
 // tick line, the time from its printing to its arrival. Lines that were
 // already written when the follower connected are skipped.

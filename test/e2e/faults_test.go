@@ -112,11 +112,7 @@ func TestAllReplicasDown(t *testing.T) {
 	waitPhase(t, ns, "doomed", 3*time.Minute, "AwaitingApproval")
 
 	mustAs(t, "admin", "-n", "terrarun-system", "scale", "deployment/terrarun-apiserver", "--replicas=0")
-	t.Cleanup(func() {
-		_, _ = cl.kubectlAs("admin", "-n", "terrarun-system", "scale", "deployment/terrarun-apiserver", "--replicas=2")
-		_, _ = cl.kubectlAs("admin", "-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=120s")
-		_, _ = cl.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s")
-	})
+	t.Cleanup(func() { restoreReplicas(t) })
 	waitFor(t, 2*time.Minute, "every replica to be gone", func() bool {
 		out, err := cl.kubectlAs("admin", "get", "pods", "-n", "terrarun-system", "--selector=app.kubernetes.io/name=terrarun-apiserver", "-o", "name")
 		return err == nil && strings.TrimSpace(out) == ""
@@ -148,6 +144,8 @@ func TestReplicaFlapping(t *testing.T) {
 	ns := newNamespace(t)
 	dir := sharedDir(t)
 	pod := leaderPod(t)
+	// The crash-looping pod is replaced, as a user would, for the next tests.
+	t.Cleanup(func() { restoreReplicas(t, pod) })
 	done := make(chan struct{})
 	kills := make(chan int, 1)
 	go func() {
@@ -206,5 +204,24 @@ func TestReplicaFlapping(t *testing.T) {
 	t.Logf("%d runs ended while replica %s was killed %d times", runs, pod, n)
 	if n < 2 {
 		t.Errorf("the replica was killed %d times, want it to flap", n)
+	}
+}
+
+// restoreReplicas brings the chart's two replicas back after a fault, in a
+// test's cleanup: it deletes pods (a crash-looping one is replaced without
+// its back-off), scales the Deployment to two, and waits for both to be
+// ready and for the APIService to be Available again.
+func restoreReplicas(t testing.TB, pods ...string) {
+	for _, p := range pods {
+		_, _ = cl.kubectlAs("admin", "delete", "pod", p, "-n", "terrarun-system", "--grace-period=0", "--force", "--wait=false")
+	}
+	for _, args := range [][]string{
+		{"-n", "terrarun-system", "scale", "deployment/terrarun-apiserver", "--replicas=2"},
+		{"-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=180s"},
+		{"wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"},
+	} {
+		if out, err := cl.kubectlAs("admin", args...); err != nil {
+			t.Errorf("restoring terrarun's replicas: kubectl %s: %v %s", strings.Join(args, " "), err, out)
+		}
 	}
 }

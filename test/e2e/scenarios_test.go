@@ -609,6 +609,10 @@ spec:
 		_, err := cl.kubectlAs("admin", "get", "job", "infra-2-apply-1", "-n", ns)
 		return err == nil
 	})
+	// The leader dies with the workspace mid-destroy: the next one adopts
+	// the destroy run, and removes the workspace once it succeeds.
+	killed := killLeader(t)
+	waitFor(t, time.Minute, "another replica to lead", func() bool { return leaderPod(t) != killed })
 	waitFor(t, 5*time.Minute, "the workspace to be gone", func() bool {
 		_, err := cl.kubectlAs("admin", "get", "tfws", "infra", "-n", ns)
 		return err != nil
