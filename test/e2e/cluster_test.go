@@ -486,6 +486,11 @@ func (c *cluster) bootstrap() error {
 	if err != nil {
 		return err
 	}
+	// The three agents (and the Service proxy) share this client: the
+	// kubelet's own limits (50/s, bursts of 100) for each, so that a burst of
+	// pods never holds a node's heartbeat back past the node monitor's grace
+	// period, which would mark the node unreachable and its stages lost.
+	admin.QPS, admin.Burst = 150, 300
 	kube, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return err

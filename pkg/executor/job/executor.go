@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -31,6 +33,10 @@ const jobNameLabel = batchv1.JobNameLabel // "batch.kubernetes.io/job-name"
 type Executor struct {
 	client kubernetes.Interface
 	opts   JobOptions
+	// nodes, once Run has synced its Node cache, is where Status reads the
+	// nodes of running pods (a corev1listers.NodeLister); before, it asks
+	// the API.
+	nodes atomic.Value
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -258,7 +264,12 @@ func (e *Executor) nodeLost(ctx context.Context, pod *corev1.Pod) (lost string, 
 	if name == "" {
 		return "", 0, nil
 	}
-	node, err := e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	var node *corev1.Node
+	if nodes, ok := e.nodes.Load().(corev1listers.NodeLister); ok {
+		node, err = nodes.Get(name)
+	} else {
+		node, err = e.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
 	if apierrors.IsNotFound(err) {
 		return fmt.Sprintf("pod %s ran on node %s, which no longer exists", pod.Name, name), 0, nil
 	}
@@ -457,7 +468,8 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 			e.notifyNode(ctx, node.Name, notify)
 		}
 	}
-	if _, err := nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodeInformer := nodes.Core().V1().Nodes()
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
 			if silent(obj) && !silent(old) {
 				nodeChanged(obj)
@@ -477,6 +489,9 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 				return fmt.Errorf("syncing the %v cache failed", typ)
 			}
 		}
+	}
+	if ctx.Err() == nil {
+		e.nodes.Store(nodeInformer.Lister())
 	}
 	<-ctx.Done()
 	return nil

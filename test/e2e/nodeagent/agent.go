@@ -378,7 +378,18 @@ func (a *Agent) sync(key string) error {
 		_ = os.RemoveAll(a.podDir(pod))
 		return nil
 	}
-	if r != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if r != nil {
+		// The node lifecycle controller marks the pods of a node that went
+		// silent not ready; once the node reports again, the kubelet's
+		// status manager writes its own view back, and so does the agent.
+		want := pod.Status.DeepCopy()
+		r.fillStatus(want, time.Now())
+		if readyStatus(want) != readyStatus(&pod.Status) {
+			go r.updateStatus(a.ctx)
+		}
+		return nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
 	}
 	r = newPodRunner(a, key, pod)
@@ -388,6 +399,16 @@ func (a *Agent) sync(key string) error {
 	a.logf("nodeagent: pod %s: starting", key)
 	go r.run()
 	return nil
+}
+
+// readyStatus is the status of the pod's Ready condition, "" without one.
+func readyStatus(s *corev1.PodStatus) corev1.ConditionStatus {
+	for _, c := range s.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return ""
 }
 
 // forget removes a finished runner, and looks at its pod again.

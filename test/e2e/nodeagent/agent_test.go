@@ -599,3 +599,21 @@ func TestScheduledAgentLeavesBinding(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyRestored: the node lifecycle controller marks the pods of a node
+// that went silent not ready; once the node reports again, the agent writes
+// its own view back, as the kubelet's status manager does.
+func TestReadyRestored(t *testing.T) {
+	h := newHarness(t, nil)
+	h.create(shPod("steady", "sleep 600"))
+	pod := h.waitPod("steady", "ready", func(p *corev1.Pod) bool { return readyStatus(&p.Status) == corev1.ConditionTrue })
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			pod.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	if _, err := h.cs.CoreV1().Pods(testNS).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitPod("steady", "ready again", func(p *corev1.Pod) bool { return readyStatus(&p.Status) == corev1.ConditionTrue })
+}

@@ -72,6 +72,10 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 	if t.Approval != (terrarun.Approval{}) {
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("approval"), "set the approval of the workspace's runs in spec.approval"))
 	}
+	if t.ForceUnlock != "" {
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("forceUnlock"),
+			"a workspace's runs never release a state lock: create one TerraformRun with spec.forceUnlock, the same spec.workspace and backend"))
+	}
 	if t.OutputsSecret != "" {
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "set it in spec.outputsSecret: the workspace, not each run, keeps the outputs of its last apply"))
 	}

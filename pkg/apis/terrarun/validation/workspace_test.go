@@ -38,6 +38,7 @@ func TestValidateTerraformWorkspace(t *testing.T) {
 		{"a template operation", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Operation = terrarun.OperationDestroy }, "spec.template.operation"},
 		{"a template approval", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Approval.Mode = terrarun.ApprovalModeAuto }, "spec.template.approval"},
 		{"a template outputsSecret", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.OutputsSecret = "out" }, "spec.template.outputsSecret"},
+		{"a template forceUnlock", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.ForceUnlock = "5c1b2a5e" }, "spec.template.forceUnlock"},
 		{"an approval mode", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Approval.Mode = "Sometimes" }, "spec.approval.mode"},
 		{"no source", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Source = terrarun.Source{} }, "spec.template.source"},
 		{"a short interval", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Interval = &metav1.Duration{Duration: time.Second} }, "spec.interval"},
