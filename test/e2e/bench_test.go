@@ -161,16 +161,10 @@ func burst(b *testing.B, runs int) float64 {
 			return false
 		}
 		phases = strings.Fields(out)
-		ended := 0
-		for _, p := range phases {
-			if p == "Succeeded" || p == "Failed" {
-				ended++
-			}
-		}
-		return ended == runs
+		return countOf(phases, "Succeeded")+countOf(phases, "Failed") == runs
 	})
 	took := time.Since(start)
-	if failed := len(phases) - strings.Count(" "+strings.Join(phases, " ")+" ", " Succeeded "); failed > 0 {
+	if failed := len(phases) - countOf(phases, "Succeeded"); failed > 0 {
 		b.Errorf("%d of %d runs did not succeed", failed, runs)
 	}
 	b.Logf("%d runs in %s", runs, took.Round(time.Second))
@@ -215,6 +209,17 @@ func followTicks(b *testing.B, ip, ns, run string) []time.Duration {
 		lat = append(lat, now.Sub(time.Unix(0, n)))
 	}
 	return lat
+}
+
+// countOf is how many of phases are phase.
+func countOf(phases []string, phase string) int {
+	n := 0
+	for _, p := range phases {
+		if p == phase {
+			n++
+		}
+	}
+	return n
 }
 
 func envInt(name string, def int) int {
