@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
@@ -162,9 +163,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
-	// The group's serializer streams lists, and serves CBOR when the
-	// CBORServingAndStorage feature gate is on.
-	group.NegotiatedSerializer = withoutProtobuf{group.NegotiatedSerializer}
+	// The group's serializer serves JSON, YAML and protobuf, streams lists,
+	// and serves CBOR when the CBORServingAndStorage feature gate is on.
+	group.NegotiatedSerializer = yamlTolerantBodies{group.NegotiatedSerializer}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"terraformruns":         runs.Run,
 		"terraformruns/status":  runs.Status,
@@ -215,28 +216,35 @@ func (c CompletedConfig) New() (*Server, error) {
 	return &Server{GenericAPIServer: generic}, nil
 }
 
-// withoutProtobuf offers the group's types in JSON and YAML only: they have
-// no protobuf encoding, and a client that accepts protobuf or JSON, as many
-// Kubernetes clients say they do, must get JSON rather than 406 Not
-// Acceptable. Its JSON decoder reads YAML too (yamlTolerantJSON).
-type withoutProtobuf struct{ runtime.NegotiatedSerializer }
+// ProtobufClientConfig returns a copy of c for the server's clients of
+// itself (the controllers, admission): they send and accept protobuf, the
+// encoding cheapest to produce and read, and accept JSON for anything that
+// has no protobuf encoding.
+func ProtobufClientConfig(c *restclient.Config) *restclient.Config {
+	c = restclient.CopyConfig(c)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
+}
 
-// SupportedMediaTypes is the embedded serializer's media types but protobuf.
-func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
-	var out []runtime.SerializerInfo
-	for _, info := range s.NegotiatedSerializer.SupportedMediaTypes() {
-		switch info.MediaType {
-		case runtime.ContentTypeProtobuf:
+// yamlTolerantBodies is the group's serializer with a JSON decoder that
+// reads YAML too (yamlTolerantJSON).
+type yamlTolerantBodies struct{ runtime.NegotiatedSerializer }
+
+// SupportedMediaTypes is the embedded serializer's media types, JSON's
+// decoders wrapped.
+func (s yamlTolerantBodies) SupportedMediaTypes() []runtime.SerializerInfo {
+	infos := slices.Clone(s.NegotiatedSerializer.SupportedMediaTypes())
+	for i, info := range infos {
+		if info.MediaType != runtime.ContentTypeJSON {
 			continue
-		case runtime.ContentTypeJSON:
-			info.Serializer = yamlTolerantJSON{info.Serializer}
-			if info.StrictSerializer != nil {
-				info.StrictSerializer = yamlTolerantJSON{info.StrictSerializer}
-			}
 		}
-		out = append(out, info)
+		infos[i].Serializer = yamlTolerantJSON{info.Serializer}
+		if info.StrictSerializer != nil {
+			infos[i].StrictSerializer = yamlTolerantJSON{info.StrictSerializer}
+		}
 	}
-	return out
+	return infos
 }
 
 // yamlTolerantJSON decodes a body sent as JSON that is YAML, as `kubectl

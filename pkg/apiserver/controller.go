@@ -37,7 +37,7 @@ const (
 // loopback client, while this replica is the elected leader. It returns at
 // once.
 func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext) error {
-	clientset, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+	clientset, err := versioned.NewForConfig(ProtobufClientConfig(hook.LoopbackClientConfig))
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 	}
 	events := c.Controller.Kube
 	if events == nil {
-		if events, err = kubernetes.NewForConfig(hook.LoopbackClientConfig); err != nil {
+		if events, err = kubernetes.NewForConfig(ProtobufClientConfig(hook.LoopbackClientConfig)); err != nil {
 			return err
 		}
 	}

@@ -17,10 +17,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -461,7 +464,7 @@ output "content" {
 }
 
 // TestContentNegotiationThroughTheAggregator: through kube-apiserver, a
-// client that accepts protobuf or JSON gets JSON, not 406.
+// client that accepts protobuf or JSON gets the runs in protobuf.
 func TestContentNegotiationThroughTheAggregator(t *testing.T) {
 	ns := newNamespace(t)
 	createRun(t, "alice", ns, "negotiated", helloTF, "")
@@ -470,12 +473,19 @@ func TestContentNegotiationThroughTheAggregator(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, ctype, body, err := harness.GetWithAccept(t.Context(), cfg, "/apis/terrarun.dev/v1alpha1/namespaces/"+ns+"/terraformruns",
-		"application/vnd.kubernetes.protobuf, application/json")
+		runtime.ContentTypeProtobuf+", application/json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code != http.StatusOK || ctype != "application/json" || !strings.Contains(string(body), `"name":"negotiated"`) {
-		t.Errorf("list with protobuf or JSON accepted: %d %s %.300s", code, ctype, body)
+	if code != http.StatusOK || ctype != runtime.ContentTypeProtobuf {
+		t.Fatalf("list with protobuf or JSON accepted: %d %s %.300q", code, ctype, body)
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		t.Fatalf("decoding the protobuf list: %v", err)
+	}
+	if list, ok := obj.(*v1alpha1.TerraformRunList); !ok || len(list.Items) != 1 || list.Items[0].Name != "negotiated" {
+		t.Errorf("the protobuf list decoded to %T %+v, want the run negotiated", obj, obj)
 	}
 }
 

@@ -10,11 +10,15 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	applyv1alpha1 "github.com/terrarun/terrarun/pkg/generated/applyconfiguration/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -246,10 +250,14 @@ func TestSpecUpdateIsRefused(t *testing.T) {
 	}
 }
 
-// TestRestartKeepsObjects restarts the server on the same data directory.
+// TestRestartKeepsObjects restarts the server on the same data directory,
+// switching its storage encoding: runs stored in JSON (as before protobuf
+// storage) are read by a server that stores protobuf, and a directory that
+// holds both is read by either.
 func TestRestartKeepsObjects(t *testing.T) {
 	dir := t.TempDir()
-	s := startInProcess(t, dir, apiOnly)
+	// Stored in JSON, as versions before protobuf storage stored them.
+	s := startInProcess(t, dir, apiOnly, "--storage-media-type=application/json")
 	ctx := ctxT(t)
 	for _, name := range []string{"one", "two", "three"} {
 		if _, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun(name), metav1.CreateOptions{}); err != nil {
@@ -276,6 +284,25 @@ func TestRestartKeepsObjects(t *testing.T) {
 	}
 	if after.UID != before.UID || after.ResourceVersion != before.ResourceVersion {
 		t.Fatalf("run changed across restart: uid %s→%s rv %s→%s", before.UID, after.UID, before.ResourceVersion, after.ResourceVersion)
+	}
+	// Rewritten in protobuf, then read by a server that stores JSON.
+	after.Labels = map[string]string{"stored": "protobuf"}
+	if _, err := s2.Client.TerrarunV1alpha1().TerraformRuns("default").Update(ctx, after, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s2.Stop()
+	s3 := startInProcess(t, dir, apiOnly, "--storage-media-type=application/json")
+	list, err = s3.Client.TerrarunV1alpha1().TerraformRuns("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 3 {
+		t.Fatalf("after the second restart: %d runs, want 3", len(list.Items))
+	}
+	for _, run := range list.Items {
+		if run.Name == "two" && (run.Labels["stored"] != "protobuf" || run.Spec.Source.Inline["main.tf"] != mainTF) {
+			t.Fatalf("the run stored in protobuf read back as labels %v, source %v", run.Labels, run.Spec.Source)
+		}
 	}
 }
 
@@ -342,32 +369,100 @@ func hasCause(err error, field string) bool {
 	return false
 }
 
-// TestContentNegotiation: a client that accepts protobuf or JSON, as many
-// Kubernetes clients send, gets JSON; one that accepts only protobuf gets
-// 406, since the types have no protobuf encoding; tables work as before.
+// TestContentNegotiation: the types are served in protobuf, to a client
+// that accepts only protobuf and to one that accepts protobuf or JSON, as
+// many Kubernetes clients send; tables stay JSON, and CBOR needs its feature
+// gate. A clientset that speaks protobuf creates, reads, lists, updates and
+// watches runs.
 func TestContentNegotiation(t *testing.T) {
 	s := startInProcess(t, t.TempDir(), apiOnly)
 	ctx := ctxT(t)
 	if _, err := s.Client.TerrarunV1alpha1().TerraformRuns("default").Create(ctx, inlineRun("hello"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	const (
+		runs = "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns"
+		pb   = runtime.ContentTypeProtobuf
+	)
 	for _, tc := range []struct {
 		path, accept, wantType, wantBody string
 		wantCode                         int
 	}{
-		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/vnd.kubernetes.protobuf, application/json", "application/json", `"kind":"TerraformRunList"`, http.StatusOK},
-		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf, */*", "application/json", `"kind":"TerraformRun"`, http.StatusOK},
-		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf", "", http.StatusNotAcceptable},
-		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", "application/json", `"kind":"Table"`, http.StatusOK},
+		{runs, pb + ", application/json", pb, "", http.StatusOK},
+		{runs + "/hello", pb + ", */*", pb, "", http.StatusOK},
+		{runs + "/hello", pb, pb, "", http.StatusOK},
+		{runs, "application/json;as=Table;v=v1;g=meta.k8s.io, application/json", "application/json", `"kind":"Table"`, http.StatusOK},
 		// CBOR only with its feature gate (TestCBOR).
-		{"/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/hello", "application/cbor", "application/json", "", http.StatusNotAcceptable},
+		{runs + "/hello", "application/cbor", "application/json", "", http.StatusNotAcceptable},
 	} {
 		code, ctype, body, err := harness.GetWithAccept(ctx, s.Config, tc.path, tc.accept)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if code != tc.wantCode || ctype != tc.wantType || !strings.Contains(string(body), tc.wantBody) {
-			t.Errorf("GET %s with Accept %q: %d %s %.200s; want %d %s with %s", tc.path, tc.accept, code, ctype, body, tc.wantCode, tc.wantType, tc.wantBody)
+			t.Errorf("GET %s with Accept %q: %d %s %.200q; want %d %s with %s", tc.path, tc.accept, code, ctype, body, tc.wantCode, tc.wantType, tc.wantBody)
+			continue
+		}
+		if ctype != pb {
+			continue
+		}
+		// Protobuf: Kubernetes' envelope, which decodes to the run(s).
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+		if err != nil {
+			t.Errorf("GET %s: decoding the protobuf body: %v", tc.path, err)
+			continue
+		}
+		switch obj := obj.(type) {
+		case *v1alpha1.TerraformRunList:
+			if len(obj.Items) != 1 || obj.Items[0].Name != "hello" || obj.Items[0].Spec.Source.Inline["main.tf"] != mainTF {
+				t.Errorf("GET %s: protobuf list %+v, want the run hello with its configuration", tc.path, obj.Items)
+			}
+		case *v1alpha1.TerraformRun:
+			if obj.Name != "hello" || obj.Spec.Source.Inline["main.tf"] != mainTF {
+				t.Errorf("GET %s: protobuf run %s with source %v, want hello with its configuration", tc.path, obj.Name, obj.Spec.Source)
+			}
+		default:
+			t.Errorf("GET %s: protobuf body decoded to %T", tc.path, obj)
+		}
+	}
+
+	cfg := rest.CopyConfig(s.Config)
+	cfg.ContentType = pb
+	cfg.AcceptContentTypes = pb
+	client := versioned.NewForConfigOrDie(cfg).TerrarunV1alpha1().TerraformRuns("default")
+	w, err := client.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=proto"})
+	if err != nil {
+		t.Fatalf("watch in protobuf: %v", err)
+	}
+	defer w.Stop()
+	created, err := client.Create(ctx, inlineRun("proto"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create in protobuf: %v", err)
+	}
+	if created.Spec.Source.Inline["main.tf"] != mainTF || created.Spec.Creator == nil {
+		t.Errorf("created in protobuf: source %v, creator %v; want the configuration and the recorded creator", created.Spec.Source, created.Spec.Creator)
+	}
+	created.Labels = map[string]string{"format": "protobuf"}
+	if _, err := client.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update in protobuf: %v", err)
+	}
+	got, err := client.Get(ctx, "proto", metav1.GetOptions{})
+	if err != nil || got.Labels["format"] != "protobuf" {
+		t.Fatalf("get in protobuf: %v, labels %v", err, got.Labels)
+	}
+	list, err := client.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("list in protobuf: %v, %d runs, want 2", err, len(list.Items))
+	}
+	for _, want := range []watch.EventType{watch.Added, watch.Modified} {
+		select {
+		case ev := <-w.ResultChan():
+			run, ok := ev.Object.(*v1alpha1.TerraformRun)
+			if ev.Type != want || !ok || run.Name != "proto" {
+				t.Fatalf("watch in protobuf: %s %T, want %s of the run proto", ev.Type, ev.Object, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch in protobuf: no %s event", want)
 		}
 	}
 }

@@ -83,8 +83,10 @@ func NewOptions(out io.Writer) *Options {
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
-	// terrarun's types have no protobuf encoding.
-	o.Recommended.Etcd.DefaultStorageMediaType = "application/json"
+	// Objects are stored in protobuf, as Kubernetes stores its built-in
+	// types: smaller and faster to encode and decode than JSON. Objects
+	// stored in JSON by earlier versions are still read.
+	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
 	o.Recommended.SecureServing.BindPort = defaultSecurePort
 	// kube-apiserver applies priority and fairness to every request before
 	// the aggregator proxies it here; terrarun limits concurrency with
@@ -201,7 +203,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		// approve subresource's separation of duties).
 		copied := *recommended
 		copied.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
-			runs, err := versioned.NewForConfig(c.LoopbackClientConfig)
+			runs, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(c.LoopbackClientConfig))
 			if err != nil {
 				return nil, err
 			}

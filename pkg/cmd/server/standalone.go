@@ -23,6 +23,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
+	"github.com/terrarun/terrarun/pkg/apiserver"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
@@ -143,7 +144,7 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 		return "", err
 	}
 
-	runs, err := versioned.NewForConfig(config.LoopbackClientConfig)
+	runs, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(config.LoopbackClientConfig))
 	if err != nil {
 		return "", err
 	}

@@ -239,7 +239,9 @@ func (f *fakeExec) Stop(_ context.Context, ex executor.Execution, grace time.Dur
 	f.w.stops = append(f.w.stops, stopCall{name: name, grace: grace})
 	st, scripted := f.w.scripted[name]
 	running := (scripted && st.State == executor.StateRunning) || (!scripted && f.w.started[name])
-	if running && f.w.stopEnds {
+	// An executor that reports the execution lost has no process to
+	// interrupt: its Stop removes what is left, and no exit code results.
+	if running && f.w.stopEnds && !f.lost {
 		f.w.scripted[name] = executor.Status{State: executor.StateFailed, ExitCode: ptr.To[int32](130), Reason: "Stopped",
 			Message: "Interrupt received. Gracefully shutting down...", CompletionTime: ptr.To(t0.Add(90 * time.Minute))}
 	}

@@ -22,11 +22,11 @@ import (
 )
 
 // TestRoundTripTypes fuzzes every internal kind, converts it to v1alpha1, encodes
-// it as JSON, decodes and converts it back, and requires the result to equal the
-// original. RoundTripTestForAPIGroup skips protobuf: the types have no protobuf
-// serialization.
+// it as JSON, YAML and protobuf, decodes and converts it back, and requires the
+// result to equal the original.
 func TestRoundTripTypes(t *testing.T) {
 	roundtrip.RoundTripTestForAPIGroup(t, Install, terrarunfuzzer.Funcs)
+	roundtrip.RoundTripProtobufTestForAPIGroup(t, Install, terrarunfuzzer.Funcs)
 }
 
 // TestRoundTripTypesFixedSeeds repeats the round trip with fixed seeds, so that a
@@ -35,18 +35,19 @@ func TestRoundTripTypesFixedSeeds(t *testing.T) {
 	scheme, codecs := newScheme()
 	for seed := int64(1); seed <= 10; seed++ {
 		f := newFiller(seed, codecs)
-		roundtrip.RoundTripTypesWithoutProtobuf(t, scheme, codecs, f, nil)
+		roundtrip.RoundTripTypes(t, scheme, codecs, f, nil)
 		if t.Failed() {
 			t.Fatalf("round trip failed with seed %d", seed)
 		}
 	}
 }
 
-// TestRoundTripExternalTypes round-trips the v1alpha1 kinds through JSON.
+// TestRoundTripExternalTypes round-trips the v1alpha1 kinds through JSON and
+// protobuf.
 func TestRoundTripExternalTypes(t *testing.T) {
 	scheme, codecs := newScheme()
 	f := newFiller(rand.Int63(), codecs)
-	roundtrip.RoundTripExternalTypesWithoutProtobuf(t, scheme, codecs, f, nil)
+	roundtrip.RoundTripExternalTypes(t, scheme, codecs, f, nil)
 }
 
 // TestInternalAndV1alpha1Agree converts fuzzed internal objects (runs,

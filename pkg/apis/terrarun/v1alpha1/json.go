@@ -13,7 +13,7 @@ import (
 // value or its Terraform type.
 type JSON struct {
 	// Raw is the value's JSON encoding.
-	Raw []byte `json:"-"`
+	Raw []byte `json:"-" protobuf:"bytes,1,opt,name=raw"`
 }
 
 // MarshalJSON writes the value itself.

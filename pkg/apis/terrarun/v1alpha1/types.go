@@ -18,14 +18,14 @@ type TerraformRun struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// spec describes what to run. It is immutable after creation.
-	Spec TerraformRunSpec `json:"spec"`
+	Spec TerraformRunSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// status is the most recently observed state of the run. It is written only by
 	// the run controller, through the status subresource.
 	// +optional
-	Status TerraformRunStatus `json:"status,omitempty"`
+	Status TerraformRunStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -35,10 +35,10 @@ type TerraformRunList struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard list metadata.
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// items is the list of runs.
-	Items []TerraformRun `json:"items"`
+	Items []TerraformRun `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // Operation is what a run does after it has planned.
@@ -81,23 +81,23 @@ type TerraformRunSpec struct {
 	// operation is what the run does after planning: Apply (the default), Destroy,
 	// or Plan (a speculative plan that is never applied).
 	// +optional
-	Operation Operation `json:"operation,omitempty"`
+	Operation Operation `json:"operation,omitempty" protobuf:"bytes,1,opt,name=operation,casttype=Operation"`
 
 	// source is where the Terraform configuration comes from. Exactly one of
 	// inline, configMap and git must be set.
-	Source Source `json:"source"`
+	Source Source `json:"source" protobuf:"bytes,2,opt,name=source"`
 
 	// variables are the input variables passed to Terraform. Values that come from
 	// Secrets are written to a var-file that is never logged.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Variables []Variable `json:"variables,omitempty"`
+	Variables []Variable `json:"variables,omitempty" protobuf:"bytes,3,rep,name=variables"`
 
 	// backend configures where Terraform state is kept. When unset, the executor's
 	// documented default backend is used.
 	// +optional
-	Backend *Backend `json:"backend,omitempty"`
+	Backend *Backend `json:"backend,omitempty" protobuf:"bytes,4,opt,name=backend"`
 
 	// forceUnlock is the ID of a state lock to release before planning, as
 	// terraform force-unlock does: for a lock that a lost executor left (the
@@ -106,58 +106,58 @@ type TerraformRunSpec struct {
 	// once the holder is known to be gone. The ID must be the lock's, or the
 	// plan fails and releases nothing.
 	// +optional
-	ForceUnlock string `json:"forceUnlock,omitempty"`
+	ForceUnlock string `json:"forceUnlock,omitempty" protobuf:"bytes,5,opt,name=forceUnlock"`
 
 	// workspace is the Terraform workspace to select. Defaults to "default".
 	// +optional
-	Workspace string `json:"workspace,omitempty"`
+	Workspace string `json:"workspace,omitempty" protobuf:"bytes,6,opt,name=workspace"`
 
 	// approval controls the gate between plan and apply.
 	// +optional
-	Approval Approval `json:"approval,omitempty"`
+	Approval Approval `json:"approval,omitempty" protobuf:"bytes,7,opt,name=approval"`
 
 	// engine selects the Terraform-compatible binary and the executor image.
 	// +optional
-	Engine Engine `json:"engine,omitempty"`
+	Engine Engine `json:"engine,omitempty" protobuf:"bytes,8,opt,name=engine"`
 
 	// timeouts bound how long each stage may run.
 	// +optional
-	Timeouts Timeouts `json:"timeouts,omitempty"`
+	Timeouts Timeouts `json:"timeouts,omitempty" protobuf:"bytes,9,opt,name=timeouts"`
 
 	// executor configures the pods that run each stage.
 	// +optional
-	Executor *ExecutorSpec `json:"executor,omitempty"`
+	Executor *ExecutorSpec `json:"executor,omitempty" protobuf:"bytes,10,opt,name=executor"`
 
 	// outputsSecret names a Secret in the run's namespace that receives every
 	// output once the run has applied. The Secret is owned by the run.
 	// +optional
-	OutputsSecret string `json:"outputsSecret,omitempty"`
+	OutputsSecret string `json:"outputsSecret,omitempty" protobuf:"bytes,11,opt,name=outputsSecret"`
 
 	// targets limits planning to the given resource addresses (terraform -target).
 	// +optional
 	// +listType=atomic
-	Targets []string `json:"targets,omitempty"`
+	Targets []string `json:"targets,omitempty" protobuf:"bytes,12,rep,name=targets"`
 
 	// replace forces replacement of the given resource addresses (terraform -replace).
 	// +optional
 	// +listType=atomic
-	Replace []string `json:"replace,omitempty"`
+	Replace []string `json:"replace,omitempty" protobuf:"bytes,13,rep,name=replace"`
 
 	// parallelism limits the number of concurrent operations (terraform -parallelism).
 	// Between 1 and 256; Terraform's default is 10.
 	// +optional
-	Parallelism *int32 `json:"parallelism,omitempty"`
+	Parallelism *int32 `json:"parallelism,omitempty" protobuf:"varint,14,opt,name=parallelism"`
 
 	// refresh says whether to refresh state before planning (terraform -refresh).
 	// Defaults to true.
 	// +optional
-	Refresh *bool `json:"refresh,omitempty"`
+	Refresh *bool `json:"refresh,omitempty" protobuf:"varint,15,opt,name=refresh"`
 
 	// creator is the user who created the run. The server records it from the
 	// authenticated request at creation; any value sent by a client is replaced,
 	// and it can never change afterwards.
 	// +optional
-	Creator *Creator `json:"creator,omitempty"`
+	Creator *Creator `json:"creator,omitempty" protobuf:"bytes,16,opt,name=creator"`
 }
 
 // Source is where the configuration comes from. Exactly one member must be set.
@@ -165,110 +165,110 @@ type Source struct {
 	// inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars
 	// files are allowed, and the total size is capped at 256 KiB.
 	// +optional
-	Inline map[string]string `json:"inline,omitempty"`
+	Inline map[string]string `json:"inline,omitempty" protobuf:"bytes,1,rep,name=inline"`
 
 	// configMap names a ConfigMap in the run's namespace whose keys are file names
 	// and whose values are file contents.
 	// +optional
-	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+	ConfigMap *ConfigMapSource `json:"configMap,omitempty" protobuf:"bytes,2,opt,name=configMap"`
 
 	// git fetches the configuration from a git repository.
 	// +optional
-	Git *GitSource `json:"git,omitempty"`
+	Git *GitSource `json:"git,omitempty" protobuf:"bytes,3,opt,name=git"`
 }
 
 // ConfigMapSource references a ConfigMap holding the configuration files.
 type ConfigMapSource struct {
 	// name of the ConfigMap in the run's namespace.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // GitSource fetches the configuration from a git repository.
 type GitSource struct {
 	// url of the repository. Only https:// and ssh:// URLs are accepted, and the URL
 	// must not carry credentials: use credentialsSecret instead.
-	URL string `json:"url"`
+	URL string `json:"url" protobuf:"bytes,1,opt,name=url"`
 	// ref is the branch, tag or commit to check out. The resolved commit is
 	// recorded in status.source.revision, and the apply uses exactly that commit.
-	Ref string `json:"ref"`
+	Ref string `json:"ref" protobuf:"bytes,2,opt,name=ref"`
 	// path is the directory inside the repository that holds the configuration.
 	// It is relative and may not leave the repository. Defaults to the root.
 	// +optional
-	Path string `json:"path,omitempty"`
+	Path string `json:"path,omitempty" protobuf:"bytes,3,opt,name=path"`
 	// credentialsSecret names a Secret in the run's namespace with the keys
 	// "username" and "password" (https) or "identity" and "known_hosts" (ssh).
 	// The credentials are mounted as files and handed to git through GIT_ASKPASS;
 	// they never appear in arguments, environment or logs.
 	// +optional
-	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+	CredentialsSecret string `json:"credentialsSecret,omitempty" protobuf:"bytes,4,opt,name=credentialsSecret"`
 }
 
 // Variable is one Terraform input variable.
 type Variable struct {
 	// name of the variable: a Terraform identifier.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// value is the literal value. Mutually exclusive with valueFrom.
 	// +optional
-	Value string `json:"value,omitempty"`
+	Value string `json:"value,omitempty" protobuf:"bytes,2,opt,name=value"`
 	// valueFrom reads the value from a Secret or ConfigMap key. Mutually exclusive
 	// with value.
 	// +optional
-	ValueFrom *VariableSource `json:"valueFrom,omitempty"`
+	ValueFrom *VariableSource `json:"valueFrom,omitempty" protobuf:"bytes,3,opt,name=valueFrom"`
 	// hcl says that the value is an HCL expression (a number, list, map or object)
 	// rather than a string.
 	// +optional
-	HCL bool `json:"hcl,omitempty"`
+	HCL bool `json:"hcl,omitempty" protobuf:"varint,4,opt,name=hcl"`
 }
 
 // VariableSource selects the origin of a variable's value. Exactly one member must be set.
 type VariableSource struct {
 	// secretKeyRef selects a key of a Secret in the run's namespace.
 	// +optional
-	SecretKeyRef *KeySelector `json:"secretKeyRef,omitempty"`
+	SecretKeyRef *KeySelector `json:"secretKeyRef,omitempty" protobuf:"bytes,1,opt,name=secretKeyRef"`
 	// configMapKeyRef selects a key of a ConfigMap in the run's namespace.
 	// +optional
-	ConfigMapKeyRef *KeySelector `json:"configMapKeyRef,omitempty"`
+	ConfigMapKeyRef *KeySelector `json:"configMapKeyRef,omitempty" protobuf:"bytes,2,opt,name=configMapKeyRef"`
 	// runOutput selects an output of a run in the same namespace that has
 	// applied. Its creator must be allowed to read that run's outputs. A
 	// sensitive output stays sensitive.
 	// +optional
-	RunOutput *OutputSelector `json:"runOutput,omitempty"`
+	RunOutput *OutputSelector `json:"runOutput,omitempty" protobuf:"bytes,3,opt,name=runOutput"`
 	// workspaceOutput selects an output of another workspace of the
 	// namespace, listed in spec.dependsOn: of the run that applied it last.
 	// Only in a TerraformWorkspace's spec.template; each run the workspace
 	// creates reads it as a runOutput.
 	// +optional
-	WorkspaceOutput *OutputSelector `json:"workspaceOutput,omitempty"`
+	WorkspaceOutput *OutputSelector `json:"workspaceOutput,omitempty" protobuf:"bytes,4,opt,name=workspaceOutput"`
 }
 
 // OutputSelector selects one output of a run or a workspace.
 type OutputSelector struct {
 	// name of the run or workspace, in the same namespace.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// output is the name of the output.
-	Output string `json:"output"`
+	Output string `json:"output" protobuf:"bytes,2,opt,name=output"`
 }
 
 // KeySelector selects one key of a Secret or ConfigMap in the run's namespace.
 type KeySelector struct {
 	// name of the Secret or ConfigMap.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// key within it.
-	Key string `json:"key"`
+	Key string `json:"key" protobuf:"bytes,2,opt,name=key"`
 }
 
 // Backend configures Terraform's state backend.
 type Backend struct {
 	// type is the backend type, such as "kubernetes", "s3" or "local".
-	Type string `json:"type"`
+	Type string `json:"type" protobuf:"bytes,1,opt,name=type"`
 	// config holds non-secret backend settings, passed as -backend-config key=value.
 	// Credentials are refused here: put them in configSecret.
 	// +optional
-	Config map[string]string `json:"config,omitempty"`
+	Config map[string]string `json:"config,omitempty" protobuf:"bytes,2,rep,name=config"`
 	// configSecret names a Secret in the run's namespace with a "backend.hcl" key.
 	// It is mounted as a file and passed with -backend-config.
 	// +optional
-	ConfigSecret string `json:"configSecret,omitempty"`
+	ConfigSecret string `json:"configSecret,omitempty" protobuf:"bytes,3,opt,name=configSecret"`
 }
 
 // Approval controls the gate between plan and apply.
@@ -276,27 +276,27 @@ type Approval struct {
 	// mode is Manual (the default: wait for an approval through the approve
 	// subresource) or Auto (apply as soon as the plan exists).
 	// +optional
-	Mode ApprovalMode `json:"mode,omitempty"`
+	Mode ApprovalMode `json:"mode,omitempty" protobuf:"bytes,1,opt,name=mode,casttype=ApprovalMode"`
 	// timeout is how long a plan waits for approval before the run is discarded.
 	// Defaults to 24h; at most 720h.
 	// +optional
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *metav1.Duration `json:"timeout,omitempty" protobuf:"bytes,2,opt,name=timeout"`
 	// requiredApprovals is how many distinct users must approve the plan before
 	// it is applied (Manual mode only). Defaults to 1 (or the cluster policy's
 	// default); at most 10. With more than one, the run's creator may not
 	// approve it, and her approval would never count.
 	// +optional
-	RequiredApprovals int32 `json:"requiredApprovals,omitempty"`
+	RequiredApprovals int32 `json:"requiredApprovals,omitempty" protobuf:"varint,3,opt,name=requiredApprovals"`
 }
 
 // Engine selects the binary and the executor image.
 type Engine struct {
 	// binary is terraform (the default) or tofu.
 	// +optional
-	Binary EngineBinary `json:"binary,omitempty"`
+	Binary EngineBinary `json:"binary,omitempty" protobuf:"bytes,1,opt,name=binary,casttype=EngineBinary"`
 	// image is the executor container image used by the kubernetes executor.
 	// +optional
-	Image string `json:"image,omitempty"`
+	Image string `json:"image,omitempty" protobuf:"bytes,2,opt,name=image"`
 }
 
 // Timeouts bound the stages of a run. A stage that exceeds its timeout is stopped
@@ -304,40 +304,40 @@ type Engine struct {
 type Timeouts struct {
 	// plan bounds the plan stage (source fetch, init and plan). Defaults to 1h; at most 24h.
 	// +optional
-	Plan *metav1.Duration `json:"plan,omitempty"`
+	Plan *metav1.Duration `json:"plan,omitempty" protobuf:"bytes,1,opt,name=plan"`
 	// apply bounds the apply stage. Defaults to 1h; at most 24h.
 	// +optional
-	Apply *metav1.Duration `json:"apply,omitempty"`
+	Apply *metav1.Duration `json:"apply,omitempty" protobuf:"bytes,2,opt,name=apply"`
 }
 
 // ExecutorSpec configures the pods that run each stage in Kubernetes mode.
 type ExecutorSpec struct {
 	// serviceAccountName is the service account of the executor pods.
 	// +optional
-	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	ServiceAccountName string `json:"serviceAccountName,omitempty" protobuf:"bytes,1,opt,name=serviceAccountName"`
 	// resources are the executor container's requests and limits.
 	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	Resources corev1.ResourceRequirements `json:"resources,omitempty" protobuf:"bytes,2,opt,name=resources"`
 	// nodeSelector constrains the executor pods to nodes with these labels.
 	// +optional
-	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty" protobuf:"bytes,3,rep,name=nodeSelector"`
 	// tolerations of the executor pods.
 	// +optional
 	// +listType=atomic
-	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty" protobuf:"bytes,4,rep,name=tolerations"`
 }
 
 // Creator identifies the user who created a run.
 type Creator struct {
 	// username of the creating user.
-	Username string `json:"username"`
+	Username string `json:"username" protobuf:"bytes,1,opt,name=username"`
 	// uid of the creating user, when the authenticator provides one.
 	// +optional
-	UID string `json:"uid,omitempty"`
+	UID string `json:"uid,omitempty" protobuf:"bytes,2,opt,name=uid"`
 	// groups of the creating user.
 	// +optional
 	// +listType=atomic
-	Groups []string `json:"groups,omitempty"`
+	Groups []string `json:"groups,omitempty" protobuf:"bytes,3,rep,name=groups"`
 }
 
 // RunPhase is a simple, high-level summary of where a run is in its lifecycle.
@@ -437,52 +437,52 @@ const (
 type TerraformRunStatus struct {
 	// phase is a high-level summary of the run's lifecycle.
 	// +optional
-	Phase RunPhase `json:"phase,omitempty"`
+	Phase RunPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=RunPhase"`
 	// conditions are Planned, Approved and Applied, with reasons such as
 	// NoChanges, PlanFailed and ApprovalExpired.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 	// observedGeneration is the generation the controller last acted on.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,3,opt,name=observedGeneration"`
 	// plan summarizes the plan once it exists.
 	// +optional
-	Plan *PlanSummary `json:"plan,omitempty"`
+	Plan *PlanSummary `json:"plan,omitempty" protobuf:"bytes,4,opt,name=plan"`
 	// approval records the approval that completed the plan's approval: with
 	// spec.approval.requiredApprovals of N, the Nth distinct approval of the
 	// plan's digest (or Auto mode's). Only the approve subresource (and the
 	// controller, for Auto mode) records it.
 	// +optional
-	Approval *ApprovalStatus `json:"approval,omitempty"`
+	Approval *ApprovalStatus `json:"approval,omitempty" protobuf:"bytes,5,opt,name=approval"`
 	// approvals lists every approval accepted by the approve subresource,
 	// oldest first: who approved which digest, when, and why.
 	// +optional
 	// +listType=atomic
-	Approvals []ApprovalStatus `json:"approvals,omitempty"`
+	Approvals []ApprovalStatus `json:"approvals,omitempty" protobuf:"bytes,6,rep,name=approvals"`
 	// source records the resolved source.
 	// +optional
-	Source *SourceStatus `json:"source,omitempty"`
+	Source *SourceStatus `json:"source,omitempty" protobuf:"bytes,7,opt,name=source"`
 	// stages lists every stage execution, oldest first.
 	// +optional
 	// +listType=atomic
-	Stages []StageStatus `json:"stages,omitempty"`
+	Stages []StageStatus `json:"stages,omitempty" protobuf:"bytes,8,rep,name=stages"`
 	// outputs lists the run's outputs. Sensitive values are never shown here; read
 	// them through the outputs subresource.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Outputs []OutputStatus `json:"outputs,omitempty"`
+	Outputs []OutputStatus `json:"outputs,omitempty" protobuf:"bytes,9,rep,name=outputs"`
 	// startTime is when the first stage started.
 	// +optional
-	StartTime *metav1.Time `json:"startTime,omitempty"`
+	StartTime *metav1.Time `json:"startTime,omitempty" protobuf:"bytes,10,opt,name=startTime"`
 	// completionTime is when the run reached a final phase.
 	// +optional
-	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty" protobuf:"bytes,11,opt,name=completionTime"`
 	// message is a human-readable explanation of the current phase.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,12,opt,name=message"`
 }
 
 // PlanSummary summarizes a plan.
@@ -492,62 +492,62 @@ type PlanSummary struct {
 	// and the text and JSON that approvers read. An approval must name this
 	// digest, and approves exactly those bytes.
 	// +optional
-	Digest string `json:"digest,omitempty"`
+	Digest string `json:"digest,omitempty" protobuf:"bytes,1,opt,name=digest"`
 	// parts are the digests of the plan's stored parts, from which digest is
 	// computed. The plan subresource serves a part only while its stored
 	// bytes are these, with the plan's digest in the X-Terrarun-Plan-Digest
 	// header; the apply stage applies a plan file and configuration only
 	// when they are these.
 	// +optional
-	Parts *PlanPartDigests `json:"parts,omitempty"`
+	Parts *PlanPartDigests `json:"parts,omitempty" protobuf:"bytes,2,opt,name=parts"`
 	// add is the number of resources to create.
-	Add int32 `json:"add"`
+	Add int32 `json:"add" protobuf:"varint,3,opt,name=add"`
 	// change is the number of resources to update in place.
-	Change int32 `json:"change"`
+	Change int32 `json:"change" protobuf:"varint,4,opt,name=change"`
 	// destroy is the number of resources to destroy.
-	Destroy int32 `json:"destroy"`
+	Destroy int32 `json:"destroy" protobuf:"varint,5,opt,name=destroy"`
 	// import is the number of resources to import.
 	// +optional
-	Import int32 `json:"import,omitempty"`
+	Import int32 `json:"import,omitempty" protobuf:"varint,6,opt,name=import"`
 	// hasChanges is true when applying the plan would change anything, outputs included.
-	HasChanges bool `json:"hasChanges"`
+	HasChanges bool `json:"hasChanges" protobuf:"varint,7,opt,name=hasChanges"`
 	// completedAt is when the plan was written.
 	// +optional
-	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,8,opt,name=completedAt"`
 }
 
 // PlanPartDigests are the digests of a plan's parts, each "sha256:" followed
 // by the hex sha256 of the stored bytes.
 type PlanPartDigests struct {
 	// file is the digest of the binary plan file.
-	File string `json:"file"`
+	File string `json:"file" protobuf:"bytes,1,opt,name=file"`
 	// source is the digest of the planned configuration (a tar.gz).
-	Source string `json:"source"`
+	Source string `json:"source" protobuf:"bytes,2,opt,name=source"`
 	// text is the digest of the plan text (terraform show).
-	Text string `json:"text"`
+	Text string `json:"text" protobuf:"bytes,3,opt,name=text"`
 	// json is the digest of the redacted plan JSON (terraform show -json).
-	JSON string `json:"json"`
+	JSON string `json:"json" protobuf:"bytes,4,opt,name=json"`
 }
 
 // ApprovalStatus records an approval.
 type ApprovalStatus struct {
 	// approvedBy is the authenticated user who approved, or "auto" in Auto mode.
-	ApprovedBy string `json:"approvedBy"`
+	ApprovedBy string `json:"approvedBy" protobuf:"bytes,1,opt,name=approvedBy"`
 	// approvedAt is when the approval was accepted.
 	// +optional
-	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
+	ApprovedAt *metav1.Time `json:"approvedAt,omitempty" protobuf:"bytes,2,opt,name=approvedAt"`
 	// planDigest is the digest of the approved plan.
-	PlanDigest string `json:"planDigest"`
+	PlanDigest string `json:"planDigest" protobuf:"bytes,3,opt,name=planDigest"`
 	// comment is the approver's comment.
 	// +optional
-	Comment string `json:"comment,omitempty"`
+	Comment string `json:"comment,omitempty" protobuf:"bytes,4,opt,name=comment"`
 }
 
 // SourceStatus records the resolved source.
 type SourceStatus struct {
 	// revision is the resolved git commit, or a content digest for inline and ConfigMap sources.
 	// +optional
-	Revision string `json:"revision,omitempty"`
+	Revision string `json:"revision,omitempty" protobuf:"bytes,1,opt,name=revision"`
 }
 
 // StageName names a stage of a run.
@@ -564,47 +564,47 @@ const (
 // StageStatus is one execution of one stage.
 type StageStatus struct {
 	// name of the stage: plan or apply.
-	Name StageName `json:"name"`
+	Name StageName `json:"name" protobuf:"bytes,1,opt,name=name,casttype=StageName"`
 	// attempt counts executions of this stage, from 1.
-	Attempt int32 `json:"attempt"`
+	Attempt int32 `json:"attempt" protobuf:"varint,2,opt,name=attempt"`
 	// job is the name of the Job (kubernetes executor) or process (local executor).
 	// +optional
-	Job string `json:"job,omitempty"`
+	Job string `json:"job,omitempty" protobuf:"bytes,3,opt,name=job"`
 	// startTime is when the stage started.
 	// +optional
-	StartTime *metav1.Time `json:"startTime,omitempty"`
+	StartTime *metav1.Time `json:"startTime,omitempty" protobuf:"bytes,4,opt,name=startTime"`
 	// completionTime is when the stage ended.
 	// +optional
-	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty" protobuf:"bytes,5,opt,name=completionTime"`
 	// exitCode of the executor, once it has ended.
 	// +optional
-	ExitCode *int32 `json:"exitCode,omitempty"`
+	ExitCode *int32 `json:"exitCode,omitempty" protobuf:"varint,6,opt,name=exitCode"`
 	// reason is a CamelCase word for how the stage ended.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,7,opt,name=reason"`
 }
 
 // OutputStatus describes one Terraform output.
 type OutputStatus struct {
 	// name of the output.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// type is the output's Terraform type, in Terraform's JSON form (for
 	// example "string", or ["list","number"]).
 	// +optional
-	Type *JSON `json:"type,omitempty"`
+	Type *JSON `json:"type,omitempty" protobuf:"bytes,2,opt,name=type"`
 	// sensitive is true when the output is marked sensitive; its value is then omitted.
 	// +optional
-	Sensitive bool `json:"sensitive,omitempty"`
+	Sensitive bool `json:"sensitive,omitempty" protobuf:"varint,3,opt,name=sensitive"`
 	// value is the output's value, as it is (a string, a number, a list,
 	// an object...), present only when the output is neither sensitive nor
 	// larger than 4 KiB in JSON (valueOmitted says which). The outputs
 	// subresource serves every value.
 	// +optional
-	Value *JSON `json:"value,omitempty"`
+	Value *JSON `json:"value,omitempty" protobuf:"bytes,4,opt,name=value"`
 	// valueOmitted says why value is absent: Sensitive, or TooLarge (the
 	// value, or the outputs together, are too large for the run's status).
 	// +optional
-	ValueOmitted OutputValueOmitted `json:"valueOmitted,omitempty"`
+	ValueOmitted OutputValueOmitted `json:"valueOmitted,omitempty" protobuf:"bytes,5,opt,name=valueOmitted,casttype=OutputValueOmitted"`
 }
 
 // OutputValueOmitted says why an output's value is not in status.
@@ -626,14 +626,14 @@ type TerraformRunApproval struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata; name, when set, must match the run.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// planDigest is the digest of the plan being approved, from status.plan.digest.
 	// An approval of any other plan is refused with 409 Conflict.
-	PlanDigest string `json:"planDigest"`
+	PlanDigest string `json:"planDigest" protobuf:"bytes,2,opt,name=planDigest"`
 	// comment is an optional note recorded in status.approval.comment.
 	// +optional
-	Comment string `json:"comment,omitempty"`
+	Comment string `json:"comment,omitempty" protobuf:"bytes,3,opt,name=comment"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -644,16 +644,16 @@ type TerraformRunDiscard struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata; name, when set, must match the run.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// comment is an optional note recorded in status.message.
 	// +optional
-	Comment string `json:"comment,omitempty"`
+	Comment string `json:"comment,omitempty" protobuf:"bytes,2,opt,name=comment"`
 	// reason is an optional CamelCase word for why, the reason of the run's
 	// final conditions (Discarded when empty); a workspace discards a plan
 	// that its newer spec supersedes with Superseded.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,3,opt,name=reason"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -665,11 +665,11 @@ type TerraformRunCancel struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata; name, when set, must match the run.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// comment is an optional note recorded in status.message.
 	// +optional
-	Comment string `json:"comment,omitempty"`
+	Comment string `json:"comment,omitempty" protobuf:"bytes,2,opt,name=comment"`
 }
 
 // Formats of the plan subresource, the values of TerraformRunPlanOptions.Format.
@@ -711,20 +711,20 @@ type TerraformRunLogOptions struct {
 	// stage is plan or apply. A GET defaults to the run's latest stage; a POST
 	// must set it.
 	// +optional
-	Stage string `json:"stage,omitempty"`
+	Stage string `json:"stage,omitempty" protobuf:"bytes,1,opt,name=stage"`
 	// attempt is the attempt of the stage, from 1. A GET defaults to the
 	// stage's latest attempt; a POST must set it.
 	// +optional
-	Attempt *int32 `json:"attempt,omitempty"`
+	Attempt *int32 `json:"attempt,omitempty" protobuf:"varint,2,opt,name=attempt"`
 	// follow streams the log until the stage attempt ends (GET only).
 	// +optional
-	Follow bool `json:"follow,omitempty"`
+	Follow bool `json:"follow,omitempty" protobuf:"varint,3,opt,name=follow"`
 	// tailLines, when set, starts with the last tailLines lines of the log (GET only).
 	// +optional
-	TailLines *int64 `json:"tailLines,omitempty"`
+	TailLines *int64 `json:"tailLines,omitempty" protobuf:"varint,4,opt,name=tailLines"`
 	// limitBytes, when set, stops after limitBytes bytes (GET only).
 	// +optional
-	LimitBytes *int64 `json:"limitBytes,omitempty"`
+	LimitBytes *int64 `json:"limitBytes,omitempty" protobuf:"varint,5,opt,name=limitBytes"`
 }
 
 // +k8s:conversion-gen:explicit-from=net/url.Values
@@ -739,18 +739,18 @@ type TerraformRunPlanOptions struct {
 	// format is text (the default), json (redacted), file or source (GET only).
 	// file and source are served only to the executor of the run's apply stage.
 	// +optional
-	Format string `json:"format,omitempty"`
+	Format string `json:"format,omitempty" protobuf:"bytes,1,opt,name=format"`
 	// wait blocks until the plan exists or the plan stage has ended without
 	// one (GET only).
 	// +optional
-	Wait bool `json:"wait,omitempty"`
+	Wait bool `json:"wait,omitempty" protobuf:"varint,2,opt,name=wait"`
 	// attempt is the plan stage attempt that uploads; a POST must set it.
 	// +optional
-	Attempt *int32 `json:"attempt,omitempty"`
+	Attempt *int32 `json:"attempt,omitempty" protobuf:"varint,3,opt,name=attempt"`
 	// part is the uploaded part: file, text, json, source, or result, which is
 	// uploaded last; a POST must set it.
 	// +optional
-	Part string `json:"part,omitempty"`
+	Part string `json:"part,omitempty" protobuf:"bytes,4,opt,name=part"`
 }
 
 // +k8s:conversion-gen:explicit-from=net/url.Values
@@ -764,5 +764,5 @@ type TerraformRunOutputsOptions struct {
 
 	// attempt is the apply stage attempt that uploads; a POST must set it.
 	// +optional
-	Attempt *int32 `json:"attempt,omitempty"`
+	Attempt *int32 `json:"attempt,omitempty" protobuf:"varint,1,opt,name=attempt"`
 }

@@ -17,14 +17,14 @@ type TerraformWorkspace struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// spec is the desired state.
-	Spec TerraformWorkspaceSpec `json:"spec"`
+	Spec TerraformWorkspaceSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// status is the most recently observed state, written only by the
 	// workspace controller.
 	// +optional
-	Status TerraformWorkspaceStatus `json:"status,omitempty"`
+	Status TerraformWorkspaceStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -34,10 +34,10 @@ type TerraformWorkspaceList struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard list metadata.
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// items is the list of workspaces.
-	Items []TerraformWorkspace `json:"items"`
+	Items []TerraformWorkspace `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // TerraformWorkspaceSpec is the desired state of a workspace.
@@ -48,59 +48,59 @@ type TerraformWorkspaceSpec struct {
 	// to set (spec.approval, spec.outputsSecret) and must be left empty here;
 	// its creator is set by the server from the user who last changed the
 	// spec, and the runs use only what that user may use.
-	Template TerraformRunSpec `json:"template"`
+	Template TerraformRunSpec `json:"template" protobuf:"bytes,1,opt,name=template"`
 	// approval is the approval of every run the workspace creates (Manual by
 	// default).
 	// +optional
-	Approval Approval `json:"approval,omitempty"`
+	Approval Approval `json:"approval,omitempty" protobuf:"bytes,2,opt,name=approval"`
 	// interval is how often the workspace plans again to detect drift, as a
 	// plan-only run. Off when empty; at least 10s.
 	// +optional
-	Interval *metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty" protobuf:"bytes,3,opt,name=interval"`
 	// sourceInterval is how often a git source's ref is resolved again, when
 	// that should be more often than interval (or without drift checks):
 	// it is resolved by a plan-only run, which reports drift too. At least
 	// 10s.
 	// +optional
-	SourceInterval *metav1.Duration `json:"sourceInterval,omitempty"`
+	SourceInterval *metav1.Duration `json:"sourceInterval,omitempty" protobuf:"bytes,4,opt,name=sourceInterval"`
 	// driftPolicy is what a drift check that finds changes does: Report (the
 	// default) sets the Drifted condition; Apply starts an apply run, through
 	// approval when it is Manual.
 	// +optional
-	DriftPolicy DriftPolicy `json:"driftPolicy,omitempty"`
+	DriftPolicy DriftPolicy `json:"driftPolicy,omitempty" protobuf:"bytes,5,opt,name=driftPolicy,casttype=DriftPolicy"`
 	// destroyOnDelete makes deleting the workspace run a Destroy run first:
 	// the workspace goes away only once it has succeeded. An admin can
 	// abandon the resources instead with the annotation
 	// terrarun.dev/abandon-resources: "true".
 	// +optional
-	DestroyOnDelete bool `json:"destroyOnDelete,omitempty"`
+	DestroyOnDelete bool `json:"destroyOnDelete,omitempty" protobuf:"varint,6,opt,name=destroyOnDelete"`
 	// dependsOn lists workspaces of the namespace that must be Ready at their
 	// current spec before this workspace starts a run; their outputs can feed
 	// variables (valueFrom.workspaceOutput). A cycle is refused.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	DependsOn []WorkspaceReference `json:"dependsOn,omitempty"`
+	DependsOn []WorkspaceReference `json:"dependsOn,omitempty" protobuf:"bytes,7,rep,name=dependsOn"`
 	// suspend stops the workspace from starting runs; a run already started
 	// goes on.
 	// +optional
-	Suspend bool `json:"suspend,omitempty"`
+	Suspend bool `json:"suspend,omitempty" protobuf:"varint,8,opt,name=suspend"`
 	// outputsSecret names a Secret of the namespace that receives every
 	// output of the last successful apply (cluster mode): string outputs as
 	// they are, others as JSON. It is owned by the workspace. Its creator
 	// must be allowed to create Secrets.
 	// +optional
-	OutputsSecret string `json:"outputsSecret,omitempty"`
+	OutputsSecret string `json:"outputsSecret,omitempty" protobuf:"bytes,9,opt,name=outputsSecret"`
 	// historyLimits is how many finished runs the workspace keeps; older ones
 	// are deleted with their plans, logs and outputs.
 	// +optional
-	HistoryLimits HistoryLimits `json:"historyLimits,omitempty"`
+	HistoryLimits HistoryLimits `json:"historyLimits,omitempty" protobuf:"bytes,10,opt,name=historyLimits"`
 }
 
 // WorkspaceReference names a workspace in the same namespace.
 type WorkspaceReference struct {
 	// name of the workspace.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // DriftPolicy is what a drift check does when it finds changes.
@@ -118,18 +118,18 @@ const (
 type HistoryLimits struct {
 	// succeeded is how many succeeded runs to keep (default 5, at most 100).
 	// +optional
-	Succeeded *int32 `json:"succeeded,omitempty"`
+	Succeeded *int32 `json:"succeeded,omitempty" protobuf:"varint,1,opt,name=succeeded"`
 	// failed is how many runs that did not succeed (failed, canceled,
 	// discarded) to keep (default 5, at most 100).
 	// +optional
-	Failed *int32 `json:"failed,omitempty"`
+	Failed *int32 `json:"failed,omitempty" protobuf:"varint,2,opt,name=failed"`
 }
 
 // TerraformWorkspaceStatus is the observed state of a workspace.
 type TerraformWorkspaceStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// conditions: Ready (the current spec is applied), Reconciling (a run is
 	// under way), Drifted (the last drift check found changes), Stalled (the
 	// last run failed and nothing will change until the spec does), and
@@ -137,44 +137,44 @@ type TerraformWorkspaceStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 	// desiredHash is the hash of what the current spec makes terraform do.
 	// +optional
-	DesiredHash string `json:"desiredHash,omitempty"`
+	DesiredHash string `json:"desiredHash,omitempty" protobuf:"bytes,3,opt,name=desiredHash"`
 	// lastAppliedHash is the hash of the last successfully applied spec.
 	// +optional
-	LastAppliedHash string `json:"lastAppliedHash,omitempty"`
+	LastAppliedHash string `json:"lastAppliedHash,omitempty" protobuf:"bytes,4,opt,name=lastAppliedHash"`
 	// lastAppliedRevision is the source revision of the last successful
 	// apply (a git commit, or the hash of an inline or ConfigMap source).
 	// +optional
-	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty" protobuf:"bytes,5,opt,name=lastAppliedRevision"`
 	// lastAppliedRun names the run of the last successful apply.
 	// +optional
-	LastAppliedRun string `json:"lastAppliedRun,omitempty"`
+	LastAppliedRun string `json:"lastAppliedRun,omitempty" protobuf:"bytes,6,opt,name=lastAppliedRun"`
 	// lastRun names the run the workspace created last.
 	// +optional
-	LastRun string `json:"lastRun,omitempty"`
+	LastRun string `json:"lastRun,omitempty" protobuf:"bytes,7,opt,name=lastRun"`
 	// currentRun names the run under way, if any.
 	// +optional
-	CurrentRun string `json:"currentRun,omitempty"`
+	CurrentRun string `json:"currentRun,omitempty" protobuf:"bytes,8,opt,name=currentRun"`
 	// lastDriftCheck is when the last drift check ended.
 	// +optional
-	LastDriftCheck *metav1.Time `json:"lastDriftCheck,omitempty"`
+	LastDriftCheck *metav1.Time `json:"lastDriftCheck,omitempty" protobuf:"bytes,9,opt,name=lastDriftCheck"`
 	// nextDriftCheck is when the next drift check is due.
 	// +optional
-	NextDriftCheck *metav1.Time `json:"nextDriftCheck,omitempty"`
+	NextDriftCheck *metav1.Time `json:"nextDriftCheck,omitempty" protobuf:"bytes,10,opt,name=nextDriftCheck"`
 	// rerunRequests counts the reruns asked for through the rerun
 	// subresource; the controller starts one run for each increase.
 	// +optional
-	RerunRequests int64 `json:"rerunRequests,omitempty"`
+	RerunRequests int64 `json:"rerunRequests,omitempty" protobuf:"varint,11,opt,name=rerunRequests"`
 	// observedRerunRequests is the rerunRequests the controller has acted on.
 	// +optional
-	ObservedRerunRequests int64 `json:"observedRerunRequests,omitempty"`
+	ObservedRerunRequests int64 `json:"observedRerunRequests,omitempty" protobuf:"varint,12,opt,name=observedRerunRequests"`
 	// outputs are the non-sensitive outputs of the last successful apply,
 	// as its run reported them.
 	// +optional
 	// +listType=atomic
-	Outputs []OutputStatus `json:"outputs,omitempty"`
+	Outputs []OutputStatus `json:"outputs,omitempty" protobuf:"bytes,13,rep,name=outputs"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -185,12 +185,12 @@ type TerraformWorkspaceRerun struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata; name, when set, must match the workspace.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// reason is an optional note recorded in the run's annotations and the
 	// workspace's Event.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,2,opt,name=reason"`
 }
 
 // Conditions of a workspace.
