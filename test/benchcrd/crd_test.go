@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -266,4 +268,69 @@ func (c converter) convert(s spec.Schema, path []string) (map[string]any, error)
 		out["x-kubernetes-preserve-unknown-fields"] = true // RawExtension and the like
 	}
 	return out, nil
+}
+
+// checkCRD creates a run through terrarun and stores it, as terrarun serves
+// it (with its defaults, creator and status), in the CRD too, the status
+// through the status subresource; it fails unless the CRD gives back the
+// same spec and status, as it would if its schema lacked or pruned a field
+// of the benchmark's object. It uses a namespace of its own.
+func (e *environment) checkCRD(ctx context.Context) error {
+	const ns, name = "bench-schema", "schema-check"
+	collection := func(base string, gv schema.GroupVersion) string {
+		return base + "/apis/" + gv.String() + "/namespaces/" + ns + "/terraformruns"
+	}
+	tr := side{"terrarun", v1alpha1.SchemeGroupVersion.String(), collection(e.trURL, v1alpha1.SchemeGroupVersion)}
+	crd := collection(e.kubeURL, crdGV)
+	body, err := tr.body(name)
+	if err != nil {
+		return err
+	}
+	if err := e.postRaw(ctx, tr.collection, body); err != nil {
+		return err
+	}
+	var served map[string]any
+	if err := e.getJSON(ctx, tr.collection+"/"+name, &served); err != nil {
+		return err
+	}
+	created, err := e.do(ctx, http.MethodPost, crd, mustJSON(map[string]any{
+		"apiVersion": crdGV.String(), "kind": "TerraformRun",
+		"metadata": map[string]any{"name": name}, "spec": served["spec"],
+	}), "application/json", http.StatusCreated)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(created, &obj); err != nil {
+		return err
+	}
+	obj["status"] = served["status"]
+	if _, err := e.do(ctx, http.MethodPut, crd+"/"+name+"/status", mustJSON(obj), "application/json", http.StatusOK); err != nil {
+		return err
+	}
+	var stored map[string]any
+	if err := e.getJSON(ctx, crd+"/"+name, &stored); err != nil {
+		return err
+	}
+	for _, part := range []string{"spec", "status"} {
+		if !reflect.DeepEqual(served[part], stored[part]) {
+			return fmt.Errorf("the CRD does not keep the %s of a run as terrarun serves it: terrarun %s, CRD %s", part, mustJSON(served[part]), mustJSON(stored[part]))
+		}
+	}
+	return nil
+}
+
+// getJSON GETs url and decodes its JSON into v.
+func (e *environment) getJSON(ctx context.Context, url string, v any) error {
+	body, err := e.get(ctx, url, "application/json")
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(body, v)
+}
+
+// mustJSON is v in JSON; v is always encodable here (decoded JSON or maps of it).
+func mustJSON(v any) []byte {
+	data, _ := json.Marshal(v)
+	return data
 }

@@ -199,7 +199,7 @@ func (e *environment) bootstrap(ctx context.Context, tools, terrarunBin string) 
 	if err := e.grantTerrarun(ctx); err != nil {
 		return fmt.Errorf("terrarun's RBAC: %w", err)
 	}
-	for _, ns := range []string{"terrarun-system", namespace} {
+	for _, ns := range []string{"terrarun-system", namespace, "bench-schema"} {
 		if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -241,7 +241,10 @@ current-context: bench
 	if err := e.register(ctx, trPKI.CAPEM()); err != nil {
 		return fmt.Errorf("registering terrarun with the aggregator: %w", err)
 	}
-	return e.createCRD(ctx)
+	if err := e.createCRD(ctx); err != nil {
+		return err
+	}
+	return e.checkCRD(ctx)
 }
 
 // grantTerrarun gives terrarun-apiserver's user what the chart gives its
@@ -354,12 +357,19 @@ func (e *environment) waitCondition(ctx context.Context, url, cond string) error
 	return nil
 }
 
-// get GETs url with Accept accept (none when empty) and returns the body of
-// a 200 answer.
-func (e *environment) get(ctx context.Context, url, accept string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// do sends a request with a JSON body (none when nil) and Accept accept
+// (none when empty), and returns the body of an answer with status want.
+func (e *environment) do(ctx context.Context, method, url string, body []byte, accept string, want int) ([]byte, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
@@ -369,14 +379,20 @@ func (e *environment) get(ctx context.Context, url, accept string) ([]byte, erro
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, body)
+	if resp.StatusCode != want {
+		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, out)
 	}
-	return body, nil
+	return out, nil
+}
+
+// get GETs url with Accept accept (none when empty) and returns the body of
+// a 200 answer.
+func (e *environment) get(ctx context.Context, url, accept string) ([]byte, error) {
+	return e.do(ctx, http.MethodGet, url, nil, accept, http.StatusOK)
 }
 
 // post POSTs obj as JSON to url and expects 201.
@@ -391,25 +407,8 @@ func (e *environment) post(ctx context.Context, url string, obj any) error {
 // postRaw POSTs the JSON body to url and expects 201; it is the create of
 // the benchmarks.
 func (e *environment) postRaw(ctx context.Context, url string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, out)
-	}
-	return nil
+	_, err := e.do(ctx, http.MethodPost, url, body, "application/json", http.StatusCreated)
+	return err
 }
 
 // stop ends every process, the last started first, and removes the
