@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
@@ -54,12 +55,19 @@ type side struct {
 	collection string
 }
 
+// sides are the three ways to the benchmark's namespace.
 func sides(e *environment) (crd, terrarun, aggregated side) {
-	path := func(gv string) string { return "/apis/" + gv + "/namespaces/" + namespace + "/terraformruns" }
-	crd = side{"crd", crdGV.String(), e.kubeURL + path(crdGV.String())}
-	terrarun = side{"terrarun", v1alpha1.SchemeGroupVersion.String(), e.trURL + path(v1alpha1.SchemeGroupVersion.String())}
-	aggregated = side{"aggregated", v1alpha1.SchemeGroupVersion.String(), e.kubeURL + path(v1alpha1.SchemeGroupVersion.String())}
+	trGV := v1alpha1.SchemeGroupVersion
+	crd = side{"crd", crdGV.String(), collectionURL(e.kubeURL, crdGV, namespace)}
+	terrarun = side{"terrarun", trGV.String(), collectionURL(e.trURL, trGV, namespace)}
+	aggregated = side{"aggregated", trGV.String(), collectionURL(e.kubeURL, trGV, namespace)}
 	return
+}
+
+// collectionURL is the URL of the TerraformRuns of namespace ns in gv on the
+// server at base.
+func collectionURL(base string, gv schema.GroupVersion, ns string) string {
+	return base + "/apis/" + gv.String() + "/namespaces/" + ns + "/terraformruns"
 }
 
 // body is the create body of object name: the existing API benchmarks' run

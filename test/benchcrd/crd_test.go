@@ -277,11 +277,8 @@ func (c converter) convert(s spec.Schema, path []string) (map[string]any, error)
 // of the benchmark's object. It uses a namespace of its own.
 func (e *environment) checkCRD(ctx context.Context) error {
 	const ns, name = "bench-schema", "schema-check"
-	collection := func(base string, gv schema.GroupVersion) string {
-		return base + "/apis/" + gv.String() + "/namespaces/" + ns + "/terraformruns"
-	}
-	tr := side{"terrarun", v1alpha1.SchemeGroupVersion.String(), collection(e.trURL, v1alpha1.SchemeGroupVersion)}
-	crd := collection(e.kubeURL, crdGV)
+	tr := side{"terrarun", v1alpha1.SchemeGroupVersion.String(), collectionURL(e.trURL, v1alpha1.SchemeGroupVersion, ns)}
+	crd := collectionURL(e.kubeURL, crdGV, ns)
 	body, err := tr.body(name)
 	if err != nil {
 		return err
