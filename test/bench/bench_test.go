@@ -38,16 +38,6 @@ const (
 	warmup   = 10 // unmeasured operations before each measurement
 )
 
-// benchTF is the inline configuration of every run: 191 bytes of HCL.
-const benchTF = `resource "terraform_data" "bench" {
-  input = {
-    team    = "platform"
-    purpose = "terrarun-apiserver benchmark"
-    note    = "an inline configuration of about two hundred bytes"
-  }
-}
-`
-
 // created counts the runs the benchmarks have stored in the server.
 var created atomic.Int64
 
@@ -58,7 +48,7 @@ func benchRun(name string) *v1alpha1.TerraformRun {
 	return &v1alpha1.TerraformRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.TerraformRunSpec{
-			Source: v1alpha1.Source{Inline: map[string]string{"main.tf": benchTF}},
+			Source: v1alpha1.Source{Inline: map[string]string{"main.tf": harness.BenchTF}},
 		},
 	}
 }
@@ -105,38 +95,13 @@ func reportMean(b *testing.B, lat []time.Duration) {
 // createMany creates n runs named <prefix>-<seq> with `workers` concurrent
 // creators and returns the latency of each create and the wall time.
 func createMany(ctx context.Context, runs typedv1alpha1.TerraformRunInterface, prefix string, n, workers int) ([]time.Duration, time.Duration, error) {
-	lat := make([]time.Duration, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				t0 := time.Now()
-				_, err := runs.Create(ctx, benchRun(uniqueName(prefix)), metav1.CreateOptions{})
-				lat[i] = time.Since(t0)
-				if err != nil {
-					errs <- fmt.Errorf("create %d: %w", i, err)
-					return
-				}
-				created.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return nil, 0, err
-	}
-	return lat, elapsed, ctx.Err()
+	return harness.Concurrently(ctx, n, workers, func(ctx context.Context, i int) error {
+		if _, err := runs.Create(ctx, benchRun(uniqueName(prefix)), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %d: %w", i, err)
+		}
+		created.Add(1)
+		return nil
+	})
 }
 
 // BenchmarkCreate measures creating runs with an inline configuration: one
@@ -219,8 +184,8 @@ type population struct {
 	err       error
 	elapsed   time.Duration
 	lat       []time.Duration
-	memBefore memStatus
-	memAfter  memStatus
+	memBefore harness.MemStatus
+	memAfter  harness.MemStatus
 	etcdDB    float64 // MiB, size of etcd's bbolt file afterwards
 	stored    int64   // runs stored in the whole server afterwards
 }
@@ -236,7 +201,7 @@ func populate(b *testing.B, namespace string, size int) *population {
 	p.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		if p.memBefore, p.err = readMem(s.Pid); p.err != nil {
+		if p.memBefore, p.err = harness.ReadMem(s.Pid); p.err != nil {
 			return
 		}
 		runs := s.Client.TerrarunV1alpha1().TerraformRuns(namespace)
@@ -244,7 +209,7 @@ func populate(b *testing.B, namespace string, size int) *population {
 			return
 		}
 		p.stored = created.Load()
-		if p.memAfter, p.err = readMem(s.Pid); p.err != nil {
+		if p.memAfter, p.err = harness.ReadMem(s.Pid); p.err != nil {
 			return
 		}
 		p.etcdDB, p.err = s.etcdDBSize()
@@ -346,7 +311,7 @@ func BenchmarkList(b *testing.B) {
 				b.ReportMetric(p.memAfter.RssAnon, "rss-anon-MiB")
 				b.ReportMetric(float64(p.stored), "runs-stored")
 				b.ReportMetric(p.etcdDB, "etcd-db-MiB")
-				m, err := readMem(getServer(b).Pid)
+				m, err := harness.ReadMem(getServer(b).Pid)
 				if err != nil {
 					b.Fatal(err)
 				}

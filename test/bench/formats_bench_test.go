@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // BenchmarkListFormats lists the same 10,000 runs in JSON, protobuf and CBOR
@@ -46,34 +46,16 @@ func BenchmarkListFormats(b *testing.B) {
 		{"protobuf", runtime.ContentTypeProtobuf, protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)},
 		{"cbor", "application/cbor", cbor.NewSerializer(scheme.Scheme, scheme.Scheme)},
 	}
+	hc := &http.Client{Transport: rt}
 	list := func(ctx context.Context, accept string, dec runtime.Decoder) (read, decoded time.Duration, n int, err error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		req.Header.Set("Accept", accept)
-		t0 := time.Now()
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		read = time.Since(t0)
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), accept) {
-			return 0, 0, 0, fmt.Errorf("GET with Accept %s: %d %s", accept, resp.StatusCode, resp.Header.Get("Content-Type"))
-		}
 		var l v1alpha1.TerraformRunList
-		if _, _, err := dec.Decode(body, nil, &l); err != nil {
-			return 0, 0, 0, fmt.Errorf("decoding the %s list: %w", accept, err)
+		if read, decoded, n, err = harness.TimedGet(ctx, hc, url, accept, dec, &l); err != nil {
+			return 0, 0, 0, err
 		}
 		if len(l.Items) != size {
 			return 0, 0, 0, fmt.Errorf("the %s list has %d runs, want %d", accept, len(l.Items), size)
 		}
-		return read, time.Since(t0), len(body), nil
+		return read, decoded, n, nil
 	}
 	for _, f := range formats { // warm-up
 		if _, _, _, err := list(ctx, f.accept, f.decoder); err != nil {

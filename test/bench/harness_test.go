@@ -31,11 +31,9 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -170,52 +168,6 @@ func (s *server) dumpLog() {
 		out = out[len(out)-tail:]
 	}
 	fmt.Fprintf(os.Stderr, "terrarun-apiserver output (tail):\n%s\n", out)
-}
-
-// memStatus is the resident set of a process, from /proc/<pid>/status.
-type memStatus struct {
-	VmRSS, RssAnon, RssFile float64 // MiB
-}
-
-// readMem reads VmRSS, RssAnon and RssFile of pid.
-func readMem(pid int) (memStatus, error) {
-	var m memStatus
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return m, err
-	}
-	found := 0
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		key, val, ok := strings.Cut(string(line), ":")
-		if !ok {
-			continue
-		}
-		var dst *float64
-		switch key {
-		case "VmRSS":
-			dst = &m.VmRSS
-		case "RssAnon":
-			dst = &m.RssAnon
-		case "RssFile":
-			dst = &m.RssFile
-		default:
-			continue
-		}
-		f := strings.Fields(val) // "123456 kB"
-		if len(f) != 2 || f[1] != "kB" {
-			return m, fmt.Errorf("unexpected %s line %q", key, line)
-		}
-		kb, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return m, err
-		}
-		*dst = kb / 1024
-		found++
-	}
-	if found != 3 {
-		return m, fmt.Errorf("/proc/%d/status lacks VmRSS, RssAnon or RssFile", pid)
-	}
-	return m, nil
 }
 
 // etcdDBSize is the size in MiB of embedded etcd's bbolt database file (it

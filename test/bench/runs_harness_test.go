@@ -272,39 +272,13 @@ func detail(b *testing.B, format string, args ...any) {
 	fmt.Printf("    %s: %s\n", b.Name(), msg)
 }
 
-// loadavg is the content of /proc/loadavg: the 1, 5 and 15 minute load.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// load1 is the 1-minute load average, or -1.
-func load1() float64 {
-	f := strings.Fields(loadavg())
-	if len(f) == 0 {
-		return -1
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}
-
 // logLoad logs the load average and reports the 1-minute load as a metric,
 // so that every figure has the machine's load next to it.
 func logLoad(b *testing.B, when string) {
 	b.Helper()
-	detail(b, "load average (1m 5m 15m) %s: %s", when, loadavg())
+	detail(b, "load average (1m 5m 15m) %s: %s", when, harness.LoadAvg())
 	if when == "at the end" {
-		b.ReportMetric(load1(), "load1-end")
+		b.ReportMetric(harness.Load1(), "load1-end")
 	}
 }
 
@@ -426,7 +400,7 @@ func (m *memSampler) sample(pid int, tree bool, last treeSample) treeSample {
 	if tree {
 		s.TreeRSS, s.TreeAnon, s.Procs = 0, 0, 0
 		for _, p := range descendants(pid) {
-			mem, err := readMem(p)
+			mem, err := harness.ReadMem(p)
 			if err != nil {
 				continue // exited, or a zombie
 			}
@@ -435,7 +409,7 @@ func (m *memSampler) sample(pid int, tree bool, last treeSample) treeSample {
 			s.Procs++
 		}
 	}
-	if mem, err := readMem(pid); err == nil {
+	if mem, err := harness.ReadMem(pid); err == nil {
 		s.ServerRSS = mem.VmRSS
 	}
 	s.MemAvailableMiB = memAvailableMiB()

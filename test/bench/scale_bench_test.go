@@ -327,7 +327,7 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	if c.dbMiB, err = s.etcdDBSize(); err != nil {
 		return c, err
 	}
-	mem, err := readMem(s.Pid)
+	mem, err := harness.ReadMem(s.Pid)
 	if err != nil {
 		return c, err
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 const workspaceBenchTF = `variable "v" {
@@ -134,7 +135,7 @@ func BenchmarkIdleWorkspaces(b *testing.B) {
 	const ns, n, idle = "idle", 1000, 60 * time.Second
 	wss := rs.Client.TerrarunV1alpha1().TerraformWorkspaces(ns)
 	time.Sleep(5 * time.Second) // settle after start-up
-	before, err := readMem(rs.Pid)
+	before, err := harness.ReadMem(rs.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func BenchmarkIdleWorkspaces(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	after, err := readMem(rs.Pid)
+	after, err := harness.ReadMem(rs.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,17 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +77,7 @@ type cluster struct {
 	trMembers   []*etcdMember
 
 	mu     sync.Mutex
-	procs  []*proc
+	procs  []*harness.Proc
 	cancel context.CancelFunc
 	// agents are the node agents, by node name.
 	agents map[string]*nodeAgent
@@ -139,35 +132,11 @@ func (n *nodeAgent) kill() {
 	}
 }
 
-// proc is one process of the cluster with its log.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (c *cluster) start(name string, args ...string) (*proc, error) {
-	logPath := filepath.Join(c.dir, "logs", name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (c *cluster) start(name string, args ...string) (*harness.Proc, error) {
+	p, err := harness.StartProc(filepath.Join(c.dir, "logs"), name, args...)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// No Pdeathsig: it fires when the starting OS thread exits, not the
-	// process. Leftovers are killed with the network namespace.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
@@ -179,11 +148,11 @@ func (c *cluster) start(name string, args ...string) (*proc, error) {
 type etcdMember struct {
 	name, client string
 	args         []string
-	proc         *proc
+	proc         *harness.Proc
 }
 
 // kill kills the member's process, as a crash would.
-func (m *etcdMember) kill() { stopProc(m.proc, syscall.SIGKILL) }
+func (m *etcdMember) kill() { m.proc.Stop(syscall.SIGKILL) }
 
 // restart starts the member again on its data directory.
 func (c *cluster) restart(m *etcdMember) error {
@@ -195,22 +164,6 @@ func (c *cluster) restart(m *etcdMember) error {
 	return nil
 }
 
-// stopProc sends sig to the process group and waits up to 30s.
-func stopProc(p *proc, sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
 func (c *cluster) stop() {
 	if c.cancel != nil {
 		c.cancel()
@@ -219,10 +172,10 @@ func (c *cluster) stop() {
 		}
 	}
 	c.mu.Lock()
-	procs := append([]*proc(nil), c.procs...)
+	procs := append([]*harness.Proc(nil), c.procs...)
 	c.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
-		stopProc(procs[i], syscall.SIGTERM)
+		procs[i].Stop(syscall.SIGTERM)
 	}
 	if os.Getenv("TERRARUN_E2E_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
@@ -240,7 +193,7 @@ func (c *cluster) dumpLogs(w io.Writer) {
 	c.mu.Lock()
 	var logs [][2]string
 	for _, p := range c.procs {
-		logs = append(logs, [2]string{p.name, p.log})
+		logs = append(logs, [2]string{p.Name, p.Log})
 	}
 	c.mu.Unlock()
 	pods, _ := filepath.Glob(filepath.Join(c.agentDir, "*", "terrarun-system_*", "*.log"))
@@ -317,24 +270,13 @@ func (c *cluster) bootstrap() error {
 	ip := net.ParseIP(nodeIP)
 
 	// Certificates and keys.
-	kubePKI, err := standalone.LoadOrCreatePKI(c.path("pki", "kube"))
+	kubeCerts, err := harness.NewKubePKI(c.path("pki"), ip)
 	if err != nil {
 		return err
 	}
+	kubePKI := kubeCerts.CA
 	c.kubeCA = kubePKI.CAFile()
-	kubeCert, kubeKey, err := kubePKI.ServingCert([]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "localhost"}, []net.IP{ip})
-	if err != nil {
-		return err
-	}
-	kubeletClientCert, kubeletClientKey, err := writeClientCert(kubePKI, c.path("pki", "kubelet-client"), "kube-apiserver-kubelet-client", []string{"system:masters"})
-	if err != nil {
-		return err
-	}
-	frontPKI, err := standalone.LoadOrCreatePKI(c.path("pki", "front-proxy"))
-	if err != nil {
-		return err
-	}
-	proxyCert, proxyKey, err := writeClientCert(frontPKI, c.path("pki", "front-proxy-client"), "front-proxy-client", nil)
+	kubeletClientCert, kubeletClientKey, err := harness.WriteClientCert(kubePKI, c.path("pki", "kubelet-client"), "kube-apiserver-kubelet-client", []string{"system:masters"})
 	if err != nil {
 		return err
 	}
@@ -364,10 +306,6 @@ func (c *cluster) bootstrap() error {
 	}
 	c.trCA = trPKI.CAFile()
 	trCert, trKey, err := trPKI.ServingCert([]string{"terrarun-apiserver", "terrarun-apiserver.terrarun-system", "terrarun-apiserver.terrarun-system.svc"}, []net.IP{ip})
-	if err != nil {
-		return err
-	}
-	saKey, saPub, err := writeServiceAccountKey(c.path("pki"))
 	if err != nil {
 		return err
 	}
@@ -415,40 +353,27 @@ func (c *cluster) bootstrap() error {
 		}
 	}
 	for _, e := range append([]member{kubeEtcd}, trMembers...) {
-		if err := waitHTTP(e.client+"/health", nil, "", 60*time.Second); err != nil {
+		if err := harness.WaitHTTP(e.client+"/health", nil, "", 60*time.Second); err != nil {
 			return fmt.Errorf("%s: %w", e.name, err)
 		}
 	}
 
-	if _, err := c.start("kube-apiserver", filepath.Join(c.tools, "kube-apiserver"),
+	if _, err := c.start("kube-apiserver", append([]string{filepath.Join(c.tools, "kube-apiserver"),
 		"--etcd-servers", fmt.Sprintf("http://%s:%d", nodeIP, kubeEtcdPort),
 		"--bind-address", nodeIP, "--advertise-address", nodeIP, "--secure-port", fmt.Sprint(kubeAPIPort),
-		"--tls-cert-file", kubeCert, "--tls-private-key-file", kubeKey,
-		"--client-ca-file", kubePKI.CAFile(),
 		"--token-auth-file", tokenFile,
 		"--authorization-mode", "Node,RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/16",
-		"--service-account-issuer", "https://kubernetes.default.svc",
-		"--service-account-key-file", saPub,
-		"--service-account-signing-key-file", saKey,
-		"--api-audiences", "https://kubernetes.default.svc",
-		"--requestheader-client-ca-file", frontPKI.CAFile(),
-		"--requestheader-allowed-names", "front-proxy-client",
-		"--requestheader-username-headers", "X-Remote-User",
-		"--requestheader-group-headers", "X-Remote-Group",
-		"--requestheader-uid-headers", "X-Remote-Uid",
-		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
-		"--proxy-client-cert-file", proxyCert, "--proxy-client-key-file", proxyKey,
-		"--enable-aggregator-routing",
 		"--kubelet-client-certificate", kubeletClientCert, "--kubelet-client-key", kubeletClientKey,
 		"--kubelet-certificate-authority", kubeletPKI.CAFile(),
 		"--kubelet-preferred-address-types", "InternalIP",
 		"--allow-privileged",
-		"--enable-priority-and-fairness=false",
+		"--enable-priority-and-fairness=false"},
+		kubeCerts.Args()...)...,
 	); err != nil {
 		return err
 	}
-	if err := waitHTTP(c.kubeAPI+"/readyz", c.caPool(c.kubeCA), "admin-token", 120*time.Second); err != nil {
+	if err := harness.WaitHTTP(c.kubeAPI+"/readyz", harness.CAPool(c.kubeCA), "admin-token", 120*time.Second); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 
@@ -462,7 +387,7 @@ func (c *cluster) bootstrap() error {
 		// agents report every 10s), not 50s.
 		"--node-monitor-grace-period=20s",
 		"--use-service-account-credentials=false",
-		"--service-account-private-key-file", saKey,
+		"--service-account-private-key-file", kubeCerts.SAKey,
 		"--root-ca-file", kubePKI.CAFile(),
 		"--controllers", "job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,root-ca-certificate-publisher-controller,"+
 			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,disruption-controller,node-lifecycle-controller",
@@ -653,13 +578,6 @@ func (c *cluster) helmTemplate(args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-func (c *cluster) caPool(file string) *x509.CertPool {
-	pool := x509.NewCertPool()
-	data, _ := os.ReadFile(file)
-	pool.AppendCertsFromPEM(data)
-	return pool
-}
-
 // writeKubeconfig writes a kubeconfig for the cluster with a bearer token.
 func (c *cluster) writeKubeconfig(name, token string) error {
 	path := c.path("kubeconfigs", name)
@@ -705,68 +623,4 @@ func (c *cluster) kubectlStdin(user, stdin string, args ...string) (string, erro
 		return stdout.String(), fmt.Errorf("kubectl %s (as %s): %v: %s%s", strings.Join(args, " "), user, err, stderr.String(), stdout.String())
 	}
 	return stdout.String(), nil
-}
-
-// waitHTTP polls url until it answers 200.
-func waitHTTP(url string, roots *x509.CertPool, token string, timeout time.Duration) error {
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not ready after %s: %s", url, timeout, last)
-}
-
-func writeClientCert(p *standalone.PKI, base, user string, groups []string) (string, string, error) {
-	certPEM, keyPEM, err := p.ClientCert(user, groups, 24*time.Hour)
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(base+".crt", certPEM, 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(base+".key", keyPEM, 0o600); err != nil {
-		return "", "", err
-	}
-	return base + ".crt", base + ".key", nil
-}
-
-// writeServiceAccountKey writes the key that signs service-account tokens.
-func writeServiceAccountKey(dir string) (string, string, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return "", "", err
-	}
-	pub, err := x509.MarshalPKIXPublicKey(key.Public())
-	if err != nil {
-		return "", "", err
-	}
-	keyPath, pubPath := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
-		return "", "", err
-	}
-	return keyPath, pubPath, nil
 }

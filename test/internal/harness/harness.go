@@ -2,7 +2,10 @@
 // share: the repository's paths, the binaries and the engine under test, free
 // ports, a standalone terrarun-apiserver as a child process and its
 // readiness, waiting for a run's phase, following a log with kubectl, and a
-// stage's executor token and requests made with it.
+// stage's executor token and requests made with it; for the suites that run
+// a real kube-apiserver, its PKI and flags and its processes (kube.go,
+// proc.go); for the benchmarks, concurrent operations, percentiles, timed
+// GETs, a process's resident set and the load average (procfs.go).
 //
 // Helpers return errors rather than failing a test, so that TestMain and
 // benchmark setup can use them too.
@@ -18,6 +21,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -101,8 +106,57 @@ func Poll(ctx context.Context, interval, timeout time.Duration, what string, ok 
 	}
 }
 
+// Concurrently calls op(ctx, i) for every i in [0, n) from `workers`
+// goroutines, and returns the latency of each call and the wall time of
+// all. The first error stops every worker and is returned.
+func Concurrently(ctx context.Context, n, workers int, op func(ctx context.Context, i int) error) ([]time.Duration, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				err := op(ctx, i)
+				lat[i] = time.Since(t0)
+				if err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, 0, err
+	}
+	return lat, elapsed, ctx.Err()
+}
+
 // Percentile is the nearest-rank percentile p (0 < p <= 1) of sorted.
 func Percentile(sorted []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
+
+// BenchTF is the inline configuration of every run that the API benchmarks
+// store: 191 bytes of HCL.
+const BenchTF = `resource "terraform_data" "bench" {
+  input = {
+    team    = "platform"
+    purpose = "terrarun-apiserver benchmark"
+    note    = "an inline configuration of about two hundred bytes"
+  }
+}
+`
