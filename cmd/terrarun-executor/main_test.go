@@ -125,11 +125,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 		}
-	case sub == "plan" && r.Method == http.MethodPost:
-		b, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		s.parts[r.URL.Query().Get("part")] = b
-		s.mu.Unlock()
+	case sub == "plan" && r.Method == http.MethodPost: // part=all
+		mr, err := r.MultipartReader()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for p, err := mr.NextPart(); err == nil; p, err = mr.NextPart() {
+			b, _ := io.ReadAll(p)
+			s.mu.Lock()
+			s.parts[p.FormName()] = b
+			s.mu.Unlock()
+		}
 	case sub == "plan":
 		s.mu.Lock()
 		b := s.parts[r.URL.Query().Get("format")]

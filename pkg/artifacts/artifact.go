@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -75,93 +76,174 @@ func (s *Store) artifactKeys(run RunRef, kind Kind) (artifactKeys, int64, error)
 // ErrTooLarge instead, and nothing is stored. If Put fails, the earlier
 // artifact, if any, stays in place.
 func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Meta, error) {
-	keys, limit, err := s.artifactKeys(run, kind)
-	if err != nil {
-		return Meta{}, err
+	done := false
+	metas, err := s.PutAll(ctx, run, func() (Kind, io.Reader, error) {
+		if done {
+			return "", nil, io.EOF
+		}
+		done = true
+		return kind, r, nil
+	})
+	return metas[kind], err
+}
+
+// PutAll stores several artifacts of run, each as Put stores one, and
+// replaces them together: their metas are swapped in one transaction, with
+// the last chunk of each (most plan parts are one chunk, so a plan of four
+// parts costs one transaction). Chunks before a part's last are written
+// ahead, as is a last chunk that would make that transaction carry more
+// than maxCommitBytes of chunks. next returns the parts one at a time, and
+// io.EOF after the last; a part's reader is read to its end before next is
+// called again, as a multipart reader's parts must be. A kind may appear
+// once. If PutAll fails, every earlier artifact stays in place.
+func (s *Store) PutAll(ctx context.Context, run RunRef, next func() (Kind, io.Reader, error)) (map[Kind]Meta, error) {
+	if err := run.validate(); err != nil {
+		return nil, err
 	}
 	base := s.runBase(run)
 	leaseID, err := s.lease(ctx, base)
 	if err != nil {
-		return Meta{}, err
+		return nil, err
+	}
+	u := &upload{s: s, ctx: ctx, run: run, base: base, lease: leaseID, buf: make([]byte, s.chunkSize)}
+	metas, err := u.read(next)
+	if err != nil {
+		u.cleanup()
+		return nil, err
+	}
+	resp, err := u.commit()
+	if err != nil {
+		u.cleanup()
+		return nil, err
+	}
+	// The generations replaced go in one more transaction.
+	var deletes []clientv3.Op
+	for i, p := range u.parts {
+		kvs := resp.Responses[2*i].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue
+		}
+		old, err := s.decodeArtifactMeta(ctx, p.keys.meta, kvs[0].Value)
+		if err != nil {
+			// The new artifact is in place; the old chunks expire with the lease.
+			klog.FromContext(ctx).Error(err, "Failed to read a replaced artifact's meta; its chunks expire with the run's lease", "run", run.String(), "kind", string(p.kind))
+			continue
+		}
+		if old.Generation != "" && old.Generation != p.meta.Generation && old.Chunks > 0 {
+			deletes = append(deletes, clientv3.OpDelete(p.keys.genPrefix(old.Generation), clientv3.WithPrefix()))
+		}
+	}
+	if len(deletes) > 0 {
+		if _, err := s.client.Txn(ctx).Then(deletes...).Commit(); err != nil {
+			klog.FromContext(ctx).Error(err, "Failed to delete replaced artifacts; they expire with the run's lease", "run", run.String(), "kinds", u.kinds())
+		}
+	}
+	return metas, nil
+}
+
+// maxCommitBytes bounds the chunks that PutAll commits with the metas, well
+// under etcd's request limit (1.5 MiB by default); a single chunk of
+// Options.ChunkSize is always carried.
+const maxCommitBytes = 1 << 20
+
+// upload is the state of one PutAll.
+type upload struct {
+	s     *Store
+	ctx   context.Context
+	run   RunRef
+	base  string
+	lease clientv3.LeaseID
+	buf   []byte
+	parts []uploadPart
+	// pending are last chunks held for the commit, oldest first.
+	pending      []chunk
+	pendingBytes int
+	// written reports that a chunk was written ahead of the commit, under
+	// one of prefixes (every part's new generation, as it is started).
+	written  bool
+	prefixes []string
+}
+
+// uploadPart is one artifact of an upload.
+type uploadPart struct {
+	kind      Kind
+	keys      artifactKeys
+	genPrefix string
+	meta      artifactMeta
+	sealed    string // the sealed meta
+}
+
+// chunk is a chunk to write: its key and sealed value.
+type chunk struct{ key, value string }
+
+// read stores every part's chunks but the ones held for the commit.
+func (u *upload) read(next func() (Kind, io.Reader, error)) (map[Kind]Meta, error) {
+	metas := map[Kind]Meta{}
+	for {
+		kind, r, err := next()
+		if err == io.EOF {
+			return metas, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := metas[kind]; dup {
+			return nil, fmt.Errorf("artifacts: %s of run %s is given twice in one upload", kind, u.run)
+		}
+		p, err := u.readPart(kind, r)
+		if err != nil {
+			return nil, err
+		}
+		u.parts = append(u.parts, p)
+		metas[kind] = p.meta.public()
+	}
+}
+
+// readPart reads one part, holding its last chunk for the commit.
+func (u *upload) readPart(kind Kind, r io.Reader) (uploadPart, error) {
+	keys, limit, err := u.s.artifactKeys(u.run, kind)
+	if err != nil {
+		return uploadPart{}, err
 	}
 	gen, err := newGeneration()
 	if err != nil {
-		return Meta{}, err
+		return uploadPart{}, err
 	}
-	genPrefix := keys.genPrefix(gen)
-	written := false
-	cleanup := func() {
-		if !written {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := s.client.Delete(dctx, genPrefix, clientv3.WithPrefix()); err != nil {
-			klog.FromContext(ctx).Error(err, "Failed to delete the chunks of an unfinished artifact; they expire with the run's lease", "key", genPrefix)
-		}
-	}
-
+	p := uploadPart{kind: kind, keys: keys, genPrefix: keys.genPrefix(gen)}
+	u.prefixes = append(u.prefixes, p.genPrefix)
 	h := sha256.New()
 	var stored, chunks int64
 	truncated := false
-	buf := make([]byte, s.chunkSize)
-	// The last chunk is written in the transaction that commits the meta, so
-	// that an artifact of one chunk (most plan parts, every outputs
-	// document) costs one transaction.
-	var pendingKey, pending string
-	hasPending := false
-	flush := func() error {
-		if !hasPending {
-			return nil
-		}
-		written = true
-		_, err := s.client.Put(ctx, pendingKey, pending, clientv3.WithLease(leaseID))
-		if isLeaseNotFound(err) {
-			// The cached lease expired or was revoked by DeleteRun on
-			// another replica. Before the first chunk nothing is lost:
-			// retry with a new lease.
-			s.forgetLease(base, leaseID)
-			if pendingKey == chunkKey(genPrefix, 0) {
-				if leaseID, err = s.lease(ctx, base); err == nil {
-					_, err = s.client.Put(ctx, pendingKey, pending, clientv3.WithLease(leaseID))
-				}
-			}
-		}
-		hasPending = false
-		return err
-	}
+	var last *chunk
 	for !truncated {
-		if err := ctx.Err(); err != nil {
-			cleanup()
-			return Meta{}, err
+		if err := u.ctx.Err(); err != nil {
+			return uploadPart{}, err
 		}
-		n, rerr := io.ReadFull(r, buf)
+		n, rerr := io.ReadFull(r, u.buf)
 		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			cleanup()
-			return Meta{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, run, rerr)
+			return uploadPart{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, u.run, rerr)
 		}
 		if n > 0 {
-			data := buf[:n]
+			data := u.buf[:n]
 			if stored+int64(n) > limit {
 				if kind == PlanFile {
-					cleanup()
-					return Meta{}, fmt.Errorf("%w: the plan file of run %s is larger than the limit of %d bytes (%d MiB); raise the plan file limit (artifacts.Limits.PlanFile, set from the server's configuration) to store it", ErrTooLarge, run, limit, limit>>20)
+					return uploadPart{}, fmt.Errorf("%w: the plan file of run %s is larger than the limit of %d bytes (%d MiB); raise the plan file limit (artifacts.Limits.PlanFile, set from the server's configuration) to store it", ErrTooLarge, u.run, limit, limit>>20)
 				}
 				keep := limit - stored
-				data = append(append(make([]byte, 0, keep+int64(len(TruncationMarker))+20), buf[:keep]...), marker(limit)...)
+				data = append(append(make([]byte, 0, keep+int64(len(TruncationMarker))+20), u.buf[:keep]...), marker(limit)...)
 				truncated = true
 			}
-			if err := flush(); err != nil {
-				cleanup()
-				return Meta{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, run, err)
+			if last != nil {
+				if err := u.put(*last); err != nil {
+					return uploadPart{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, u.run, err)
+				}
 			}
-			key := chunkKey(genPrefix, chunks)
-			sealed, err := s.seal(ctx, key, data)
+			key := chunkKey(p.genPrefix, chunks)
+			sealed, err := u.s.seal(u.ctx, key, data)
 			if err != nil {
-				cleanup()
-				return Meta{}, err
+				return uploadPart{}, err
 			}
-			pendingKey, pending, hasPending = key, sealed, true
+			last = &chunk{key, sealed}
 			h.Write(data)
 			stored += int64(len(data))
 			chunks++
@@ -171,61 +253,110 @@ func (s *Store) Put(ctx context.Context, run RunRef, kind Kind, r io.Reader) (Me
 		}
 	}
 	if truncated {
-		if err := drain(ctx, r, buf); err != nil {
-			cleanup()
-			return Meta{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, run, err)
+		if err := drain(u.ctx, r, u.buf); err != nil {
+			return uploadPart{}, fmt.Errorf("artifacts: reading %s of run %s: %w", kind, u.run, err)
 		}
 	}
+	if last != nil {
+		if err := u.hold(*last); err != nil {
+			return uploadPart{}, fmt.Errorf("artifacts: writing %s of run %s: %w", kind, u.run, err)
+		}
+	}
+	p.meta = artifactMeta{Generation: gen, Chunks: chunks, Size: stored, SHA256: hashString(h), Truncated: truncated}
+	raw, err := json.Marshal(p.meta)
+	if err != nil {
+		return uploadPart{}, err
+	}
+	if p.sealed, err = u.s.seal(u.ctx, keys.meta, raw); err != nil {
+		return uploadPart{}, err
+	}
+	return p, nil
+}
 
-	m := artifactMeta{Generation: gen, Chunks: chunks, Size: stored, SHA256: hashString(h), Truncated: truncated}
-	raw, err := json.Marshal(m)
-	if err != nil {
-		cleanup()
-		return Meta{}, err
+// hold keeps c for the commit, first writing the oldest held chunks if the
+// commit would carry more than maxCommitBytes.
+func (u *upload) hold(c chunk) error {
+	for len(u.pending) > 0 && u.pendingBytes+len(c.value) > maxCommitBytes {
+		if err := u.put(u.pending[0]); err != nil {
+			return err
+		}
+		u.pendingBytes -= len(u.pending[0].value)
+		u.pending = u.pending[1:]
 	}
-	sealed, err := s.seal(ctx, keys.meta, raw)
-	if err != nil {
-		cleanup()
-		return Meta{}, err
+	u.pending = append(u.pending, c)
+	u.pendingBytes += len(c.value)
+	return nil
+}
+
+// put writes c ahead of the commit.
+func (u *upload) put(c chunk) error {
+	first := !u.written
+	u.written = true
+	_, err := u.s.client.Put(u.ctx, c.key, c.value, clientv3.WithLease(u.lease))
+	if isLeaseNotFound(err) {
+		// The cached lease expired or was revoked by DeleteRun on another
+		// replica. Before the first chunk nothing is lost: retry with a new
+		// lease.
+		u.s.forgetLease(u.base, u.lease)
+		if first {
+			if u.lease, err = u.s.lease(u.ctx, u.base); err == nil {
+				_, err = u.s.client.Put(u.ctx, c.key, c.value, clientv3.WithLease(u.lease))
+			}
+		}
 	}
-	// The Get runs before the Put within the transaction, so it returns the
-	// meta being replaced.
+	return err
+}
+
+// commit swaps every part's meta in, with the held chunks, in one
+// transaction. Its responses are, for each part in order, the Get of the
+// meta being replaced (the Get runs before the Put) and the Put.
+func (u *upload) commit() (*clientv3.TxnResponse, error) {
 	swap := func() (*clientv3.TxnResponse, error) {
-		ops := []clientv3.Op{
-			clientv3.OpGet(keys.meta),
-			clientv3.OpPut(keys.meta, sealed, clientv3.WithLease(leaseID)),
+		ops := make([]clientv3.Op, 0, 2*len(u.parts)+len(u.pending))
+		for _, p := range u.parts {
+			ops = append(ops, clientv3.OpGet(p.keys.meta), clientv3.OpPut(p.keys.meta, p.sealed, clientv3.WithLease(u.lease)))
 		}
-		if hasPending {
-			ops = append(ops, clientv3.OpPut(pendingKey, pending, clientv3.WithLease(leaseID)))
+		for _, c := range u.pending {
+			ops = append(ops, clientv3.OpPut(c.key, c.value, clientv3.WithLease(u.lease)))
 		}
-		return s.client.Txn(ctx).Then(ops...).Commit()
+		return u.s.client.Txn(u.ctx).Then(ops...).Commit()
 	}
 	resp, err := swap()
 	if isLeaseNotFound(err) {
-		s.forgetLease(base, leaseID)
-		if !written { // no chunk was written apart: nothing was lost with the lease
-			if leaseID, err = s.lease(ctx, base); err == nil {
+		u.s.forgetLease(u.base, u.lease)
+		if !u.written { // no chunk was written apart: nothing was lost with the lease
+			if u.lease, err = u.s.lease(u.ctx, u.base); err == nil {
 				resp, err = swap()
 			}
 		}
 	}
 	if err != nil {
-		cleanup()
-		return Meta{}, fmt.Errorf("artifacts: committing %s of run %s: %w", kind, run, err)
+		return nil, fmt.Errorf("artifacts: committing %s of run %s: %w", u.kinds(), u.run, err)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		old, err := s.decodeArtifactMeta(ctx, keys.meta, kvs[0].Value)
-		if err == nil && old.Generation != "" && old.Generation != gen {
-			if _, err = s.client.Delete(ctx, keys.genPrefix(old.Generation), clientv3.WithPrefix()); err != nil {
-				err = fmt.Errorf("deleting generation %s: %w", old.Generation, err)
-			}
-		}
-		if err != nil {
-			// The new artifact is in place; the old chunks expire with the lease.
-			klog.FromContext(ctx).Error(err, "Failed to delete a replaced artifact; it expires with the run's lease", "run", run.String(), "kind", string(kind))
+	return resp, nil
+}
+
+// kinds names the upload's parts.
+func (u *upload) kinds() string {
+	names := make([]string, len(u.parts))
+	for i, p := range u.parts {
+		names[i] = string(p.kind)
+	}
+	return strings.Join(names, ", ")
+}
+
+// cleanup deletes the chunks written ahead of a commit that did not happen.
+func (u *upload) cleanup() {
+	if !u.written {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), 30*time.Second)
+	defer cancel()
+	for _, prefix := range u.prefixes {
+		if _, err := u.s.client.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			klog.FromContext(u.ctx).Error(err, "Failed to delete the chunks of an unfinished artifact; they expire with the run's lease", "key", prefix)
 		}
 	}
-	return m.public(), nil
 }
 
 // drain reads r to its end, checking ctx between reads.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -1106,5 +1107,115 @@ func TestPutTransactions(t *testing.T) {
 		if got, _ := readAll(t, s, ctx, testRun, tc.kind); !bytes.Equal(got, data) {
 			t.Errorf("%s of %d bytes reads back as %d bytes", tc.kind, tc.size, len(got))
 		}
+	}
+}
+
+// parts returns a PutAll iterator over kinds and their contents.
+func parts(kinds []Kind, bodies [][]byte) func() (Kind, io.Reader, error) {
+	i := 0
+	return func() (Kind, io.Reader, error) {
+		if i == len(kinds) {
+			return "", nil, io.EOF
+		}
+		i++
+		return kinds[i-1], bytes.NewReader(bodies[i-1]), nil
+	}
+}
+
+// TestPutAll: several artifacts replaced in one transaction when their last
+// chunks fit in it; longer parts and last chunks beyond maxCommitBytes are
+// written ahead; a failure part-way replaces nothing and leaves no chunk.
+func TestPutAll(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	s := New(cli, Options{ChunkSize: 1024})
+	revision := func() int64 {
+		resp, err := cli.Get(ctx, "revision")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	// The run's lease is granted by the first Put.
+	if _, err := s.Put(ctx, testRun, Outputs, strings.NewReader("{}")); err != nil {
+		t.Fatal(err)
+	}
+	kinds := []Kind{PlanSource, PlanFile, PlanText, PlanJSON}
+	for _, tc := range []struct {
+		name  string
+		sizes []int
+		want  int64
+	}{
+		{"one chunk each", []int{500, 1024, 10, 0}, 1},
+		// Chunks written ahead: 3 of the source and 1 of the file; the
+		// commit; and one transaction deletes the replaced generations.
+		{"longer parts, replacing", []int{3*1024 + 1, 2 * 1024, 10, 1}, 3 + 1 + 1 + 1},
+	} {
+		bodies := make([][]byte, len(kinds))
+		for i, n := range tc.sizes {
+			bodies[i] = randomBytes(t, n)
+		}
+		before := revision()
+		metas, err := s.PutAll(ctx, testRun, parts(kinds, bodies))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := revision() - before; got != tc.want {
+			t.Errorf("%s: %d transactions, want %d", tc.name, got, tc.want)
+		}
+		for i, kind := range kinds {
+			got, m := readAll(t, s, ctx, testRun, kind)
+			if !bytes.Equal(got, bodies[i]) || m != metas[kind] || m.SHA256 != sum(bodies[i]) {
+				t.Errorf("%s: %s reads back as %d bytes (meta %+v), want %d", tc.name, kind, len(got), m, len(bodies[i]))
+			}
+		}
+	}
+
+	// Last chunks beyond maxCommitBytes: the oldest are written ahead.
+	big := New(cli, Options{ChunkSize: 512 << 10})
+	bodies := [][]byte{randomBytes(t, 400<<10), randomBytes(t, 400<<10), randomBytes(t, 400<<10)}
+	before := revision()
+	if _, err := big.PutAll(ctx, testRun, parts(kinds[:3], bodies)); err != nil {
+		t.Fatal(err)
+	}
+	if got := revision() - before; got != 3 {
+		t.Errorf("three last chunks of 400 KiB, replacing: %d transactions, want 3 (one written ahead, the commit, the deletion of what they replace)", got)
+	}
+	for i, kind := range kinds[:3] {
+		if got, _ := readAll(t, big, ctx, testRun, kind); !bytes.Equal(got, bodies[i]) {
+			t.Errorf("%s of 400 KiB reads back as %d bytes", kind, len(got))
+		}
+	}
+
+	// A part that cannot be read: nothing is replaced, no chunk is left.
+	keep := map[Kind][]byte{}
+	for _, kind := range kinds[:3] {
+		keep[kind], _ = readAll(t, big, ctx, testRun, kind)
+	}
+	keysBefore := len(keys(t, cli, s.runBase(testRun)))
+	failing := []io.Reader{bytes.NewReader(randomBytes(t, 3*1024)), bytes.NewReader(randomBytes(t, 3*1024)), io.MultiReader(bytes.NewReader(randomBytes(t, 2048)), iotest.ErrReader(errors.New("connection reset")))}
+	i := 0
+	_, err := s.PutAll(ctx, testRun, func() (Kind, io.Reader, error) {
+		if i == len(failing) {
+			return "", nil, io.EOF
+		}
+		i++
+		return kinds[i-1], failing[i-1], nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "connection reset") || !strings.Contains(err.Error(), string(PlanText)) {
+		t.Fatalf("PutAll with a failing part: %v, want the read error naming %s", err, PlanText)
+	}
+	for kind, want := range keep {
+		if got, _ := readAll(t, s, ctx, testRun, kind); !bytes.Equal(got, want) {
+			t.Errorf("%s changed by a failed PutAll", kind)
+		}
+	}
+	if n := len(keys(t, cli, s.runBase(testRun))); n != keysBefore {
+		t.Errorf("%d keys after a failed PutAll, want the %d before it", n, keysBefore)
+	}
+
+	// A kind given twice.
+	if _, err := s.PutAll(ctx, testRun, parts([]Kind{PlanText, PlanText}, [][]byte{[]byte("a"), []byte("b")})); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("PutAll with %s twice: %v, want an error", PlanText, err)
 	}
 }

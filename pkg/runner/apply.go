@@ -85,7 +85,7 @@ type carriedApply struct {
 // have approved: the approved plan file it serves must be this one.
 func (r *runner) carryApply(ctx context.Context, log *stageLog) error {
 	c := r.carry
-	if err := r.client.PutPlanPart(ctx, r.spec.Attempt, v1alpha1.PlanPartResult, bytes.NewReader(c.result)); err != nil {
+	if err := r.client.PutPlan(ctx, r.spec.Attempt, []PlanPart{{v1alpha1.PlanPartResult, c.result}}); err != nil {
 		return err
 	}
 	if err := r.download(ctx, r.client.AwaitApply, r.planPath, "plan file", c.file); err != nil {

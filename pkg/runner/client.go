@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"os"
 	"strconv"
@@ -33,8 +36,9 @@ type Client interface {
 	// OpenLog starts a streamed POST of the stage's log. Every Write is sent
 	// as it happens; Close ends the body and returns the server's answer.
 	OpenLog(ctx context.Context, stage v1alpha1.StageName, attempt int32) (io.WriteCloser, error)
-	// PutPlanPart uploads one part of the plan (v1alpha1.PlanPartFile, ...).
-	PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error
+	// PutPlan uploads parts of the plan in one request, the result, if it
+	// is among them, last: the server stores them together.
+	PutPlan(ctx context.Context, attempt int32, parts []PlanPart) error
 	// GetPlan downloads the approved plan as "file" or "source".
 	GetPlan(ctx context.Context, format string) (io.ReadCloser, error)
 	// AwaitApply waits until the server grants this plan stage the run's
@@ -315,19 +319,45 @@ func (c *HTTPClient) upload(ctx context.Context, op, sub string, q url.Values, r
 	return resp.Body.Close()
 }
 
-// PutPlanPart implements Client.
-func (c *HTTPClient) PutPlanPart(ctx context.Context, attempt int32, part string, r io.Reader) error {
-	ct := "application/octet-stream"
-	switch part {
-	case v1alpha1.PlanPartText:
-		ct = "text/plain; charset=utf-8"
-	case v1alpha1.PlanPartJSON, v1alpha1.PlanPartResult:
-		ct = "application/json"
-	case v1alpha1.PlanPartSource:
-		ct = "application/gzip"
+// PlanPart is one part of a plan upload.
+type PlanPart struct {
+	// Name is the part's name: v1alpha1.PlanPartFile, ...
+	Name string
+	// Body is its content.
+	Body []byte
+}
+
+// planPartTypes are the parts' media types.
+var planPartTypes = map[string]string{
+	v1alpha1.PlanPartFile:   "application/octet-stream",
+	v1alpha1.PlanPartText:   "text/plain; charset=utf-8",
+	v1alpha1.PlanPartJSON:   "application/json",
+	v1alpha1.PlanPartResult: "application/json",
+	v1alpha1.PlanPartSource: "application/gzip",
+}
+
+// PutPlan implements Client: one multipart/form-data body (part=all), each
+// part a form part named by its name.
+func (c *HTTPClient) PutPlan(ctx context.Context, attempt int32, parts []PlanPart) error {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": p.Name}))
+		h.Set("Content-Type", planPartTypes[p.Name])
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(p.Body); err != nil {
+			return err
+		}
 	}
-	q := url.Values{"attempt": {strconv.Itoa(int(attempt))}, "part": {part}}
-	return c.upload(ctx, "upload plan part "+part, "plan", q, r, ct)
+	if err := mw.Close(); err != nil {
+		return err
+	}
+	q := url.Values{"attempt": {strconv.Itoa(int(attempt))}, "part": {v1alpha1.PlanPartAll}}
+	return c.upload(ctx, "upload the plan", "plan", q, &body, mw.FormDataContentType())
 }
 
 // PutOutputs implements Client.

@@ -23,7 +23,7 @@ func TestHTTPClientUploadsAndDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := c.PutPlanPart(ctx, 3, v1alpha1.PlanPartFile, strings.NewReader("plan-bytes")); err != nil {
+	if err := c.PutPlan(ctx, 3, []PlanPart{{v1alpha1.PlanPartFile, []byte("plan-bytes")}, {v1alpha1.PlanPartText, []byte("text")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.PutOutputs(ctx, 3, strings.NewReader(`{}`)); err != nil {
@@ -38,7 +38,10 @@ func TestHTTPClientUploadsAndDownloads(t *testing.T) {
 	if string(b) != "plan-bytes" {
 		t.Errorf("downloaded %q", b)
 	}
-	want := []string{"POST plan?attempt=3&part=file", "POST outputs?attempt=3", "GET plan?format=file"}
+	if got := string(srv.part(v1alpha1.PlanPartText)); got != "text" {
+		t.Errorf("the text part of the upload arrived as %q", got)
+	}
+	want := []string{"POST plan?attempt=3&part=all", "POST outputs?attempt=3", "GET plan?format=file"}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	if strings.Join(srv.requests, ",") != strings.Join(want, ",") {
@@ -74,7 +77,7 @@ func TestHTTPClientErrors(t *testing.T) {
 	srv.mu.Lock()
 	srv.forbid = true
 	srv.mu.Unlock()
-	err = c.PutPlanPart(ctx, 1, v1alpha1.PlanPartText, strings.NewReader("x"))
+	err = c.PutPlan(ctx, 1, []PlanPart{{v1alpha1.PlanPartText, []byte("x")}})
 	if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "not the current stage attempt") {
 		t.Errorf("err = %v", err)
 	}
@@ -184,7 +187,7 @@ func TestHTTPClientRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.Backoff = time.Millisecond
-	if err := hc.PutPlanPart(context.Background(), 1, v1alpha1.PlanPartJSON, strings.NewReader(`{"a":1}`)); err != nil {
+	if err := hc.PutPlan(context.Background(), 1, []PlanPart{{v1alpha1.PlanPartJSON, []byte(`{"a":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if calls.Load() != 3 || string(srv.part(v1alpha1.PlanPartJSON)) != `{"a":1}` {

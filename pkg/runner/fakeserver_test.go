@@ -146,22 +146,41 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case sub == "plan" && r.Method == http.MethodPost:
-		part := q.Get("part")
-		switch part {
-		case v1alpha1.PlanPartFile, v1alpha1.PlanPartText, v1alpha1.PlanPartJSON, v1alpha1.PlanPartSource, v1alpha1.PlanPartResult:
-		default:
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "unknown part "+part)
+		if q.Get("part") != v1alpha1.PlanPartAll {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the executor uploads part=all, not part="+q.Get("part"))
 			return
 		}
-		b, err := io.ReadAll(r.Body)
+		mr, err := r.MultipartReader()
 		if err != nil {
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 			return
 		}
-		f.mu.Lock()
-		f.parts[part] = b
-		f.partOrder = append(f.partOrder, part)
-		f.mu.Unlock()
+		for {
+			p, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+				return
+			}
+			part := p.FormName()
+			switch part {
+			case v1alpha1.PlanPartFile, v1alpha1.PlanPartText, v1alpha1.PlanPartJSON, v1alpha1.PlanPartSource, v1alpha1.PlanPartResult:
+			default:
+				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "unknown part "+part)
+				return
+			}
+			b, err := io.ReadAll(p)
+			if err != nil {
+				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+				return
+			}
+			f.mu.Lock()
+			f.parts[part] = b
+			f.partOrder = append(f.partOrder, part)
+			f.mu.Unlock()
+		}
 		w.WriteHeader(http.StatusNoContent)
 	case sub == "plan" && r.Method == http.MethodGet:
 		format := q.Get("format")

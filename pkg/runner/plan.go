@@ -164,10 +164,7 @@ func (r *runner) plan(ctx context.Context) error {
 	}
 	r.logf("terrarun: plan %s: %d to add, %d to change, %d to destroy, %d to import", digestOf(planFile), result.Add, result.Change, result.Destroy, result.Import)
 
-	parts := []struct {
-		name string
-		body []byte
-	}{
+	parts := []PlanPart{
 		{v1alpha1.PlanPartSource, tarball},
 		{v1alpha1.PlanPartFile, planFile},
 		{v1alpha1.PlanPartText, redactedText},
@@ -180,13 +177,8 @@ func (r *runner) plan(ctx context.Context) error {
 		r.carry = &carriedApply{result: resultJSON, tf: tf, dir: tfDir, file: digestOf(planFile), attempt: r.spec.Attempt}
 		parts = parts[:len(parts)-1]
 	}
-	for _, part := range parts {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := r.client.PutPlanPart(ctx, r.spec.Attempt, part.name, bytes.NewReader(part.body)); err != nil {
-			return err
-		}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return nil
+	return r.client.PutPlan(ctx, r.spec.Attempt, parts)
 }

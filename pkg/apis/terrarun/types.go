@@ -688,6 +688,11 @@ const (
 	PlanPartSource = "source"
 	// PlanPartResult is the plan stage's result document, uploaded last.
 	PlanPartResult = "result"
+	// PlanPartAll is an upload of several parts in one multipart/form-data
+	// body, each part named by its form name (file, text, json, source and,
+	// last, result if it is part of it): the parts are stored together, in
+	// one transaction where they fit.
+	PlanPartAll = "all"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -737,7 +742,8 @@ type TerraformRunPlanOptions struct {
 	// +optional
 	Attempt *int32 `json:"attempt,omitempty"`
 	// part is the uploaded part: file, text, json, source, or result, which is
-	// uploaded last; a POST must set it.
+	// uploaded last; or all, several of them in one multipart/form-data body.
+	// A POST must set it.
 	// +optional
 	Part string `json:"part,omitempty"`
 }

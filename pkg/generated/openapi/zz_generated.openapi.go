@@ -1514,7 +1514,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref common.Refere
 					},
 					"part": {
 						SchemaProps: spec.SchemaProps{
-							Description: "part is the uploaded part: file, text, json, source, or result, which is uploaded last; a POST must set it.",
+							Description: "part is the uploaded part: file, text, json, source, or result, which is uploaded last; or all, several of them in one multipart/form-data body. A POST must set it.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

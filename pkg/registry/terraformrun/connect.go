@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -65,10 +64,10 @@ func isUpload(ctx context.Context) (bool, error) {
 }
 
 // uploadHandler answers a POST with 204 No Content once write has consumed
-// the body, or with write's error.
-func uploadHandler(responder rest.Responder, write func(body io.Reader) error) http.Handler {
+// its body, or with write's error.
+func uploadHandler(responder rest.Responder, write func(req *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if err := write(req.Body); err != nil {
+		if err := write(req); err != nil {
 			responder.Error(err)
 			return
 		}

@@ -236,6 +236,12 @@ func (e *testEnv) runningStage(t *testing.T, run *terrarun.TerraformRun, u user.
 // (400 when that fails), calls Connect with the request's context, writes a
 // Connect error as a Status, and serves the request with the returned
 // handler otherwise.
+// typedBody is a request body with its Content-Type, for connect.
+type typedBody struct {
+	io.Reader
+	contentType string
+}
+
 func connect(t *testing.T, c rest.Connecter, u user.Info, method, name, query string, body io.Reader) *httptest.ResponseRecorder {
 	t.Helper()
 	return connectContext(t, context.Background(), c, u, method, name, query, body)
@@ -256,6 +262,9 @@ func connectContext(t *testing.T, parent context.Context, c rest.Connecter, u us
 		subresource = "outputs"
 	}
 	req := httptest.NewRequest(method, "/apis/terrarun.dev/v1alpha1/namespaces/"+testNamespace+"/terraformruns/"+name+"/"+subresource+"?"+query, body)
+	if tb, ok := body.(typedBody); ok {
+		req.Header.Set("Content-Type", tb.contentType)
+	}
 	ctx := requestContext(u, verb, subresource)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

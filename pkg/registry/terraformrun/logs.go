@@ -56,7 +56,8 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 		if err := checkExecutor(ctx, run, opts.Stage, *opts.Attempt, "logs"); err != nil {
 			return nil, err
 		}
-		return uploadHandler(responder, func(body io.Reader) error {
+		return uploadHandler(responder, func(req *http.Request) error {
+			body := req.Body
 			return r.append(ctx, run, opts.Stage, *opts.Attempt, body)
 		}), nil
 	}

@@ -49,7 +49,8 @@ func (r *OutputsREST) Connect(ctx context.Context, name string, options runtime.
 		if err := checkExecutor(ctx, run, terrarun.StageApply, *opts.Attempt, "outputs"); err != nil {
 			return nil, err
 		}
-		return uploadHandler(responder, func(body io.Reader) error {
+		return uploadHandler(responder, func(req *http.Request) error {
+			body := req.Body
 			return r.upload(ctx, run, *opts.Attempt, body)
 		}), nil
 	}

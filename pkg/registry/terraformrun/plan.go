@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"time"
 
@@ -40,7 +42,8 @@ const maxResultBytes = 64 << 10
 // asks for the file with ?wait=true and is answered once it has the apply
 // stage. POST ?attempt=N&part=P is the plan
 // stage's upload of one part; part=result comes last and records the plan in
-// status.plan.
+// status.plan; part=all uploads several parts, the result last if among
+// them, in one multipart/form-data body, and stores them together.
 type PlanREST struct {
 	connectBase
 }
@@ -67,11 +70,14 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 		if err := planNotRecorded(run); err != nil {
 			return nil, err
 		}
-		return uploadHandler(responder, func(body io.Reader) error {
-			if opts.Part == terrarun.PlanPartResult {
-				return r.record(ctx, run, *opts.Attempt, body)
+		return uploadHandler(responder, func(req *http.Request) error {
+			switch opts.Part {
+			case terrarun.PlanPartResult:
+				return r.record(ctx, run, *opts.Attempt, req.Body)
+			case terrarun.PlanPartAll:
+				return r.putAll(ctx, run, *opts.Attempt, req)
 			}
-			_, err := r.artifacts.Put(ctx, runRef(run), planParts[opts.Part], body)
+			_, err := r.artifacts.Put(ctx, runRef(run), planParts[opts.Part], req.Body)
 			if err != nil {
 				return artifactError(err, name, "plan", "")
 			}
@@ -297,6 +303,58 @@ func nextRunEvent(ctx context.Context, w watch.Interface) (*terrarun.TerraformRu
 			}
 		}
 	}
+}
+
+// putAll stores the parts of a multipart/form-data upload (part=all)
+// together, then records the plan if the result is its last part.
+func (r *PlanREST) putAll(ctx context.Context, run *terrarun.TerraformRun, attempt int32, req *http.Request) error {
+	mediaType, params, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusUnsupportedMediaType,
+			Reason:  metav1.StatusReasonUnsupportedMediaType,
+			Message: "part=all takes a multipart/form-data body with a boundary, one form part per plan part (file, text, json, source, then result)",
+		}}
+	}
+	mr := multipart.NewReader(req.Body, params["boundary"])
+	// The result is read whole (record refuses one that is too large), and
+	// the body must end after it, before the other parts are committed.
+	var result []byte
+	_, err = r.artifacts.PutAll(ctx, runRef(run), func() (artifacts.Kind, io.Reader, error) {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return "", nil, io.EOF
+		}
+		if err != nil {
+			return "", nil, apierrors.NewBadRequest("reading the multipart body: " + err.Error())
+		}
+		name := p.FormName()
+		if name == terrarun.PlanPartResult {
+			if result, err = io.ReadAll(io.LimitReader(p, maxResultBytes+1)); err != nil {
+				return "", nil, apierrors.NewBadRequest("reading the plan result: " + err.Error())
+			}
+			if _, err := mr.NextPart(); err != io.EOF {
+				return "", nil, apierrors.NewBadRequest("the result must be the last part of the upload")
+			}
+			return "", nil, io.EOF
+		}
+		kind, ok := planParts[name]
+		if !ok {
+			return "", nil, apierrors.NewBadRequest(fmt.Sprintf("unknown plan part %q in the upload: name each form part file, text, json, source or result", name))
+		}
+		return kind, p, nil
+	})
+	if err != nil {
+		if _, ok := err.(apierrors.APIStatus); ok {
+			return err
+		}
+		return artifactError(err, run.Name, "plan", "")
+	}
+	if result == nil {
+		return nil
+	}
+	return r.record(ctx, run, attempt, bytes.NewReader(result))
 }
 
 // record reads the plan stage's result document, the last part of its

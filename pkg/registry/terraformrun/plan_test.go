@@ -1,8 +1,12 @@
 package terraformrun
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,6 +55,96 @@ func newPlannedRun(t *testing.T, env *testEnv, name string) *terrarun.TerraformR
 	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
 	uploadPlan(t, env, name)
 	return env.getRun(t, name)
+}
+
+// multipartPlan is a part=all body of the named parts of testPlan, in order;
+// a name that testPlan does not have gets a body of its own.
+func multipartPlan(t *testing.T, names ...string) typedBody {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, name := range names {
+		w, err := mw.CreateFormField(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, ok := testPlan[name]
+		if !ok {
+			body = "not a plan part"
+		}
+		if _, err := io.WriteString(w, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return typedBody{&buf, mw.FormDataContentType()}
+}
+
+// TestPlanUploadAll: the parts of a plan uploaded in one multipart body
+// (part=all) are stored and recorded as parts uploaded one by one are; a
+// body that is not multipart, a part of another name, a result that is not
+// last, are refused and store nothing; without the result, the parts are
+// stored and the plan is not recorded.
+func TestPlanUploadAll(t *testing.T) {
+	env := newTestEnv(t)
+	one := newPlannedRun(t, env, "one-by-one")
+
+	all := env.createRun(t, "all", nil)
+	env.runningStage(t, all, planStage, terrarun.StagePlan, 1)
+	w := connect(t, env.storage.Plan, planStage, http.MethodPost, "all", "attempt=1&part=all", multipartPlan(t, "file", "text", "json", "source", "result"))
+	expectStatus(t, w, http.StatusNoContent)
+	got := env.getRun(t, "all").Status.Plan
+	if got == nil || got.Digest != one.Status.Plan.Digest || got.Parts == nil || *got.Parts != *one.Status.Plan.Parts || got.Add != 1 || !got.HasChanges {
+		t.Fatalf("status.plan after part=all = %+v, want %+v", got, one.Status.Plan)
+	}
+	w = connect(t, env.storage.Plan, alice, http.MethodGet, "all", "format=text", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != testPlan["text"] {
+		t.Errorf("the text of a plan uploaded with part=all is %q", w.Body.String())
+	}
+
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+		code int
+		msg  string
+	}{
+		{"not multipart", typedBody{strings.NewReader(testPlan["text"]), "text/plain"}, http.StatusUnsupportedMediaType, "multipart/form-data"},
+		{"a part of another name", multipartPlan(t, "text", "state", "file"), http.StatusBadRequest, "unknown plan part"},
+		{"the result before a part", multipartPlan(t, "text", "json", "source", "result", "file"), http.StatusBadRequest, "the result must be the last part"},
+	} {
+		name := "refused-" + strings.ReplaceAll(tc.name, " ", "-")
+		run := env.createRun(t, name, nil)
+		env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+		w := connect(t, env.storage.Plan, planStage, http.MethodPost, name, "attempt=1&part=all", tc.body)
+		expectStatus(t, w, tc.code)
+		if !strings.Contains(w.Body.String(), tc.msg) {
+			t.Errorf("%s: %s, want it to say %q", tc.name, w.Body.String(), tc.msg)
+		}
+		for _, kind := range []artifacts.Kind{artifacts.PlanText, artifacts.PlanFile} {
+			if _, err := env.artifacts.Stat(t.Context(), runRef(run), kind); !errors.Is(err, artifacts.ErrNotFound) {
+				t.Errorf("%s: %s stored (%v), want nothing", tc.name, kind, err)
+			}
+		}
+		if run := env.getRun(t, name); run.Status.Plan != nil {
+			t.Errorf("%s: status.plan = %+v", tc.name, run.Status.Plan)
+		}
+	}
+
+	carried := env.createRun(t, "carried", nil)
+	env.runningStage(t, carried, planStage, terrarun.StagePlan, 1)
+	w = connect(t, env.storage.Plan, planStage, http.MethodPost, "carried", "attempt=1&part=all", multipartPlan(t, "source", "file", "text", "json"))
+	expectStatus(t, w, http.StatusNoContent)
+	if run := env.getRun(t, "carried"); run.Status.Plan != nil {
+		t.Errorf("status.plan = %+v before the result", run.Status.Plan)
+	}
+	w = connect(t, env.storage.Plan, planStage, http.MethodPost, "carried", "attempt=1&part=result", strings.NewReader(testPlan["result"]))
+	expectStatus(t, w, http.StatusNoContent)
+	if got := env.getRun(t, "carried").Status.Plan; got == nil || got.Digest != one.Status.Plan.Digest {
+		t.Errorf("status.plan = %+v after the result, want digest %s", got, one.Status.Plan.Digest)
+	}
 }
 
 func TestPlanUploadAndRead(t *testing.T) {

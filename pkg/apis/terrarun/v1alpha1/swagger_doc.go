@@ -25,7 +25,7 @@ func (TerraformRunPlanOptions) SwaggerDoc() map[string]string {
 		"format":  "format is text (the default), json (redacted), file or source (GET only). file and source are served only to the executor of the run's apply stage.",
 		"wait":    "wait blocks until the plan exists or the plan stage has ended without one (GET only).",
 		"attempt": "attempt is the plan stage attempt that uploads; a POST must set it.",
-		"part":    "part is the uploaded part: file, text, json, source, or result, which is uploaded last; a POST must set it.",
+		"part":    "part is the uploaded part: file, text, json, source, or result, which is uploaded last; or all, several of them in one multipart/form-data body. A POST must set it.",
 	}
 }
 

@@ -697,6 +697,11 @@ const (
 	PlanPartSource = "source"
 	// PlanPartResult is the plan stage's result document, uploaded last.
 	PlanPartResult = "result"
+	// PlanPartAll is an upload of several parts in one multipart/form-data
+	// body, each part named by its form name (file, text, json, source and,
+	// last, result if it is part of it): the parts are stored together, in
+	// one transaction where they fit.
+	PlanPartAll = "all"
 )
 
 // +k8s:conversion-gen:explicit-from=net/url.Values
@@ -748,7 +753,8 @@ type TerraformRunPlanOptions struct {
 	// +optional
 	Attempt *int32 `json:"attempt,omitempty" protobuf:"varint,3,opt,name=attempt"`
 	// part is the uploaded part: file, text, json, source, or result, which is
-	// uploaded last; a POST must set it.
+	// uploaded last; or all, several of them in one multipart/form-data body.
+	// A POST must set it.
 	// +optional
 	Part string `json:"part,omitempty" protobuf:"bytes,4,opt,name=part"`
 }

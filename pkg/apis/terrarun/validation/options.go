@@ -15,7 +15,7 @@ var (
 	// source are also accepted, but served only to the apply stage's executor.
 	supportedPlanFormats = []string{terrarun.PlanFormatText, terrarun.PlanFormatJSON}
 	acceptedPlanFormats  = []string{"", terrarun.PlanFormatText, terrarun.PlanFormatJSON, terrarun.PlanFormatFile, terrarun.PlanFormatSource}
-	supportedPlanParts   = []string{terrarun.PlanPartFile, terrarun.PlanPartText, terrarun.PlanPartJSON, terrarun.PlanPartSource, terrarun.PlanPartResult}
+	supportedPlanParts   = []string{terrarun.PlanPartFile, terrarun.PlanPartText, terrarun.PlanPartJSON, terrarun.PlanPartSource, terrarun.PlanPartResult, terrarun.PlanPartAll}
 )
 
 // ValidateTerraformRunLogOptions validates the query options of the logs
@@ -58,7 +58,7 @@ func ValidateTerraformRunPlanOptions(opts *terrarun.TerraformRunPlanOptions, upl
 	partPath := field.NewPath("part")
 	switch {
 	case opts.Part == "":
-		allErrs = append(allErrs, field.Required(partPath, "name the uploaded part: file, text, json, source or result"))
+		allErrs = append(allErrs, field.Required(partPath, "name the uploaded part: file, text, json, source, result, or all for a multipart/form-data body of several"))
 	case !slices.Contains(supportedPlanParts, opts.Part):
 		allErrs = append(allErrs, field.NotSupported(partPath, opts.Part, supportedPlanParts))
 	}
