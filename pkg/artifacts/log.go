@@ -193,6 +193,21 @@ func (s *Store) updateLog(ctx context.Context, base string, keys logKeys, change
 // Appending to a closed log returns an error wrapping ErrLogClosed. An empty p
 // is a no-op.
 func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt int32, p []byte) error {
+	return s.appendLog(ctx, run, stage, attempt, p, false)
+}
+
+// EndLog appends p, the last bytes of the log of the given stage attempt of
+// run, as AppendLog does, and closes the log as CloseLog does, in the
+// transaction of p's last chunk: a stage's writer that has finished costs no
+// transaction of its own to close its log.
+func (s *Store) EndLog(ctx context.Context, run RunRef, stage string, attempt int32, p []byte) error {
+	return s.appendLog(ctx, run, stage, attempt, p, true)
+}
+
+func (s *Store) appendLog(ctx context.Context, run RunRef, stage string, attempt int32, p []byte, end bool) error {
+	if end && len(p) == 0 {
+		return s.CloseLog(ctx, run, stage, attempt)
+	}
 	keys, err := s.logKeys(run, stage, attempt)
 	if err != nil {
 		return err
@@ -232,6 +247,7 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 			}
 			next.Chunks++
 			next.Size += int64(len(data))
+			next.Closed = end && (len(p) == 0 || next.Truncated)
 			stored = int64(len(data))
 			return next, []clientv3.Op{
 				clientv3.OpPut(key, sealed, clientv3.WithLease(lease)),
@@ -243,7 +259,13 @@ func (s *Store) AppendLog(ctx context.Context, run RunRef, stage string, attempt
 		}
 		s.countLog(run, stored)
 		metrics.LogBytes.WithLabelValues(run.Namespace).Add(float64(stored))
+		if m.Closed {
+			s.cacheLogMeta(keys.meta, nil)
+		}
 		if m.Truncated {
+			if end && !m.Closed {
+				return s.CloseLog(ctx, run, stage, attempt)
+			}
 			return nil
 		}
 	}

@@ -1219,3 +1219,67 @@ func TestPutAll(t *testing.T) {
 		t.Errorf("PutAll with %s twice: %v, want an error", PlanText, err)
 	}
 }
+
+// TestEndLog: the last bytes and the close of a log in one transaction; a
+// follower ends with them; an empty end is a close; a log truncated on the
+// way is closed too; nothing is appended after.
+func TestEndLog(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	s := New(cli, Options{Limits: Limits{Log: 64}})
+	revision := func() int64 {
+		resp, err := cli.Get(ctx, "revision")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	if err := s.AppendLog(ctx, testRun, "plan", 1, []byte("Planning...\n")); err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan string, 1)
+	go func() { followed <- streamAll(t, s, ctx, testRun, "plan", 1, LogOptions{Follow: true}) }()
+	before := revision()
+	if err := s.EndLog(ctx, testRun, "plan", 1, []byte("Plan: 1 to add.\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := revision() - before; got != 1 {
+		t.Errorf("EndLog: %d transactions, want 1", got)
+	}
+	select {
+	case got := <-followed:
+		if got != "Planning...\nPlan: 1 to add.\n" {
+			t.Errorf("followed %q", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow did not end with EndLog")
+	}
+	if err := s.AppendLog(ctx, testRun, "plan", 1, []byte("late\n")); !errors.Is(err, ErrLogClosed) {
+		t.Errorf("append after EndLog: %v, want ErrLogClosed", err)
+	}
+	if err := s.EndLog(ctx, testRun, "plan", 1, []byte("late\n")); !errors.Is(err, ErrLogClosed) {
+		t.Errorf("EndLog after EndLog: %v, want ErrLogClosed", err)
+	}
+
+	for _, tc := range []struct {
+		attempt int32
+		last    []byte
+		want    string
+	}{
+		{2, nil, "start\n"},
+		{3, bytes.Repeat([]byte("x"), 100), "start\n" + strings.Repeat("x", 58) + fmt.Sprintf(TruncationMarker, 64)},
+	} {
+		if err := s.AppendLog(ctx, testRun, "plan", tc.attempt, []byte("start\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EndLog(ctx, testRun, "plan", tc.attempt, tc.last); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendLog(ctx, testRun, "plan", tc.attempt, []byte("late\n")); !errors.Is(err, ErrLogClosed) {
+			t.Errorf("attempt %d: append after EndLog of %d bytes: %v, want ErrLogClosed", tc.attempt, len(tc.last), err)
+		}
+		if got := streamAll(t, s, ctx, testRun, "plan", tc.attempt, LogOptions{Follow: true}); got != tc.want {
+			t.Errorf("attempt %d: %q, want %q", tc.attempt, got, tc.want)
+		}
+	}
+}

@@ -34,7 +34,8 @@ var ErrForbidden = errors.New("forbidden: this executor is not the run's current
 // package stage.
 type Client interface {
 	// OpenLog starts a streamed POST of the stage's log. Every Write is sent
-	// as it happens; Close ends the body and returns the server's answer.
+	// as it happens; Close ends the body, and with it the log, and returns
+	// the server's answer.
 	OpenLog(ctx context.Context, stage v1alpha1.StageName, attempt int32) (io.WriteCloser, error)
 	// PutPlan uploads parts of the plan in one request, the result, if it
 	// is among them, last: the server stores them together.
@@ -389,7 +390,9 @@ func (c *HTTPClient) AwaitApply(ctx context.Context) (io.ReadCloser, error) {
 // say), the next Write fails with that answer.
 func (c *HTTPClient) OpenLog(ctx context.Context, stageName v1alpha1.StageName, attempt int32) (io.WriteCloser, error) {
 	pr, pw := io.Pipe()
-	q := url.Values{"stage": {string(stageName)}, "attempt": {strconv.Itoa(int(attempt))}}
+	// Each stream is the rest of the stage's log: one that the executor
+	// ends cleanly ends the log, in the transaction of its last lines.
+	q := url.Values{"stage": {string(stageName)}, "attempt": {strconv.Itoa(int(attempt))}, "end": {"true"}}
 	req, err := c.newRequest(ctx, http.MethodPost, "logs", q, pr, "text/plain; charset=utf-8")
 	if err != nil {
 		return nil, fmt.Errorf("open log stream: %w", err)

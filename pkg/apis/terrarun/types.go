@@ -720,6 +720,12 @@ type TerraformRunLogOptions struct {
 	// limitBytes, when set, stops after limitBytes bytes (GET only).
 	// +optional
 	LimitBytes *int64 `json:"limitBytes,omitempty"`
+	// end, on a POST, makes the stream the whole log of the stage attempt:
+	// when its body ends cleanly, its last bytes and the log's end are one
+	// write, and followers end. A stream that breaks leaves the log open
+	// (the run controller ends it with the stage). POST only.
+	// +optional
+	End bool `json:"end,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -1430,6 +1430,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunLogOptions(ref common.Referen
 							Format:      "int64",
 						},
 					},
+					"end": {
+						SchemaProps: spec.SchemaProps{
+							Description: "end, on a POST, makes the stream the whole log of the stage attempt: when its body ends cleanly, its last bytes and the log's end are one write, and followers end. A stream that breaks leaves the log open (the run controller ends it with the stage). POST only.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

@@ -85,7 +85,7 @@ func TestConnectOptionsAreQueryParameters(t *testing.T) {
 		want      []string
 	}{
 		{"plan", &PlanREST{}, []string{"attempt:integer", "format:string", "part:string", "wait:boolean"}},
-		{"logs", &LogsREST{}, []string{"attempt:integer", "follow:boolean", "limitBytes:integer", "stage:string", "tailLines:integer"}},
+		{"logs", &LogsREST{}, []string{"attempt:integer", "end:boolean", "follow:boolean", "limitBytes:integer", "stage:string", "tailLines:integer"}},
 		{"outputs", &OutputsREST{}, []string{"attempt:integer"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

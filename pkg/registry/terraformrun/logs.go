@@ -57,8 +57,7 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 			return nil, err
 		}
 		return uploadHandler(responder, func(req *http.Request) error {
-			body := req.Body
-			return r.append(ctx, run, opts.Stage, *opts.Attempt, body)
+			return r.append(ctx, run, opts.Stage, *opts.Attempt, opts.End, req.Body)
 		}), nil
 	}
 
@@ -188,8 +187,9 @@ func (f *flushWriter) Flush() {
 // append appends the executor's stream to the log of the stage attempt as it
 // arrives, in batches: what arrives within logBatchDelay of a batch's first
 // byte, up to logReadSize, is one append, so that a log of many short lines
-// costs a transaction per batch rather than per line.
-func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stageName terrarun.StageName, attempt int32, body io.Reader) error {
+// costs a transaction per batch rather than per line. With end, a stream
+// that ends cleanly ends the log.
+func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stageName terrarun.StageName, attempt int32, end bool, body io.Reader) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pieces := make(chan []byte, 16)
@@ -215,6 +215,14 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 		}
 	}()
 	ref := runRef(run)
+	closedErr := func(err error) error {
+		return artifactError(err, run.Name, "logs", fmt.Sprintf("the %s log of attempt %d is closed: the stage has ended", stageName, attempt))
+	}
+	// With end, a stream that ends cleanly is the stage's whole log: its
+	// last batch closes the log in the same transaction (EndLog). One that
+	// breaks leaves the log open, and the controller closes it when the
+	// stage ends.
+	ended := false
 	for piece := range pieces {
 		batch := piece
 		timer := time.NewTimer(logBatchDelay)
@@ -223,6 +231,7 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 			select {
 			case more, ok := <-pieces:
 				if !ok {
+					ended = true
 					break collect
 				}
 				batch = append(batch, more...)
@@ -231,14 +240,23 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 			}
 		}
 		timer.Stop()
-		if err := r.artifacts.AppendLog(ctx, ref, string(stageName), attempt, batch); err != nil {
-			return artifactError(err, run.Name, "logs", fmt.Sprintf("the %s log of attempt %d is closed: the stage has ended", stageName, attempt))
+		write := r.artifacts.AppendLog
+		if end && ended && len(readErr) == 0 && ctx.Err() == nil {
+			write = r.artifacts.EndLog
+		}
+		if err := write(ctx, ref, string(stageName), attempt, batch); err != nil {
+			return closedErr(err)
 		}
 	}
 	select {
 	case err := <-readErr:
 		return apierrors.NewBadRequest("reading the log stream: " + err.Error())
 	default:
-		return nil
 	}
+	if end && !ended && ctx.Err() == nil {
+		if err := r.artifacts.CloseLog(ctx, ref, string(stageName), attempt); err != nil {
+			return closedErr(err)
+		}
+	}
+	return nil
 }

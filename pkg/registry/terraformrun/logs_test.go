@@ -2,12 +2,14 @@ package terraformrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -311,4 +313,56 @@ func TestWaitsAreCappedAndEndOnShutdown(t *testing.T) {
 	}
 	expectStatus(t, connect(t, env.storage.Logs, bob, http.MethodGet, "web", "stage=apply&follow=true", nil),
 		http.StatusServiceUnavailable, "the server is shutting down; try again")
+}
+
+// TestLogsEnd: an executor's stream with end=true ends the log with its last
+// lines, in one transaction; followers end; nothing is appended after. A
+// stream with end=true that breaks leaves the log open. A read cannot end a
+// log.
+func TestLogsEnd(t *testing.T) {
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	revision := func() int64 {
+		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", strings.NewReader("Initializing...\n")), http.StatusNoContent)
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		done <- connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1&follow=true", nil)
+	}()
+	before := revision()
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1&end=true", strings.NewReader("Plan: 1 to add.\n")), http.StatusNoContent)
+	if got := revision() - before; got != 1 {
+		t.Errorf("a last line and the log's end: %d transactions, want 1", got)
+	}
+	select {
+	case w := <-done:
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != "Initializing...\nPlan: 1 to add.\n" {
+			t.Errorf("followed %q", w.Body.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow did not end with the log")
+	}
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", strings.NewReader("late\n")), http.StatusConflict, "the plan log of attempt 1 is closed")
+
+	run = env.runningStage(t, run, planStage, terrarun.StagePlan, 2)
+	broken := io.MultiReader(strings.NewReader("Initializing...\n"), iotest.ErrReader(errors.New("connection reset")))
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=2&end=true", broken), http.StatusBadRequest, "connection reset")
+	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=2", strings.NewReader("resumed\n")), http.StatusNoContent)
+	if err := env.artifacts.CloseLog(t.Context(), runRef(run), "plan", 2); err != nil {
+		t.Fatal(err)
+	}
+	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=2", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != "Initializing...\nresumed\n" {
+		t.Errorf("the log after a broken stream: %q", w.Body.String())
+	}
+
+	expectStatus(t, connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=2&end=true", nil), http.StatusUnprocessableEntity, "only the stage's executor ends its log")
 }

@@ -50,8 +50,7 @@ func (r *OutputsREST) Connect(ctx context.Context, name string, options runtime.
 			return nil, err
 		}
 		return uploadHandler(responder, func(req *http.Request) error {
-			body := req.Body
-			return r.upload(ctx, run, *opts.Attempt, body)
+			return r.upload(ctx, run, *opts.Attempt, req.Body)
 		}), nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -1201,6 +1201,14 @@ func (m *TerraformRunLogOptions) MarshalToSizedBuffer(dAtA []byte) (int, error) 
 	_ = i
 	var l int
 	_ = l
+	i--
+	if m.End {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x30
 	if m.LimitBytes != nil {
 		i = encodeVarintGenerated(dAtA, i, uint64(*m.LimitBytes))
 		i--
@@ -2621,6 +2629,7 @@ func (m *TerraformRunLogOptions) Size() (n int) {
 	if m.LimitBytes != nil {
 		n += 1 + sovGenerated(uint64(*m.LimitBytes))
 	}
+	n += 2
 	return n
 }
 
@@ -3302,6 +3311,7 @@ func (this *TerraformRunLogOptions) String() string {
 		`Follow:` + fmt.Sprintf("%v", this.Follow) + `,`,
 		`TailLines:` + valueToStringGenerated(this.TailLines) + `,`,
 		`LimitBytes:` + valueToStringGenerated(this.LimitBytes) + `,`,
+		`End:` + fmt.Sprintf("%v", this.End) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7346,6 +7356,26 @@ func (m *TerraformRunLogOptions) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.LimitBytes = &v
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field End", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.End = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

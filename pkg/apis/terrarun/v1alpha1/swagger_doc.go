@@ -15,6 +15,7 @@ func (TerraformRunLogOptions) SwaggerDoc() map[string]string {
 		"follow":     "follow streams the log until the stage attempt ends (GET only).",
 		"tailLines":  "tailLines, when set, starts with the last tailLines lines of the log (GET only).",
 		"limitBytes": "limitBytes, when set, stops after limitBytes bytes (GET only).",
+		"end":        "end, on a POST, makes the stream the whole log of the stage attempt: when its body ends cleanly, its last bytes and the log's end are one write, and followers end. A stream that breaks leaves the log open (the run controller ends it with the stage). POST only.",
 	}
 }
 

@@ -730,6 +730,12 @@ type TerraformRunLogOptions struct {
 	// limitBytes, when set, stops after limitBytes bytes (GET only).
 	// +optional
 	LimitBytes *int64 `json:"limitBytes,omitempty" protobuf:"varint,5,opt,name=limitBytes"`
+	// end, on a POST, makes the stream the whole log of the stage attempt:
+	// when its body ends cleanly, its last bytes and the log's end are one
+	// write, and followers end. A stream that breaks leaves the log open
+	// (the run controller ends it with the stage). POST only.
+	// +optional
+	End bool `json:"end,omitempty" protobuf:"varint,6,opt,name=end"`
 }
 
 // +k8s:conversion-gen:explicit-from=net/url.Values

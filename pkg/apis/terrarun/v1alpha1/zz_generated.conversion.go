@@ -935,6 +935,7 @@ func autoConvert_v1alpha1_TerraformRunLogOptions_To_terrarun_TerraformRunLogOpti
 	out.Follow = in.Follow
 	out.TailLines = (*int64)(unsafe.Pointer(in.TailLines))
 	out.LimitBytes = (*int64)(unsafe.Pointer(in.LimitBytes))
+	out.End = in.End
 	return nil
 }
 
@@ -949,6 +950,7 @@ func autoConvert_terrarun_TerraformRunLogOptions_To_v1alpha1_TerraformRunLogOpti
 	out.Follow = in.Follow
 	out.TailLines = (*int64)(unsafe.Pointer(in.TailLines))
 	out.LimitBytes = (*int64)(unsafe.Pointer(in.LimitBytes))
+	out.End = in.End
 	return nil
 }
 
@@ -994,6 +996,13 @@ func autoConvert_url_Values_To_v1alpha1_TerraformRunLogOptions(in *url.Values, o
 		}
 	} else {
 		out.LimitBytes = nil
+	}
+	if values, ok := map[string][]string(*in)["end"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_bool(&values, &out.End, s); err != nil {
+			return err
+		}
+	} else {
+		out.End = false
 	}
 	return nil
 }

@@ -35,6 +35,9 @@ func ValidateTerraformRunLogOptions(opts *terrarun.TerraformRunLogOptions, uploa
 	if upload {
 		return allErrs
 	}
+	if opts.End {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("end"), "only the stage's executor ends its log, with the POST that writes it"))
+	}
 	if opts.TailLines != nil {
 		allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(*opts.TailLines, field.NewPath("tailLines"))...)
 	}
