@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -486,6 +487,19 @@ func TestContentNegotiationThroughTheAggregator(t *testing.T) {
 	}
 	if list, ok := obj.(*v1alpha1.TerraformRunList); !ok || len(list.Items) != 1 || list.Items[0].Name != "negotiated" {
 		t.Errorf("the protobuf list decoded to %T %+v, want the run negotiated", obj, obj)
+	}
+	// Stored in protobuf too: Kubernetes' envelope, magic "k8s\x00".
+	found := false
+	for _, kv := range etcdGet(t, "/registry/", clientv3.WithPrefix()).Kvs {
+		if strings.HasSuffix(string(kv.Key), "/terraformruns/"+ns+"/negotiated") {
+			found = true
+			if !bytes.HasPrefix(kv.Value, []byte("k8s\x00")) {
+				t.Errorf("%s is stored as %.40q, want protobuf", kv.Key, kv.Value)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the run negotiated is not in terrarun's etcd under /registry/")
 	}
 }
 
