@@ -80,6 +80,16 @@ func keys(t *testing.T, cli *clientv3.Client, prefix string) map[string][]byte {
 
 func ptr[T any](v T) *T { return &v }
 
+// etcdRevision is etcd's current revision: its growth counts transactions.
+func etcdRevision(t *testing.T, ctx context.Context, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(ctx, "revision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
 func TestPlanFileRoundTrip20MiB(t *testing.T) {
 	ctx := testContext(t)
 	cli := startEtcd(t)
@@ -1080,13 +1090,7 @@ func TestPutTransactions(t *testing.T) {
 	ctx := testContext(t)
 	cli := startEtcd(t)
 	s := New(cli, Options{ChunkSize: 1024})
-	revision := func() int64 {
-		resp, err := cli.Get(ctx, "revision")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	revision := func() int64 { return etcdRevision(t, ctx, cli) }
 	// The run's lease is granted by the first Put.
 	if _, err := s.Put(ctx, testRun, PlanText, strings.NewReader("x")); err != nil {
 		t.Fatal(err)
@@ -1129,13 +1133,7 @@ func TestPutAll(t *testing.T) {
 	ctx := testContext(t)
 	cli := startEtcd(t)
 	s := New(cli, Options{ChunkSize: 1024})
-	revision := func() int64 {
-		resp, err := cli.Get(ctx, "revision")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	revision := func() int64 { return etcdRevision(t, ctx, cli) }
 	// The run's lease is granted by the first Put.
 	if _, err := s.Put(ctx, testRun, Outputs, strings.NewReader("{}")); err != nil {
 		t.Fatal(err)
@@ -1227,13 +1225,7 @@ func TestEndLog(t *testing.T) {
 	ctx := testContext(t)
 	cli := startEtcd(t)
 	s := New(cli, Options{Limits: Limits{Log: 64}})
-	revision := func() int64 {
-		resp, err := cli.Get(ctx, "revision")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	revision := func() int64 { return etcdRevision(t, ctx, cli) }
 	if err := s.AppendLog(ctx, testRun, "plan", 1, []byte("Planning...\n")); err != nil {
 		t.Fatal(err)
 	}
