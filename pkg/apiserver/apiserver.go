@@ -76,6 +76,9 @@ type ExtraConfig struct {
 	MaxFollowsPerUser int
 	// Controller configures the run controller.
 	Controller ControllerConfig
+	// StorageMediaType is how objects are stored (--storage-media-type):
+	// protobuf by default, JSON or YAML.
+	StorageMediaType string
 }
 
 // ControllerConfig configures the run controller, which runs on the elected
@@ -184,7 +187,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
 	}
 	if extra.Controller.Kube == nil {
-		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, c.GenericConfig.Authorization.Authorizer); err != nil {
+		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, extra.StorageMediaType, c.GenericConfig.Authorization.Authorizer); err != nil {
 			return nil, err
 		}
 	}
@@ -214,6 +217,19 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// StorageCodec stores objects in version gv encoded as mediaType, one of the
+// media types the group serves (protobuf, JSON or YAML), and reads back
+// objects stored in any of them, converted to the internal version: a
+// server started with another --storage-media-type reads what earlier ones
+// stored.
+func StorageCodec(mediaType string, gv schema.GroupVersion) (runtime.Codec, error) {
+	info, ok := runtime.SerializerInfoForMediaType(Codecs.SupportedMediaTypes(), mediaType)
+	if !ok || mediaType == runtime.ContentTypeCBOR {
+		return nil, fmt.Errorf("--storage-media-type %q: objects can be stored as %s, %s or %s", mediaType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, runtime.ContentTypeYAML)
+	}
+	return Codecs.CodecForVersions(info.Serializer, Codecs.UniversalDeserializer(), schema.GroupVersions{gv}, runtime.InternalGroupVersioner), nil
 }
 
 // ProtobufClientConfig returns a copy of c for the server's clients of

@@ -46,10 +46,14 @@ func addStandaloneTypes(scheme *runtime.Scheme) error {
 	return event.AddFieldLabelConversions(scheme)
 }
 
-// installStandaloneAPIs installs the standalone types' storage; authz
-// answers access reviews.
-func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter generic.RESTOptionsGetter, authz authorizer.Authorizer) error {
-	events, err := event.NewREST(Scheme, versionedStorage{optsGetter, corev1.SchemeGroupVersion})
+// installStandaloneAPIs installs the standalone types' storage, stored as
+// mediaType; authz answers access reviews.
+func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter generic.RESTOptionsGetter, mediaType string, authz authorizer.Authorizer) error {
+	codec, err := StorageCodec(mediaType, corev1.SchemeGroupVersion)
+	if err != nil {
+		return err
+	}
+	events, err := event.NewREST(Scheme, versionedStorage{optsGetter, corev1.SchemeGroupVersion, codec})
 	if err != nil {
 		return err
 	}
@@ -68,11 +72,12 @@ func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter gene
 	return nil
 }
 
-// versionedStorage stores a group's objects in version gv: the server's
-// storage codec encodes terrarun.dev's types only.
+// versionedStorage stores a group's objects in version gv with codec: the
+// server's storage codec encodes terrarun.dev's types only.
 type versionedStorage struct {
 	generic.RESTOptionsGetter
-	gv schema.GroupVersion
+	gv    schema.GroupVersion
+	codec runtime.Codec
 }
 
 // GetRESTOptions implements generic.RESTOptionsGetter.
@@ -82,7 +87,7 @@ func (v versionedStorage) GetRESTOptions(resource schema.GroupResource, example 
 		return opts, err
 	}
 	cfg := *opts.StorageConfig
-	cfg.Codec = Codecs.LegacyCodec(v.gv)
+	cfg.Codec = v.codec
 	cfg.EncodeVersioner = v.gv
 	opts.StorageConfig = &cfg
 	return opts, nil

@@ -85,7 +85,8 @@ func NewOptions(out io.Writer) *Options {
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Objects are stored in protobuf, as Kubernetes stores its built-in
 	// types: smaller and faster to encode and decode than JSON. Objects
-	// stored in JSON by earlier versions are still read.
+	// stored in JSON by earlier versions are still read (Complete builds
+	// the codec).
 	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
 	o.Recommended.SecureServing.BindPort = defaultSecurePort
 	// kube-apiserver applies priority and fairness to every request before
@@ -119,10 +120,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Complete records which flags fs says the user set, and fills in what
-// follows from the mode: a relative --data-dir is made absolute, as the
-// stages' sandbox and the kubeconfig files name it.
+// follows from them: the storage codec of --storage-media-type, and a
+// relative --data-dir made absolute, as the stages' sandbox and the
+// kubeconfig files name it.
 func (o *Options) Complete(fs *pflag.FlagSet) error {
 	o.bindAddressSet = fs.Changed("bind-address")
+	codec, err := apiserver.StorageCodec(o.Recommended.Etcd.DefaultStorageMediaType, v1alpha1.SchemeGroupVersion)
+	if err != nil {
+		return err
+	}
+	o.Recommended.Etcd.StorageConfig.Codec = codec
 	if o.DataDir != "" {
 		abs, err := filepath.Abs(o.DataDir)
 		if err != nil {
@@ -278,6 +285,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			Executor:          exec,
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,
+			StorageMediaType:  o.Recommended.Etcd.DefaultStorageMediaType,
 			Controller: apiserver.ControllerConfig{
 				Enabled:               o.Executor.RunController,
 				Etcd:                  etcdClient,

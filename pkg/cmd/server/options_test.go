@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -11,8 +12,12 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/util/compatibility"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
 // parse returns options parsed from args as the command parses them.
@@ -174,5 +179,52 @@ func TestServerVersionParses(t *testing.T) {
 	}
 	if fmt.Sprint(v.Major()) != info.Major || fmt.Sprint(v.Minor()) != info.Minor || !strings.Contains(info.GitVersion, "+terrarun.") {
 		t.Errorf("gitVersion %q for API level %s.%s", info.GitVersion, info.Major, info.Minor)
+	}
+}
+
+// TestStorageMediaType: runs are stored in protobuf unless
+// --storage-media-type says JSON or YAML, and either codec reads what the
+// others stored; a media type the group cannot store is refused by name.
+func TestStorageMediaType(t *testing.T) {
+	run := &terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team-a"},
+		Spec:       terrarun.TerraformRunSpec{Source: terrarun.Source{Inline: map[string]string{"main.tf": "# empty\n"}}},
+	}
+	stored := map[string][]byte{}
+	for _, tc := range []struct{ flag, prefix string }{
+		{"", "k8s\x00"},
+		{"--storage-media-type=application/vnd.kubernetes.protobuf", "k8s\x00"},
+		{"--storage-media-type=application/json", `{"kind":"TerraformRun"`},
+		{"--storage-media-type=application/yaml", "apiVersion: terrarun.dev/v1alpha1"},
+	} {
+		var args []string
+		if tc.flag != "" {
+			args = append(args, tc.flag)
+		}
+		codec := parse(t, args...).Recommended.Etcd.StorageConfig.Codec
+		data, err := runtime.Encode(codec, run)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.flag, err)
+		}
+		if !bytes.HasPrefix(data, []byte(tc.prefix)) {
+			t.Errorf("%q: stored as %.40q, want it to start with %q", tc.flag, data, tc.prefix)
+		}
+		stored[tc.flag] = data
+	}
+	for flag, data := range stored {
+		obj, err := runtime.Decode(parse(t).Recommended.Etcd.StorageConfig.Codec, data)
+		if got, ok := obj.(*terrarun.TerraformRun); err != nil || !ok || got.Name != "web" || got.Spec.Source.Inline["main.tf"] != "# empty\n" {
+			t.Errorf("the protobuf storage reading what %q stored: %v, %#v", flag, err, obj)
+		}
+	}
+
+	o := NewOptions(io.Discard)
+	fs := pflag.NewFlagSet("terrarun-apiserver", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--storage-media-type=application/cbor"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(fs); err == nil || !strings.Contains(err.Error(), "--storage-media-type") {
+		t.Errorf("--storage-media-type=application/cbor: %v, want an error naming the flag", err)
 	}
 }
