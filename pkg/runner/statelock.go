@@ -19,7 +19,10 @@ type lockInfo struct {
 }
 
 var (
-	lockErrorRegexp = regexp.MustCompile(`Error acquiring the state lock`)
+	// The second form is a new workspace's state, which the backend locks
+	// to create it ("error loading state: the state is already locked by
+	// another tofu client").
+	lockErrorRegexp = regexp.MustCompile(`Error acquiring the state lock|the state is already locked by another`)
 	lockFieldRegexp = regexp.MustCompile(`(?m)^[\s│]*(ID|Operation|Who):[ \t]*(\S*)`)
 	// lockMessageIDRegexp finds the holder's ID in the error message of
 	// backends whose Lock Info is the engine's own attempt (terraform's http
@@ -65,11 +68,12 @@ func lockOwner() string {
 	return name + "@" + host
 }
 
-// lostPlanLock says whether lock was taken for a plan by one of hosts, this
-// run's lost plan attempts: "Who" is user@host.
+// lostPlanLock says whether lock was taken by one of hosts, this run's lost
+// plan attempts ("Who" is user@host), for their plan or for creating the
+// workspace's state before it (the backends' "init").
 func lostPlanLock(lock lockInfo, hosts []string) bool {
 	at := strings.LastIndex(lock.Who, "@")
-	return lock.Operation == "OperationTypePlan" && at >= 0 && slices.Contains(hosts, lock.Who[at+1:])
+	return (lock.Operation == "OperationTypePlan" || lock.Operation == "init") && at >= 0 && slices.Contains(hosts, lock.Who[at+1:])
 }
 
 // forceUnlock releases the state lock id, saying why in the log.

@@ -35,6 +35,16 @@ func TestHeldLock(t *testing.T) {
 			t.Errorf("a lock taken for an apply is taken for a lost plan")
 		}
 	}
+	// A new workspace's state, locked by a lost plan attempt as it created it.
+	created := "exit status 1\n\nError: error loading state: the state is already locked by another tofu client\nLock Info:\n" +
+		"  ID:        81501fac-8a7f-945b-6499-3f48e33008b1\n  Path:      \n  Operation: init\n  Who:       @run-plan-1\n  Version:   1.10.10\n"
+	lock, ok := heldLock(errors.New(created), "@some-host")
+	if want := (lockInfo{ID: "81501fac-8a7f-945b-6499-3f48e33008b1", Operation: "init", Who: "@run-plan-1"}); !ok || lock != want {
+		t.Errorf("a new workspace's lock: heldLock = %+v, %v; want %+v", lock, ok, want)
+	}
+	if !lostPlanLock(lock, []string{"run-plan-1"}) || lostPlanLock(lock, []string{"run-apply-1"}) {
+		t.Errorf("lostPlanLock does not match the lost plan attempt's workspace creation alone")
+	}
 	if _, ok := heldLock(errors.New("Error: Invalid expression"), "@some-host"); ok {
 		t.Error("an error that is not about the lock is taken for one")
 	}
