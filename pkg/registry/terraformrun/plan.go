@@ -321,6 +321,7 @@ func (r *PlanREST) putAll(ctx context.Context, run *terrarun.TerraformRun, attem
 	// The result is read whole (record refuses one that is too large), and
 	// the body must end after it, before the other parts are committed.
 	var result []byte
+	seen := map[string]bool{}
 	_, err = r.artifacts.PutAll(ctx, runRef(run), func() (artifacts.Kind, io.Reader, error) {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -330,6 +331,10 @@ func (r *PlanREST) putAll(ctx context.Context, run *terrarun.TerraformRun, attem
 			return "", nil, apierrors.NewBadRequest("reading the multipart body: " + err.Error())
 		}
 		name := p.FormName()
+		if seen[name] {
+			return "", nil, apierrors.NewBadRequest(fmt.Sprintf("plan part %q is given twice in the upload: send each part once", name))
+		}
+		seen[name] = true
 		if name == terrarun.PlanPartResult {
 			if result, err = io.ReadAll(io.LimitReader(p, maxResultBytes+1)); err != nil {
 				return "", nil, apierrors.NewBadRequest("reading the plan result: " + err.Error())

@@ -114,6 +114,7 @@ func TestPlanUploadAll(t *testing.T) {
 		{"not multipart", typedBody{strings.NewReader(testPlan["text"]), "text/plain"}, http.StatusUnsupportedMediaType, "multipart/form-data"},
 		{"a part of another name", multipartPlan(t, "text", "state", "file"), http.StatusBadRequest, "unknown plan part"},
 		{"the result before a part", multipartPlan(t, "text", "json", "source", "result", "file"), http.StatusBadRequest, "the result must be the last part"},
+		{"a part given twice", multipartPlan(t, "text", "file", "text"), http.StatusBadRequest, "given twice in the upload"},
 	} {
 		name := "refused-" + strings.ReplaceAll(tc.name, " ", "-")
 		run := env.createRun(t, name, nil)
