@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // leaderPod names the terrarun pod whose controllers run: the first
@@ -159,33 +162,72 @@ func followDirect(t *testing.T, ip, ns, run string) string {
 	return b.String()
 }
 
-// TestExecutorJobsSpread: the plan pods of runs started together land on
-// different nodes (the Job's topology spread constraint over
-// kubernetes.io/hostname, honoured by kube-scheduler).
+// TestExecutorJobsSpread: the plan pods of runs that execute together land
+// on different nodes (the Job's topology spread constraint over
+// kubernetes.io/hostname, honoured by kube-scheduler), even though one node
+// is far larger than the others, which without the constraint would draw
+// every pod (kube-scheduler favours the least allocated node). Each plan
+// blocks on a FIFO until all three pods run, so every pod is scheduled while
+// the others are alive: the constraint only counts pods that have not ended.
 func TestExecutorJobsSpread(t *testing.T) {
 	ns := newNamespace(t)
-	tf := `resource "terraform_data" "many" {
-  count = 300
-  input = count.index
+	for _, n := range nodes {
+		waitFor(t, 2*time.Minute, n.name+" to be Ready, schedulable and untainted", func() bool {
+			out, _ := cl.kubectlAs("admin", "get", "node", n.name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.unschedulable} {.spec.taints}`)
+			return strings.TrimSpace(out) == "True"
+		})
+	}
+	// The agents set a node's capacity only when they register it.
+	resize := func(node, cpu, memory string) {
+		res := fmt.Sprintf(`{"cpu":%q,"memory":%q,"pods":"110"}`, cpu, memory)
+		mustAs(t, "admin", "patch", "node", node, "--subresource=status", "--type=merge",
+			"-p", fmt.Sprintf(`{"status":{"capacity":%s,"allocatable":%s}}`, res, res))
+	}
+	big := nodes[0].name
+	resize(big, "64", "256Gi")
+	t.Cleanup(func() { resize(big, "2", "8Gi") })
+	gate := filepath.Join(sharedDir(t), "gate")
+	if err := syscall.Mkfifo(gate, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(gate, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	tf := harness.TestProviderRequirement + fmt.Sprintf(`
+data "testing_file" "gate" {
+  path = %q
 }
-`
-	for _, name := range []string{"spread-a", "spread-b", "spread-c"} {
+
+resource "terraform_data" "gated" {
+  input = data.testing_file.gate.content
+}
+`, gate)
+	runs := []string{"spread-a", "spread-b", "spread-c"}
+	for _, name := range runs {
 		createRun(t, "alice", ns, name, tf, "")
 	}
-	var nodesOf []string
-	waitFor(t, 3*time.Minute, "three scheduled executor pods", func() bool {
-		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "-o", `jsonpath={range .items[*]}{.spec.nodeName} {end}`)
-		nodesOf = strings.Fields(out)
-		return len(nodesOf) == 3
+	var pods []string
+	waitFor(t, 3*time.Minute, "three running executor pods", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "-o", `jsonpath={range .items[*]}{.spec.nodeName}/{.status.phase} {end}`)
+		pods = strings.Fields(out)
+		running := 0
+		for _, p := range pods {
+			if strings.HasSuffix(p, "/Running") {
+				running++
+			}
+		}
+		return running == len(runs)
 	})
+	stop := openGate(gate)
+	defer stop()
 	distinct := map[string]bool{}
-	for _, n := range nodesOf {
-		distinct[n] = true
+	for _, p := range pods {
+		distinct[strings.TrimSuffix(p, "/Running")] = true
 	}
 	if len(distinct) != len(nodes) {
-		t.Errorf("the executor pods ran on %v, want one on each of the %d nodes", nodesOf, len(nodes))
+		t.Errorf("the executor pods ran on %v, want one on each of the %d nodes", pods, len(nodes))
 	}
-	for _, name := range []string{"spread-a", "spread-b", "spread-c"} {
+	for _, name := range runs {
 		waitPhase(t, ns, name, 5*time.Minute, "AwaitingApproval")
 	}
 }
