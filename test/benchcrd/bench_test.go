@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,7 +171,7 @@ func fill(b *testing.B, e *environment) map[string]*fillResult {
 			if _, _, fillErr = createMany(ctx, e, s, "warm", warmup, 1); fillErr != nil {
 				return
 			}
-			if fills[s.name].before, fillErr = e.state(ctx, s); fillErr != nil {
+			if fills[s.name].before, fillErr = e.state(ctx, s, "before"); fillErr != nil {
 				return
 			}
 		}
@@ -190,7 +192,7 @@ func fill(b *testing.B, e *environment) map[string]*fillResult {
 			}
 		}
 		for _, s := range []side{crd, tr} {
-			if fills[s.name].after, fillErr = e.state(ctx, s); fillErr != nil {
+			if fills[s.name].after, fillErr = e.state(ctx, s, "after"); fillErr != nil {
 				return
 			}
 		}
@@ -201,8 +203,11 @@ func fill(b *testing.B, e *environment) map[string]*fillResult {
 	return fills
 }
 
-// state measures the server and the etcd of side s.
-func (e *environment) state(ctx context.Context, s side) (serverState, error) {
+// state measures the server and the etcd of side s, at the moment called
+// when (before or after the fill). With $TERRARUN_BENCH_CRD_PROFILES set to
+// a directory, it keeps the server's live heap profile there as
+// <side>-<when>.heap.pb.gz (read with `go tool pprof`).
+func (e *environment) state(ctx context.Context, s side, when string) (serverState, error) {
 	var st serverState
 	proc, server, etcd := e.kubeAPI, e.kubeURL, e.kubeEtcd
 	if s.name != "crd" {
@@ -213,8 +218,14 @@ func (e *environment) state(ctx context.Context, s side) (serverState, error) {
 		return st, err
 	}
 	// A forced collection first (pprof's gc=1), so that the heap is the live one.
-	if _, err := e.get(ctx, server+"/debug/pprof/heap?gc=1", ""); err != nil {
+	profile, err := e.get(ctx, server+"/debug/pprof/heap?gc=1", "")
+	if err != nil {
 		return st, fmt.Errorf("forcing a GC (profiling must be on): %w", err)
+	}
+	if dir := os.Getenv(profilesEnv); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, s.name+"-"+when+".heap.pb.gz"), profile, 0o644); err != nil {
+			return st, fmt.Errorf("keeping the heap profile (%s): %w", profilesEnv, err)
+		}
 	}
 	metrics, err := e.get(ctx, server+"/metrics", "")
 	if err != nil {

@@ -40,6 +40,9 @@ import (
 // netnsEnv names the network namespace the test binary runs in.
 const netnsEnv = "TERRARUN_BENCH_CRD_NETNS"
 
+// profilesEnv names a directory for the servers' heap profiles (see state).
+const profilesEnv = "TERRARUN_BENCH_CRD_PROFILES"
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
