@@ -159,6 +159,15 @@ func TestDefaultInstall(t *testing.T) {
 			t.Errorf("the server's args lack %s: %s", want, args)
 		}
 	}
+	memLimit := false
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			memLimit = e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name
+		}
+	}
+	if !memLimit {
+		t.Errorf("the server's GOMEMLIMIT is not its container's memory limit: %+v", c.Env)
+	}
 	var etcd appsv1.StatefulSet
 	find(t, objs, "StatefulSet", "terrarun-etcd", &etcd)
 	if got := strings.Count(strings.Join(etcd.Spec.Template.Spec.Containers[0].Args, " "), "=http://terrarun-etcd-"); got != 3 {

@@ -223,13 +223,15 @@ func (c CompletedConfig) New() (*Server, error) {
 // media types the group serves (protobuf, JSON or YAML), and reads back
 // objects stored in any of them, converted to the internal version: a
 // server started with another --storage-media-type reads what earlier ones
-// stored.
+// stored. The strings that repeat across decoded runs share one copy
+// (interningCodec).
 func StorageCodec(mediaType string, gv schema.GroupVersion) (runtime.Codec, error) {
 	info, ok := runtime.SerializerInfoForMediaType(Codecs.SupportedMediaTypes(), mediaType)
 	if !ok || mediaType == runtime.ContentTypeCBOR {
 		return nil, fmt.Errorf("--storage-media-type %q: objects can be stored as %s, %s or %s", mediaType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON, runtime.ContentTypeYAML)
 	}
-	return Codecs.CodecForVersions(info.Serializer, Codecs.UniversalDeserializer(), schema.GroupVersions{gv}, runtime.InternalGroupVersioner), nil
+	codec := Codecs.CodecForVersions(info.Serializer, Codecs.UniversalDeserializer(), schema.GroupVersions{gv}, runtime.InternalGroupVersioner)
+	return interningCodec{Codec: codec, table: &internTable{}}, nil
 }
 
 // ProtobufClientConfig returns a copy of c for the server's clients of

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/apiserver"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/test/internal/harness"
@@ -51,10 +53,12 @@ const (
 // conditions; through the artifact store, as the server writes them: plan
 // text, redacted plan JSON, plan file, outputs, and a plan and an apply log
 // of a few hundred lines), and at each fifth of the way measures etcd's
-// database size, the server's RSS, a LIST of one 1,000-run namespace and
-// watch delivery. At the end it measures a paged LIST of every run, and
-// etcd's compaction and defragmentation. docs/scaling.md extrapolates from
-// the slopes.
+// database size, the server's RSS, a LIST of one 1,000-run namespace (in
+// JSON and in protobuf) and watch delivery. At the end it measures a paged
+// LIST of every run, and etcd's compaction and defragmentation.
+// docs/scaling.md extrapolates from the slopes. With $TERRARUN_BENCH_PROFILES
+// set to a directory, it keeps the server's live heap profile there once
+// every run is stored.
 func BenchmarkStoredRuns(b *testing.B) {
 	total := defaultScaleRuns
 	if v := os.Getenv("TERRARUN_BENCH_SCALE_RUNS"); v != "" {
@@ -90,7 +94,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 
 	art := newRunArtifacts()
 	b.Logf("per run: %d bytes of artifacts and logs", art.size())
-	b.Logf("%8s %10s %10s %10s %12s %12s %12s %12s %10s", "runs", "etcd-MiB", "rss-MiB", "anon-MiB", "list1k-p50", "list1k-p99", "watch-p50", "watch-p99", "store-s")
+	b.Logf("%8s %10s %10s %10s %12s %12s %12s %12s %12s %12s %10s", "runs", "etcd-MiB", "rss-MiB", "anon-MiB", "list1k-p50", "list1k-p99", "pb-list-p50", "pb-list-p99", "watch-p50", "watch-p99", "store-s")
 	var (
 		stored  int
 		first   checkpoint
@@ -108,14 +112,24 @@ func BenchmarkStoredRuns(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("%8d %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %10.1f", stored, c.dbMiB, c.rssMiB, c.anonMiB,
-			ms(c.list[0]), ms(c.list[1]), ms(c.watch[0]), ms(c.watch[1]), time.Since(t0).Seconds())
+		b.Logf("%8d %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %10.1f", stored, c.dbMiB, c.rssMiB, c.anonMiB,
+			ms(c.list[0]), ms(c.list[1]), ms(c.listProto[0]), ms(c.listProto[1]), ms(c.watch[0]), ms(c.watch[1]), time.Since(t0).Seconds())
 		if cp == 1 {
 			first = c
 		}
 		last = c
 	}
 	b.Logf("stored %d runs in %s", stored, time.Since(started).Round(time.Second))
+	if dir := os.Getenv("TERRARUN_BENCH_PROFILES"); dir != "" {
+		// The live heap (pprof's gc=1) with every run stored, for `go tool pprof`.
+		profile, err := s.Client.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "stored-runs.heap.pb.gz"), profile, 0o644)
+		}
+		if err != nil {
+			b.Fatalf("keeping the heap profile (TERRARUN_BENCH_PROFILES): %v", err)
+		}
+	}
 
 	// A paged LIST of every run, as a controller's initial list does.
 	var full []time.Duration
@@ -172,6 +186,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 	b.ReportMetric(last.anonMiB, "rss-anon-MiB")
 	b.ReportMetric(perRun(first.anonMiB, last.anonMiB), "rss-anon-KiB/run")
 	b.ReportMetric(ms(last.list[1]), "list1k-p99-ms")
+	b.ReportMetric(ms(last.listProto[1]), "list1k-protobuf-p99-ms")
 	b.ReportMetric(ms(last.watch[1]), "watch-p99-ms")
 	b.ReportMetric(ms(full[1]), "list-all-ms")
 	b.ReportMetric(compact.Seconds(), "compact-s")
@@ -182,7 +197,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 type checkpoint struct {
 	runs                   int
 	dbMiB, rssMiB, anonMiB float64
-	list, watch            [2]time.Duration // p50, p99
+	list, listProto, watch [2]time.Duration // p50, p99
 }
 
 // etcdClient connects to the server's embedded etcd, with the client
@@ -320,10 +335,14 @@ func storeRun(ctx context.Context, client versioned.Interface, store *artifacts.
 // measure takes a checkpoint with runs stored: etcd's size, the server's RSS
 // (with embedded etcd: its anonymous part is the heaps, the rest mostly
 // etcd's memory-mapped database),
-// 20 LISTs of the first namespace (1,000 runs) and 20 watch deliveries.
+// 20 LISTs of the first namespace (1,000 runs) in each of JSON and
+// protobuf, and 20 watch deliveries.
 func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	c := checkpoint{runs: runs}
-	var err error
+	proto, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(s.Config))
+	if err != nil {
+		return c, err
+	}
 	if c.dbMiB, err = s.etcdDBSize(); err != nil {
 		return c, err
 	}
@@ -332,19 +351,24 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 		return c, err
 	}
 	c.rssMiB, c.anonMiB = mem.VmRSS, mem.RssAnon
-	var list []time.Duration
-	for range 20 {
+	// The same LIST in JSON and in protobuf, alternating.
+	var list, listProto []time.Duration
+	for i := range 40 {
+		client, into := s.Client, &list
+		if i%2 == 1 {
+			client, into = proto, &listProto
+		}
 		t0 := time.Now()
-		l, err := s.Client.TerrarunV1alpha1().TerraformRuns("scale-000").List(ctx, metav1.ListOptions{})
+		l, err := client.TerrarunV1alpha1().TerraformRuns("scale-000").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return c, err
 		}
-		list = append(list, time.Since(t0))
+		*into = append(*into, time.Since(t0))
 		if len(l.Items) != runsPerNamespace {
 			return c, fmt.Errorf("LIST scale-000: %d runs, want %d", len(l.Items), runsPerNamespace)
 		}
 	}
-	c.list = p50p99(list)
+	c.list, c.listProto = p50p99(list), p50p99(listProto)
 
 	runsAPI := s.Client.TerrarunV1alpha1().TerraformRuns("scale-watch")
 	w, err := runsAPI.Watch(ctx, metav1.ListOptions{})

@@ -515,13 +515,18 @@ func (a *Agent) registerOnce(ctx context.Context) error {
 	return a.renewLease(ctx)
 }
 
-// node is the Node as registered: Ready, with the kubelet endpoint.
-func (a *Agent) node(now time.Time) *corev1.Node {
-	capacity := corev1.ResourceList{
+// nodeCapacity is every node's capacity, all of it allocatable.
+func nodeCapacity() corev1.ResourceList {
+	return corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("2"),
 		corev1.ResourceMemory: resource.MustParse("8Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
+}
+
+// node is the Node as registered: Ready, with the kubelet endpoint.
+func (a *Agent) node(now time.Time) *corev1.Node {
+	capacity := nodeCapacity()
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: a.o.NodeName,

@@ -68,7 +68,8 @@
 // Pod, name, UID), and requested again at 80% of its lifetime while the pod
 // runs. The downward API supports metadata.name, metadata.namespace,
 // metadata.uid, metadata.labels and metadata.annotations (whole or ['key']);
-// not resourceFieldRef. Secret and ConfigMap volumes are not updated when the
+// env's resourceFieldRef gives cpu and memory limits and requests as the
+// kubelet does (a limit not set is the node's capacity). Secret and ConfigMap volumes are not updated when the
 // objects change.
 //
 // # Processes and mounts

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -137,7 +138,7 @@ func (r *podRunner) containerEnv(ctx context.Context, c *corev1.Container, objs 
 		}
 	}
 	for _, v := range c.Env {
-		value, skip, err := r.envValue(ctx, v, objs, env)
+		value, skip, err := r.envValue(ctx, c, v, objs, env)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", v.Name, err)
 		}
@@ -153,7 +154,7 @@ func (r *podRunner) containerEnv(ctx context.Context, c *corev1.Container, objs 
 
 // envValue resolves one env entry. skip is true for an optional reference to
 // a missing object or key.
-func (r *podRunner) envValue(ctx context.Context, v corev1.EnvVar, objs *objects, env *envList) (value string, skip bool, err error) {
+func (r *podRunner) envValue(ctx context.Context, c *corev1.Container, v corev1.EnvVar, objs *objects, env *envList) (value string, skip bool, err error) {
 	if v.ValueFrom == nil {
 		return expand(v.Value, env.lookup), false, nil
 	}
@@ -197,9 +198,51 @@ func (r *podRunner) envValue(ctx context.Context, v corev1.EnvVar, objs *objects
 	case from.FieldRef != nil:
 		s, err := r.fieldValue(from.FieldRef.FieldPath)
 		return s, false, err
+	case from.ResourceFieldRef != nil:
+		s, err := r.resourceValue(c, from.ResourceFieldRef)
+		return s, false, err
 	default:
-		return "", false, fmt.Errorf("only secretKeyRef, configMapKeyRef and fieldRef are supported by the test node agent")
+		return "", false, fmt.Errorf("only secretKeyRef, configMapKeyRef, fieldRef and resourceFieldRef are supported by the test node agent")
 	}
+}
+
+// resourceValue is a container's limit or request as the kubelet gives it
+// to the downward API: in units of the divisor (default 1), rounded up; a
+// limit not set is the node's allocatable amount.
+func (r *podRunner) resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	if ref.ContainerName != "" {
+		c = nil
+		for i := range r.pod.Spec.Containers {
+			if r.pod.Spec.Containers[i].Name == ref.ContainerName {
+				c = &r.pod.Spec.Containers[i]
+			}
+		}
+		if c == nil {
+			return "", fmt.Errorf("resourceFieldRef: no container %q", ref.ContainerName)
+		}
+	}
+	kind, name, _ := strings.Cut(ref.Resource, ".")
+	var q resource.Quantity
+	var ok bool
+	switch kind {
+	case "limits":
+		if q, ok = c.Resources.Limits[corev1.ResourceName(name)]; !ok {
+			q, ok = nodeCapacity()[corev1.ResourceName(name)]
+		}
+	case "requests":
+		q, ok = c.Resources.Requests[corev1.ResourceName(name)]
+	}
+	if !ok || (name != string(corev1.ResourceCPU) && name != string(corev1.ResourceMemory)) {
+		return "", fmt.Errorf("resourceFieldRef %q: the test node agent gives limits and requests of cpu and memory", ref.Resource)
+	}
+	divisor := resource.MustParse("1")
+	if !ref.Divisor.IsZero() {
+		divisor = ref.Divisor
+	}
+	if name == string(corev1.ResourceCPU) {
+		return strconv.FormatInt((q.MilliValue()+divisor.MilliValue()-1)/divisor.MilliValue(), 10), nil
+	}
+	return strconv.FormatInt((q.Value()+divisor.Value()-1)/divisor.Value(), 10), nil
 }
 
 // expand replaces $(NAME) with the value of NAME when it is defined, and $$

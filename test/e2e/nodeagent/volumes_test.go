@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -343,11 +344,44 @@ func TestContainerEnv(t *testing.T) {
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: ref("s"), Key: "nope"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: ref("absent"), Key: "k"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}},
-		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.memory"}}},
+		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.ephemeral-storage"}}},
+		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu", ContainerName: "nope"}}},
 	} {
 		c := corev1.Container{Env: []corev1.EnvVar{bad}}
 		if _, err := r.containerEnv(context.Background(), &c, &objects{ns: testNS, a: a}, "/p"); err == nil {
 			t.Errorf("%+v: no error", bad.ValueFrom)
+		}
+	}
+}
+
+// TestResourceFieldRef: limits and requests as the kubelet gives them to
+// the downward API, in the divisor's units rounded up, a limit not set being
+// the node's capacity.
+func TestResourceFieldRef(t *testing.T) {
+	pod := shPod("respod", "true")
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+	other := pod.Spec.Containers[0]
+	other.Name, other.Resources = "other", corev1.ResourceRequirements{}
+	pod.Spec.Containers = append(pod.Spec.Containers, other)
+	r := &podRunner{a: &Agent{}, pod: pod}
+	for _, tc := range []struct {
+		ref  corev1.ResourceFieldSelector
+		want string
+	}{
+		{corev1.ResourceFieldSelector{Resource: "limits.memory"}, "1073741824"},
+		{corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}, "1024"},
+		{corev1.ResourceFieldSelector{Resource: "requests.cpu"}, "1"},
+		{corev1.ResourceFieldSelector{Resource: "requests.cpu", Divisor: resource.MustParse("1m")}, "100"},
+		{corev1.ResourceFieldSelector{Resource: "limits.cpu"}, "2"},
+		{corev1.ResourceFieldSelector{Resource: "limits.memory", ContainerName: "other"}, "8589934592"},
+	} {
+		got, err := r.resourceValue(&pod.Spec.Containers[0], &tc.ref)
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: %q (%v), want %q", tc.ref, got, err, tc.want)
 		}
 	}
 }
