@@ -106,7 +106,7 @@ output "content" {
 		}
 
 		// A manually approved run's apply stage runs in a process of its own,
-		// and takes the provider from the namespace's plugin cache: the plan's
+		// and takes the provider from its creator's plugin cache: the plan's
 		// lock file records its checksum.
 		writeFile(t, path, manifestIn("provider-manual", "manual", ""))
 		mustKubectl(t, e.Kubeconfig, "create", "-f", path)
@@ -145,4 +145,116 @@ output "content" {
 			t.Errorf("the plan does not undo the drift:\n%s", plan)
 		}
 	})
+}
+
+// TestPluginCacheAcrossCreators: a run cannot plant a provider that a run of
+// another creator in the same namespace executes. Bob plans with the test
+// provider and waits for an approval. Alice's run, in the same namespace,
+// keeps replacing every copy of the provider in its plugin cache with a
+// program that leaves a mark, while bob's approved apply stage takes the
+// provider from his cache and runs it (the engines check a cached
+// provider's checksum when init links it, not when they execute it).
+func TestPluginCacheAcrossCreators(t *testing.T) {
+	provider, err := harness.InstallTestProvider(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := t.TempDir()
+	if err := os.Chmod(files, 0o777); err != nil { // the stages' user writes there
+		t.Fatal(err)
+	}
+	e := newRunEnv(t, "--local-executor-mount", provider.Dir, "--local-executor-mount", files+":rw",
+		"--local-executor-env", "TF_CLI_CONFIG_FILE="+provider.CLIConfig)
+	_, alice := e.user(t, "alice")
+	const ns = "shared"
+	newRun := func(name, tf string, mode v1alpha1.ApprovalMode) *v1alpha1.TerraformRun {
+		return &v1alpha1.TerraformRun{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: v1alpha1.TerraformRunSpec{
+				Source:    v1alpha1.Source{Inline: map[string]string{"main.tf": harness.TestProviderRequirement + tf}},
+				Workspace: name,
+				Engine:    v1alpha1.Engine{Binary: v1alpha1.EngineBinary(engineName)},
+				Approval:  v1alpha1.Approval{Mode: mode},
+			},
+		}
+	}
+	logOf := func(name, stage string) string {
+		out, _ := e.client.TerrarunV1alpha1().RESTClient().Get().AbsPath("/apis/terrarun.dev/v1alpha1/namespaces", ns, "terraformruns", name, "logs").
+			Param("stage", stage).DoRaw(ctxT(t))
+		return string(out)
+	}
+
+	bobs, err := e.bobCfg.TerrarunV1alpha1().TerraformRuns(ns).Create(ctxT(t), newRun("bobs", fmt.Sprintf(`
+resource "testing_file" "f" {
+  path    = %q
+  content = "bob"
+}
+`, filepath.Join(files, "bob.txt")), v1alpha1.ApprovalModeManual), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bobs, err = harness.WaitForPhase(ctxT(t), e.client, ns, "bobs", 4*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed); err != nil || bobs.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
+		t.Fatalf("bob's run: %v %s: %s\n%s", err, bobs.Status.Phase, bobs.Status.Message, logOf("bobs", "plan"))
+	}
+
+	mark, stop := filepath.Join(files, "planted-provider-ran"), filepath.Join(files, "stop")
+	if _, err := alice.TerrarunV1alpha1().TerraformRuns(ns).Create(ctxT(t), newRun("alices", fmt.Sprintf(`
+resource "testing_file" "f" {
+  path    = %q
+  content = "alice"
+}
+
+resource "terraform_data" "plant" {
+  depends_on = [testing_file.f]
+  provisioner "local-exec" {
+    command = <<-EOT
+      echo "planting in $TF_PLUGIN_CACHE_DIR"
+      end=$(( $(date +%%s) + 90 ))
+      while [ ! -e %[2]s ] && [ $(date +%%s) -lt $end ]; do
+        find "$TF_PLUGIN_CACHE_DIR" -name linux_amd64 -path '*terrarun/testing*' | while read -r d; do
+          names=$(ls "$d" | grep terraform-provider-testing) || continue
+          [ -e "$d/.planted" ] && continue
+          rm -rf "$d" && mkdir "$d" && touch "$d/.planted" || continue
+          for n in $names; do
+            printf '#!/bin/sh\necho ran >> %[3]s\nexit 1\n' > "$d/$n"
+            chmod 755 "$d/$n"
+          done
+          echo "planted $d"
+        done
+        sleep 0.02
+      done
+    EOT
+  }
+}
+`, filepath.Join(files, "alice.txt"), stop, mark), v1alpha1.ApprovalModeAuto), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(stop, nil, 0o644) })
+	deadline := time.Now().Add(4 * time.Minute)
+	for !strings.Contains(logOf("alices", "apply"), "planted ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's run never began to plant:\n%s\n%s", logOf("alices", "plan"), logOf("alices", "apply"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	if _, err := alice.TerrarunV1alpha1().TerraformRuns(ns).Approve(ctxT(t), "bobs", &v1alpha1.TerraformRunApproval{PlanDigest: bobs.Status.Plan.Digest}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("approving bob's run: %v", err)
+	}
+	bobs, err = harness.WaitForPhase(ctxT(t), e.client, ns, "bobs", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || bobs.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Errorf("bob's run: %v %s: %s\napply log:\n%s", err, bobs.Status.Phase, bobs.Status.Message, logOf("bobs", "apply"))
+	}
+	if b, err := os.ReadFile(mark); err == nil {
+		t.Errorf("a provider alice's run planted ran: %q", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(files, "bob.txt")); err != nil || string(b) != "bob" {
+		t.Errorf("bob's file: %q, %v", b, err)
+	}
+	if _, err := harness.WaitForPhase(ctxT(t), e.client, ns, "alices", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed); err != nil {
+		t.Error(err)
+	}
 }

@@ -48,8 +48,9 @@ type Options struct {
 	// StateRoot is the root of the default (local) backend: <data-dir>/state.
 	StateRoot string
 	// PluginCacheRoot, when set, is the root of the provider plugin caches:
-	// <PluginCacheRoot>/<namespace> is the TF_PLUGIN_CACHE_DIR of the runs of
-	// a namespace, shared by them and only them. Empty: no cache.
+	// <PluginCacheRoot>/<namespace>/<creator> is the TF_PLUGIN_CACHE_DIR of
+	// the runs of one creator in a namespace, shared by them and only them
+	// (<creator> is a digest of the creator's user name). Empty: no cache.
 	PluginCacheRoot string
 	// ValuesRoot is the standalone stand-in for Secrets and ConfigMaps:
 	// <ValuesRoot>/<namespace>/{secrets,configmaps}/<name>/<key> files. It is

@@ -123,9 +123,10 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	}
 	spec.Backend = backend
 
-	// The namespace's provider plugin cache: shared by its runs only, so that
-	// no tenant's run can plant a provider another tenant's run executes.
-	if cache := e.pluginCache(run.Namespace); cache != "" {
+	// The provider plugin cache of the run's creator in its namespace: shared
+	// by those runs only, so that no run can plant a provider that a run of
+	// another creator executes (see pluginCache).
+	if cache := e.pluginCache(run); cache != "" {
 		if err := os.MkdirAll(cache, 0o700); err != nil {
 			return nil, nil, fmt.Errorf("creating the plugin cache: %w", err)
 		}
@@ -174,7 +175,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	} else {
-		cfg, err := e.stageSandbox(p, run.Namespace)
+		cfg, err := e.stageSandbox(p, run)
 		if err != nil {
 			logFile.Close()
 			return nil, nil, err

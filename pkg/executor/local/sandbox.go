@@ -1,6 +1,8 @@
 package local
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 )
 
@@ -84,10 +87,11 @@ func (e *Executor) checkSandbox() error {
 	return nil
 }
 
-// stageSandbox is the sandbox of execution p of a run in namespace ns: the
-// base sandbox with p's work directory, its namespace's state directory and
+// stageSandbox is the sandbox of execution p of run: the base sandbox with
+// p's work directory, its namespace's state directory and its creator's
 // plugin cache read-write. They are handed to the stages' user.
-func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
+func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun) (sandbox.Config, error) {
+	ns := run.Namespace
 	c := e.baseSandbox()
 	c.Root = p.dir + ".root"
 	c.Dir = p.dir
@@ -97,7 +101,7 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	// provider plugins (made in TMPDIR) fit their 108 bytes.
 	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true},
 		sandbox.Mount{Source: filepath.Join(p.dir, "tmp"), Target: sandboxTmp, Writable: true})
-	for _, d := range []string{filepath.Join(e.opts.StateRoot, ns), e.pluginCache(ns)} {
+	for _, d := range []string{filepath.Join(e.opts.StateRoot, ns), e.pluginCache(run)} {
 		if d != "" && dirExists(d) {
 			owned = append(owned, d)
 			c.Mounts = append(c.Mounts, sandbox.Mount{Source: d, Writable: true})
@@ -116,13 +120,22 @@ func (e *Executor) stageSandbox(p *proc, ns string) (sandbox.Config, error) {
 	return c, nil
 }
 
-// pluginCache is the provider plugin cache of the runs of namespace ns, or
-// "" when there is none.
-func (e *Executor) pluginCache(ns string) string {
-	if e.opts.PluginCacheRoot == "" {
+// pluginCache is the provider plugin cache of run, shared with the runs of
+// the same creator in the same namespace, or "" when there is none.
+//
+// Not with the namespace's other creators: terraform and tofu check a
+// cached provider's checksum when init takes it, then execute it from the
+// cache, which a stage can write (init installs into it). A run's
+// local-exec could rewrite a provider there after another run's init
+// checked it, and that provider would then run with the other run's
+// variables and credentials. Within one creator's runs, it can only reach
+// what the creator may use anyway.
+func (e *Executor) pluginCache(run *v1alpha1.TerraformRun) string {
+	if e.opts.PluginCacheRoot == "" || run.Spec.Creator == nil || run.Spec.Creator.Username == "" {
 		return ""
 	}
-	return filepath.Join(e.opts.PluginCacheRoot, ns)
+	sum := sha256.Sum256([]byte(run.Spec.Creator.Username))
+	return filepath.Join(e.opts.PluginCacheRoot, run.Namespace, hex.EncodeToString(sum[:16]))
 }
 
 // sandboxTmp is where a sandboxed stage sees its tmp directory, and its
