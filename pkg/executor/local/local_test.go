@@ -1190,3 +1190,32 @@ func TestSweepStale(t *testing.T) {
 		t.Errorf("this instance's own directory was removed: %v", err)
 	}
 }
+
+// TestPluginCachePerCreator: runs share a plugin cache only with the runs of
+// the same creator in the same namespace, and a run without a recorded
+// creator gets none.
+func TestPluginCachePerCreator(t *testing.T) {
+	e := &Executor{opts: Options{PluginCacheRoot: "/cache"}}
+	run := func(ns, user string) *v1alpha1.TerraformRun {
+		r := &v1alpha1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "r"}}
+		if user != "" {
+			r.Spec.Creator = &v1alpha1.Creator{Username: user}
+		}
+		return r
+	}
+	alice := e.pluginCache(run("team", "alice"))
+	if !strings.HasPrefix(alice, "/cache/team/") || strings.Contains(alice, "alice") {
+		t.Errorf("alice's cache is %q, want a digest of her name under /cache/team/", alice)
+	}
+	if again := e.pluginCache(run("team", "alice")); again != alice {
+		t.Errorf("alice's runs have two caches: %q, %q", alice, again)
+	}
+	for _, other := range []*v1alpha1.TerraformRun{run("team", "bob"), run("other", "alice"), run("team", "../alice")} {
+		if got := e.pluginCache(other); got == alice || filepath.Dir(got) != "/cache/"+other.Namespace {
+			t.Errorf("%s/%s: cache %q (alice's in team: %q)", other.Namespace, other.Spec.Creator.Username, got, alice)
+		}
+	}
+	if got := e.pluginCache(run("team", "")); got != "" {
+		t.Errorf("a run without a creator has the cache %q", got)
+	}
+}
