@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,4 +72,37 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestGCTarget: the server collects garbage at GOGC 50 unless its
+// environment sets GOGC (docs/benchmarks.md, "Memory per stored run"), as
+// the Go runtime's own metric shows.
+func TestGCTarget(t *testing.T) {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOGC=") {
+			env = append(env, kv)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"GOGC unset", env, "50"},
+		{"GOGC=80", append(slices.Clone(env), "GOGC=80"), "80"},
+	} {
+		s, err := harness.StartServer(harness.ServerOptions{Binary: apiserverBinary, DataDir: t.TempDir(), Env: tc.env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := mustKubectl(t, s.Kubeconfig, "get", "--raw", "/metrics")
+		if err := s.Stop(90 * time.Second); err != nil {
+			t.Error(err)
+		}
+		m := regexp.MustCompile(`(?m)^go_gc_gogc_percent (\S+)$`).FindStringSubmatch(out)
+		if m == nil || m[1] != tc.want {
+			t.Errorf("%s: go_gc_gogc_percent %v, want %s", tc.name, m, tc.want)
+		}
+	}
 }
