@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -489,6 +490,70 @@ func TestCBOR(t *testing.T) {
 		}
 		if tc.wantType == "application/cbor" && !bytes.HasPrefix(body, []byte{0xd9, 0xd9, 0xf7}) {
 			t.Errorf("GET %s: the body does not start with CBOR's self-describe tag: % x", tc.path, body[:min(8, len(body))])
+		}
+	}
+}
+
+// TestInternedRunsStayApart: runs decoded from storage share the strings and
+// managed field sets they have in common (the storage codec interns them);
+// changing one run by server-side apply, merge patch and update leaves the
+// other as it was, in the watch cache and in etcd.
+func TestInternedRunsStayApart(t *testing.T) {
+	s := startInProcess(t, t.TempDir(), apiOnly)
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+	for _, name := range []string{"one", "two"} {
+		cfg := applyv1alpha1.TerraformRun(name, "default").
+			WithLabels(map[string]string{"team": "a"}).
+			WithSpec(applyv1alpha1.TerraformRunSpec().
+				WithWorkspace("shared").
+				WithSource(applyv1alpha1.Source().WithInline(map[string]string{"main.tf": mainTF})))
+		if _, err := runs.Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) map[string]*v1alpha1.TerraformRun {
+		got := map[string]*v1alpha1.TerraformRun{}
+		for _, rv := range []string{"0", ""} { // the watch cache, then etcd
+			r, err := runs.Get(ctx, name, metav1.GetOptions{ResourceVersion: rv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got["rv="+rv] = r
+		}
+		return got
+	}
+	before := read("two")
+
+	one := applyv1alpha1.TerraformRun("one", "default").WithLabels(map[string]string{"team": "b", "extra": "x"})
+	if _, err := runs.Apply(ctx, one, metav1.ApplyOptions{FieldManager: "bob", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Patch(ctx, "one", types.MergePatchType, []byte(`{"metadata":{"labels":{"patched":"yes"}}}`), metav1.PatchOptions{FieldManager: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runs.Get(ctx, "one", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Annotations = map[string]string{"updated": "yes"}
+	if _, err := runs.Update(ctx, r, metav1.UpdateOptions{FieldManager: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+
+	for how, after := range read("two") {
+		b := before[how]
+		if !apiequality.Semantic.DeepEqual(b.ManagedFields, after.ManagedFields) || !apiequality.Semantic.DeepEqual(b.Labels, after.Labels) || after.Annotations != nil {
+			t.Errorf("run two (%s) changed with run one:\nbefore %+v %v\nafter  %+v %v %v", how, b.ManagedFields, b.Labels, after.ManagedFields, after.Labels, after.Annotations)
+		}
+	}
+	managers := map[string]bool{}
+	for _, f := range read("one")["rv="].ManagedFields {
+		managers[f.Manager] = true
+	}
+	for _, m := range []string{"alice", "bob", "carol", "dave"} {
+		if !managers[m] {
+			t.Errorf("run one's managed fields lack %s: %v", m, managers)
 		}
 	}
 }
