@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -211,7 +212,7 @@ resource "terraform_data" "plant" {
       echo "planting in $TF_PLUGIN_CACHE_DIR"
       end=$(( $(date +%%s) + 90 ))
       while [ ! -e %[2]s ] && [ $(date +%%s) -lt $end ]; do
-        find "$TF_PLUGIN_CACHE_DIR" -name linux_amd64 -path '*terrarun/testing*' | while read -r d; do
+        find "$TF_PLUGIN_CACHE_DIR" -name %[4]s -path '*terrarun/testing*' | while read -r d; do
           names=$(ls "$d" | grep terraform-provider-testing) || continue
           [ -e "$d/.planted" ] && continue
           rm -rf "$d" && mkdir "$d" && touch "$d/.planted" || continue
@@ -226,7 +227,7 @@ resource "terraform_data" "plant" {
     EOT
   }
 }
-`, filepath.Join(files, "alice.txt"), stop, mark), v1alpha1.ApprovalModeAuto), metav1.CreateOptions{}); err != nil {
+`, filepath.Join(files, "alice.txt"), stop, mark, runtime.GOOS+"_"+runtime.GOARCH), v1alpha1.ApprovalModeAuto), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.WriteFile(stop, nil, 0o644) })

@@ -208,7 +208,7 @@ func (r *podRunner) envValue(ctx context.Context, c *corev1.Container, v corev1.
 
 // resourceValue is a container's limit or request as the kubelet gives it
 // to the downward API: in units of the divisor (default 1), rounded up; a
-// limit not set is the node's allocatable amount.
+// limit not set is the node's allocatable amount, a request not set zero.
 func (r *podRunner) resourceValue(c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
 	if ref.ContainerName != "" {
 		c = nil
@@ -230,7 +230,8 @@ func (r *podRunner) resourceValue(c *corev1.Container, ref *corev1.ResourceField
 			q, ok = nodeCapacity()[corev1.ResourceName(name)]
 		}
 	case "requests":
-		q, ok = c.Resources.Requests[corev1.ResourceName(name)]
+		// A request not set is zero.
+		q, ok = c.Resources.Requests[corev1.ResourceName(name)], true
 	}
 	if !ok || (name != string(corev1.ResourceCPU) && name != string(corev1.ResourceMemory)) {
 		return "", fmt.Errorf("resourceFieldRef %q: the test node agent gives limits and requests of cpu and memory", ref.Resource)

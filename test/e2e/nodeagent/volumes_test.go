@@ -344,7 +344,6 @@ func TestContainerEnv(t *testing.T) {
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: ref("s"), Key: "nope"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: ref("absent"), Key: "k"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}},
-		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.memory"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.ephemeral-storage"}}},
 		{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu", ContainerName: "nope"}}},
 	} {
@@ -357,7 +356,7 @@ func TestContainerEnv(t *testing.T) {
 
 // TestResourceFieldRef: limits and requests as the kubelet gives them to
 // the downward API, in the divisor's units rounded up, a limit not set being
-// the node's capacity.
+// the node's capacity and a request not set zero.
 func TestResourceFieldRef(t *testing.T) {
 	pod := shPod("respod", "true")
 	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
@@ -378,6 +377,7 @@ func TestResourceFieldRef(t *testing.T) {
 		{corev1.ResourceFieldSelector{Resource: "requests.cpu", Divisor: resource.MustParse("1m")}, "100"},
 		{corev1.ResourceFieldSelector{Resource: "limits.cpu"}, "2"},
 		{corev1.ResourceFieldSelector{Resource: "limits.memory", ContainerName: "other"}, "8589934592"},
+		{corev1.ResourceFieldSelector{Resource: "requests.memory"}, "0"},
 	} {
 		got, err := r.resourceValue(&pod.Spec.Containers[0], &tc.ref)
 		if err != nil || got != tc.want {
