@@ -159,6 +159,9 @@ func TestDefaultInstall(t *testing.T) {
 			t.Errorf("the server's args lack %s: %s", want, args)
 		}
 	}
+	if strings.Contains(args, "plugin-cache") {
+		t.Errorf("without pluginCache.storageClassName the server has a plugin cache: %s", args)
+	}
 	memLimit := false
 	for _, e := range c.Env {
 		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
@@ -293,7 +296,8 @@ func TestValues(t *testing.T) {
 		"--set", "extraArgs={--max-concurrent-stages=8}", "--set", "executorServerURL=https://10.0.0.1:8443",
 		"--set", "image.executor.tag=v9", "--set", "policy.allowedImages={ghcr.io/terrarun/*}",
 		"--set", "policy.separationOfDuties=null",
-		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true")
+		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true",
+		"--set", "pluginCache.storageClassName=nfs-rwx", "--set", "pluginCache.size=20Gi")
 	var deploy appsv1.Deployment
 	find(t, objs, "Deployment", "terrarun-apiserver", &deploy)
 	spec := deploy.Spec.Template.Spec
@@ -301,7 +305,8 @@ func TestValues(t *testing.T) {
 		t.Errorf("replicas %d, priorityClassName %q, cpu %s", *deploy.Spec.Replicas, spec.PriorityClassName, spec.Containers[0].Resources.Requests.Cpu())
 	}
 	args := strings.Join(spec.Containers[0].Args, " ")
-	for _, want := range []string{"--etcd-servers=https://a:2379,https://b:2379", "--etcd-cafile=", "--max-concurrent-stages=8", "--executor-server-url=https://10.0.0.1:8443"} {
+	for _, want := range []string{"--etcd-servers=https://a:2379,https://b:2379", "--etcd-cafile=", "--max-concurrent-stages=8", "--executor-server-url=https://10.0.0.1:8443",
+		"--executor-plugin-cache-storage-class=nfs-rwx", "--executor-plugin-cache-size=20Gi"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("the server's args lack %s: %s", want, args)
 		}
@@ -348,6 +353,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"--set", "tls.existingSecret=x"}, "tls.caBundle: the base64 PEM"},
 		{[]string{"--set", "tls.certManager.duration=90d"}, "/tls/certManager/duration"},
 		{[]string{"--set", "extraArgs={max-concurrent-stages=8}"}, "/extraArgs/0"},
+		{[]string{"--set", "pluginCache.size=5GB"}, "/pluginCache/size"},
 	} {
 		_, err := render(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -9,6 +9,8 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -184,6 +186,25 @@ func ExecutionTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.
 		d += StageTimeout(run, v1alpha1.StageApply)
 	}
 	return d
+}
+
+// PluginCacheKey names the provider plugin cache of run's creator, which
+// run shares with that creator's runs in its namespace only, or "" when the
+// run has no creator (and no cache). Both backends key their caches by it.
+//
+// Not shared with the namespace's other creators: terraform and tofu check a
+// cached provider's checksum when init takes it, then execute it from the
+// cache, which a stage can write (init installs into it). A run's local-exec
+// could rewrite a provider there after another run's init checked it, and
+// that provider would then run with the other run's variables and
+// credentials. Within one creator's runs, it can only reach what the creator
+// may use anyway.
+func PluginCacheKey(run *v1alpha1.TerraformRun) string {
+	if run.Spec.Creator == nil || run.Spec.Creator.Username == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(run.Spec.Creator.Username))
+	return hex.EncodeToString(sum[:16])
 }
 
 // StageSpec returns the part of an execution's stage.Spec that comes from the

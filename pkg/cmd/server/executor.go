@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
@@ -80,6 +81,12 @@ type ExecutorOptions struct {
 	// NodeLostAfter is how long an executor pod's node may be silent before
 	// its stage is reported lost.
 	NodeLostAfter time.Duration
+	// PluginCacheStorageClass, when set, gives the kubernetes executor's
+	// stages a provider plugin cache per creator and namespace: a
+	// ReadWriteMany PersistentVolumeClaim of this class, of
+	// PluginCacheSize.
+	PluginCacheStorageClass string
+	PluginCacheSize         resource.QuantityValue
 	// RunController runs the run controller (leader-elected). Without it the
 	// server serves the API only and runs stay Pending.
 	RunController bool
@@ -110,6 +117,7 @@ func newExecutorOptions() *ExecutorOptions {
 		LocalUser:           "65532:65532",
 		SpreadTopologyKey:   corev1.LabelHostname,
 		NodeLostAfter:       job.DefaultNodeLostAfter,
+		PluginCacheSize:     resource.QuantityValue{Quantity: job.DefaultPluginCacheSize},
 	}
 }
 
@@ -155,6 +163,10 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 		"(a topology spread constraint with ScheduleAnyway), so that runs do not pile onto one node; empty: no constraint.")
 	fs.DurationVar(&o.NodeLostAfter, "executor-node-lost-after", o.NodeLostAfter, "Kubernetes executor: how long the node of a stage's pod may go without reporting (Ready Unknown) before the stage is reported lost: "+
 		"a plan is then retried on another node, and an apply fails and is never run again.")
+	fs.StringVar(&o.PluginCacheStorageClass, "executor-plugin-cache-storage-class", o.PluginCacheStorageClass, "Kubernetes executor: give each creator's stages in a namespace a provider plugin cache, "+
+		"a PersistentVolumeClaim of this StorageClass that terrarun creates: providers are installed once, and later stages, an approved apply's included, link them from it. "+
+		"Its volumes must be ReadWriteMany, writable by group 65532 and support flock. Empty: no cache; every stage installs its providers again.")
+	fs.Var(&o.PluginCacheSize, "executor-plugin-cache-size", "Kubernetes executor: the storage each plugin cache claims, such as 5Gi.")
 	fs.StringVar(&o.DefaultEngine, "default-engine", o.DefaultEngine, "spec.engine.binary of runs that set none and get none from the cluster policy: terraform or tofu. "+
 		"Default: terraform, except with the local executor when only tofu is on PATH.")
 	fs.BoolVar(&o.UnsandboxedLocal, "allow-unsandboxed-local-executor", o.UnsandboxedLocal, "Allow --executor=local outside standalone mode. Its stages run on this server's host and share its kernel and network, "+
@@ -209,6 +221,12 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.NodeLostAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--executor-node-lost-after must be a positive duration, such as 1m, not %s", o.NodeLostAfter))
+	}
+	if o.PluginCacheStorageClass != "" && o.Kind != "kubernetes" {
+		errs = append(errs, fmt.Errorf("--executor-plugin-cache-storage-class applies to --executor=kubernetes only: the local executor keeps each creator's plugin cache on its host"))
+	}
+	if o.PluginCacheStorageClass != "" && o.PluginCacheSize.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("--executor-plugin-cache-size must be a positive quantity, such as 5Gi, not %s", o.PluginCacheSize.String()))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
@@ -397,7 +415,8 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 		if tokens, err = podTokenAuthenticator(kube); err != nil {
 			return nil, err
 		}
-		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter})
+		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter,
+			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}})
 		identities = job.NewIdentityResolver(kube)
 	}
 

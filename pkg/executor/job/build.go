@@ -128,6 +128,13 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		b.addKubeAPIAccess(opts)
 	}
 
+	if claim := pluginCacheClaim(run, opts.PluginCache); claim != nil {
+		b.addVolume(corev1.Volume{Name: volumePluginCache, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: claim.Name,
+		}}}, PluginCacheDir)
+		st.PluginCacheDir = PluginCacheDir
+	}
+
 	stageJSON, err := json.Marshal(st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: encoding the stage: %w", run.Namespace, run.Name, err)
@@ -292,7 +299,7 @@ type podBuilder struct {
 
 func (b *podBuilder) addVolume(v corev1.Volume, mountPath string) {
 	b.volumes = append(b.volumes, v)
-	readOnly := v.EmptyDir == nil
+	readOnly := v.EmptyDir == nil && v.PersistentVolumeClaim == nil
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: v.Name, MountPath: mountPath, ReadOnly: readOnly})
 }
 

@@ -72,6 +72,7 @@ const (
 	volumeWork                    = "work"
 	volumeTmp                     = "tmp"
 	volumeKubeAPIAccess           = "kube-api-access"
+	volumePluginCache             = "plugin-cache"
 	kubeRootCAConfigMap           = "kube-root-ca.crt"
 	defaultContainerAnnotationKey = "kubectl.kubernetes.io/default-container"
 )
@@ -120,6 +121,9 @@ type JobOptions struct {
 	// without ever running again. Default 1m (after the node lifecycle
 	// controller's grace period, 50s by default, marks the node).
 	NodeLostAfter time.Duration
+	// PluginCache configures the provider plugin caches of the stages
+	// (plugincache.go); the zero value: none.
+	PluginCache PluginCacheOptions
 }
 
 func (o JobOptions) withDefaults() JobOptions {

@@ -53,6 +53,8 @@
 //	/etc/terrarun/variables/var-secret-N/<variable>     variables from secretKeyRef
 //	/etc/terrarun/variables/var-configmap-N/<variable>  variables from configMapKeyRef
 //	/etc/terrarun/backend/backend.hcl spec.backend.configSecret, passed as -backend-config
+//	/var/cache/terrarun/plugins       with JobOptions.PluginCache: the plugin cache of the
+//	                                  run's creator, a PersistentVolumeClaim (plugincache.go)
 //
 // Files of Secret and ConfigMap volumes have mode 0440 and group 65532. They
 // are symbolic links into the volume's ..data directory, as the kubelet makes

@@ -52,7 +52,9 @@ func (e *Executor) Name(ex executor.Execution) string {
 	return JobName(ex.Run.Name, ex.Stage, ex.Attempt)
 }
 
-// Start creates the stage Secret, then the Job. Either one may already exist,
+// Start creates the claim of the plugin cache of the run's creator when there
+// is none (JobOptions.PluginCache), the stage Secret, then the Job. The
+// Secret or the Job may already exist,
 // from an earlier Start of the same execution (a retried reconcile, another
 // replica): it is adopted when its terrarun.dev/run-uid label is the run's
 // UID and its content is what Start builds (see checkSecret and checkJob),
@@ -60,6 +62,9 @@ func (e *Executor) Name(ex executor.Execution) string {
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
 	job, secret, err := BuildJob(ex, e.opts)
 	if err != nil {
+		return "", err
+	}
+	if err := e.ensurePluginCache(ctx, ex.Run); err != nil {
 		return "", err
 	}
 	uid := string(ex.Run.UID)

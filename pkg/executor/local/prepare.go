@@ -125,7 +125,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 
 	// The provider plugin cache of the run's creator in its namespace: shared
 	// by those runs only, so that no run can plant a provider that a run of
-	// another creator executes (see pluginCache).
+	// another creator executes (see executor.PluginCacheKey).
 	if cache := e.pluginCache(run); cache != "" {
 		if err := os.MkdirAll(cache, 0o700); err != nil {
 			return nil, nil, fmt.Errorf("creating the plugin cache: %w", err)

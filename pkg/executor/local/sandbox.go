@@ -1,8 +1,6 @@
 package local
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 )
 
@@ -121,21 +120,14 @@ func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun) (sandbox.Co
 }
 
 // pluginCache is the provider plugin cache of run, shared with the runs of
-// the same creator in the same namespace, or "" when there is none.
-//
-// Not with the namespace's other creators: terraform and tofu check a
-// cached provider's checksum when init takes it, then execute it from the
-// cache, which a stage can write (init installs into it). A run's
-// local-exec could rewrite a provider there after another run's init
-// checked it, and that provider would then run with the other run's
-// variables and credentials. Within one creator's runs, it can only reach
-// what the creator may use anyway.
+// the same creator in the same namespace (executor.PluginCacheKey), or ""
+// when there is none.
 func (e *Executor) pluginCache(run *v1alpha1.TerraformRun) string {
-	if e.opts.PluginCacheRoot == "" || run.Spec.Creator == nil || run.Spec.Creator.Username == "" {
+	key := executor.PluginCacheKey(run)
+	if e.opts.PluginCacheRoot == "" || key == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(run.Spec.Creator.Username))
-	return filepath.Join(e.opts.PluginCacheRoot, run.Namespace, hex.EncodeToString(sum[:16]))
+	return filepath.Join(e.opts.PluginCacheRoot, run.Namespace, key)
 }
 
 // sandboxTmp is where a sandboxed stage sees its tmp directory, and its
