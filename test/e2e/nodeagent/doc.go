@@ -53,9 +53,11 @@
 //
 // # Volumes
 //
-// emptyDir (a directory; medium Memory too), hostPath, secret, configMap,
-// downwardAPI and projected (serviceAccountToken, secret, configMap,
-// downwardAPI) volumes. Secret, configMap, downwardAPI and projected volumes
+// emptyDir (a directory; medium Memory too), hostPath,
+// persistentVolumeClaim (bound to a hostPath or local PersistentVolume,
+// whose path is mounted; the pod waits until its claims are bound), secret,
+// configMap, downwardAPI and projected (serviceAccountToken, secret,
+// configMap, downwardAPI) volumes. Secret, configMap, downwardAPI and projected volumes
 // are written as the kubelet's atomic writer does (files in a timestamped
 // directory, ..data a symbolic link to it, top-level names symbolic links
 // into ..data), with items or all keys, the item mode or defaultMode

@@ -47,6 +47,9 @@ type podRunner struct {
 	uid types.UID
 	pod *corev1.Pod // as first seen; the spec is immutable
 	dir string
+	// claimDirs are the node paths of the pod's persistentVolumeClaim
+	// volumes, by volume name, once prepare has found their volumes.
+	claimDirs map[string]string
 
 	stopCh   chan struct{} // closed when the pod must stop
 	killCh   chan struct{} // closed when it must stop now
@@ -379,7 +382,7 @@ func unsupportedVolume(v *corev1.Volume) string {
 		return ""
 	}
 	switch {
-	case v.EmptyDir != nil, v.HostPath != nil, v.Secret != nil, v.ConfigMap != nil:
+	case v.EmptyDir != nil, v.HostPath != nil, v.Secret != nil, v.ConfigMap != nil, v.PersistentVolumeClaim != nil:
 		return ""
 	case v.DownwardAPI != nil:
 		return downward(v.DownwardAPI.Items)
@@ -397,7 +400,7 @@ func unsupportedVolume(v *corev1.Volume) string {
 		}
 		return ""
 	}
-	return "only emptyDir, hostPath, secret, configMap, downwardAPI and projected volumes are supported by the test node agent"
+	return "only emptyDir, hostPath, persistentVolumeClaim, secret, configMap, downwardAPI and projected volumes are supported by the test node agent"
 }
 
 func (r *podRunner) fail(reason, msg string) {
@@ -525,7 +528,7 @@ func (r *podRunner) execSpec(ctx context.Context, c *container, objs *objects) (
 			Source:   filepath.Join(a.staging, staged),
 			Target:   filepath.Clean(m.MountPath),
 			File:     file,
-			ReadOnly: m.ReadOnly,
+			ReadOnly: m.ReadOnly || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly),
 		})
 	}
 

@@ -64,6 +64,16 @@ func (r *podRunner) materializeVolume(ctx context.Context, v *corev1.Volume) (re
 			return time.Time{}, os.MkdirAll(v.HostPath.Path, 0o755)
 		}
 		return time.Time{}, nil
+	case v.PersistentVolumeClaim != nil:
+		path, err := r.claimDir(ctx, v.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if r.claimDirs == nil {
+			r.claimDirs = map[string]string{}
+		}
+		r.claimDirs[v.Name] = path
+		return time.Time{}, nil
 	case v.Secret != nil:
 		files, err := r.secretPayload(ctx, v.Secret.SecretName, v.Secret.Items, v.Secret.DefaultMode, v.Secret.Optional)
 		if err != nil {
@@ -126,16 +136,47 @@ func (r *podRunner) materializeVolume(ctx context.Context, v *corev1.Volume) (re
 		}
 		return refreshAt, writeAtomic(dir, files, fsGroup)
 	default:
-		return time.Time{}, fmt.Errorf("volume %s: only emptyDir, hostPath, secret, configMap, downwardAPI and projected volumes are supported by the test node agent", v.Name)
+		return time.Time{}, fmt.Errorf("volume %s: %s", v.Name, unsupportedVolume(v))
 	}
 }
 
 // volumeSourceDir is the node path a volume mount binds (before subPath).
 func (r *podRunner) volumeSourceDir(v *corev1.Volume) string {
-	if v.HostPath != nil {
+	switch {
+	case v.HostPath != nil:
 		return v.HostPath.Path
+	case v.PersistentVolumeClaim != nil:
+		return r.claimDirs[v.Name]
 	}
 	return r.volumeDir(v.Name)
+}
+
+// claimDir is the node path of the volume bound to the pod's claim name: a
+// hostPath or local PersistentVolume. Until the claim is bound the pod
+// waits, as it does for a missing Secret. Like the kubelet for these volume
+// types, the agent changes no ownership (fsGroup does not apply).
+func (r *podRunner) claimDir(ctx context.Context, name string) (string, error) {
+	pvc, err := r.a.client.CoreV1().PersistentVolumeClaims(r.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("persistentvolumeclaim %s: %w", name, err)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("persistentvolumeclaim %s is not bound (phase %q)", name, pvc.Status.Phase)
+	}
+	pv, err := r.a.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("persistentvolumeclaim %s: volume %s: %w", name, pvc.Spec.VolumeName, err)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != pvc.UID {
+		return "", fmt.Errorf("persistentvolumeclaim %s: volume %s is not bound to it", name, pv.Name)
+	}
+	switch {
+	case pv.Spec.HostPath != nil:
+		return pv.Spec.HostPath.Path, nil
+	case pv.Spec.Local != nil:
+		return pv.Spec.Local.Path, nil
+	}
+	return "", fmt.Errorf("persistentvolumeclaim %s: volume %s is neither hostPath nor local, the only persistent volumes the test node agent mounts", name, pv.Name)
 }
 
 func modeOf(item, def *int32) int32 {

@@ -428,3 +428,44 @@ func TestImageBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistentVolumeClaim: a pod with a claim waits until it is bound,
+// then mounts the directory of its hostPath volume, writable, as the kubelet
+// would.
+func TestPersistentVolumeClaim(t *testing.T) {
+	dir := worldDir(t)
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: testNS, UID: "uid-cache"},
+		Spec:       corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}},
+		Status:     corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending},
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-cache"},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			ClaimRef:               &corev1.ObjectReference{Namespace: testNS, Name: "cache", UID: "uid-cache"},
+		},
+	}
+	h := newHarness(t, nil, pvc, pv)
+	pod := shPod("claims", `echo cached > /cache/provider && cat /cache/provider`)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "cache"}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "c", MountPath: "/cache"}}
+	h.create(pod)
+	h.waitPod("claims", "waiting for its claim", func(p *corev1.Pod) bool {
+		s := p.Status.ContainerStatuses
+		return len(s) == 1 && s[0].State.Waiting != nil && strings.Contains(s[0].State.Waiting.Message, "persistentvolumeclaim cache is not bound")
+	})
+
+	bound := pvc.DeepCopy()
+	bound.Spec.VolumeName, bound.Status.Phase = "pv-cache", corev1.ClaimBound
+	if _, err := h.cs.CoreV1().PersistentVolumeClaims(testNS).Update(t.Context(), bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitPhase("claims", corev1.PodSucceeded)
+	if _, log := h.logs("claims", "main", ""); log != "cached\n" {
+		t.Errorf("log %q, want the volume's file", log)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "provider")); err != nil || string(b) != "cached\n" {
+		t.Errorf("the volume's directory holds %q (%v), want what the pod wrote", b, err)
+	}
+}
