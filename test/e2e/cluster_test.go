@@ -61,7 +61,9 @@ type cluster struct {
 	// providerDir holds the test provider's mirror, and imageDir the
 	// images' file systems, outside dir: the pods' user reaches them.
 	providerDir string
+	provider    harness.TestProvider
 	imageDir    string
+	volumeDir   string // the test provisioner's volumes
 	tools       string // directory of etcd, kube-apiserver, kube-controller-manager, kubectl
 	images      string // directory of the OCI layouts make images writes
 	helm        string
@@ -179,7 +181,7 @@ func (c *cluster) stop() {
 	}
 	if os.Getenv("TERRARUN_E2E_KEEP") == "" {
 		_ = os.RemoveAll(c.dir)
-		for _, d := range []string{c.providerDir, c.imageDir} {
+		for _, d := range []string{c.providerDir, c.imageDir, c.volumeDir} {
 			if d != "" {
 				_ = os.RemoveAll(d)
 			}
@@ -390,7 +392,8 @@ func (c *cluster) bootstrap() error {
 		"--service-account-private-key-file", kubeCerts.SAKey,
 		"--root-ca-file", kubePKI.CAFile(),
 		"--controllers", "job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-token-controller,serviceaccount-controller,namespace-controller,root-ca-certificate-publisher-controller,"+
-			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,disruption-controller,node-lifecycle-controller",
+			"deployment-controller,replicaset-controller,endpoints-controller,endpointslice-controller,disruption-controller,node-lifecycle-controller,"+
+			"persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller",
 	); err != nil {
 		return err
 	}
@@ -436,6 +439,7 @@ func (c *cluster) bootstrap() error {
 	if err != nil {
 		return err
 	}
+	c.provider = provider
 	// The node runs what is in the images that make images built: their
 	// file systems are unpacked, and a container of an image runs its
 	// binary, with the executor image's engine on PATH.
@@ -460,6 +464,18 @@ func (c *cluster) bootstrap() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	// The plugin caches' volumes, where the pods' user reaches them.
+	volumeDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-volumes-")
+	if err != nil {
+		return err
+	}
+	c.volumeDir = volumeDir
+	if err := os.Chmod(volumeDir, 0o755); err != nil {
+		return err
+	}
+	if err := startProvisioner(ctx, kube, volumeDir); err != nil {
+		return err
+	}
 	c.agents = map[string]*nodeAgent{}
 	for _, n := range nodes {
 		agent := &nodeAgent{ctx: ctx, opts: nodeagent.Options{
@@ -520,6 +536,9 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 		// A stage whose node stops reporting is lost 5s after the node
 		// lifecycle controller marks the node (TestNodeLost).
 		"extraArgs": []string{"--bind-address=$(POD_IP)", "--executor-node-lost-after=5s"},
+		// Each creator's runs in a namespace share a plugin cache
+		// (TestJobPluginCache).
+		"pluginCache": map[string]any{"storageClassName": cacheStorageClass, "size": "1Gi"},
 		// The policy of these tests: only the executor images are allowed,
 		// and none of the chart's other defaults apply.
 		"policy": map[string]any{

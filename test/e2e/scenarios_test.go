@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,11 +77,20 @@ func waitFor(t testing.TB, timeout time.Duration, what string, ok func() bool) {
 // createRun creates a run as user from a manifest with an inline config.
 func createRun(t testing.TB, user, ns, name, mainTF, extra string) {
 	t.Helper()
+	createRunFiles(t, user, ns, name, map[string]string{"main.tf": mainTF}, extra)
+}
+
+// createRunFiles creates a run as user from a manifest with inline files.
+func createRunFiles(t testing.TB, user, ns, name string, files map[string]string, extra string) {
+	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n", name, ns)
-	fmt.Fprintf(&b, "  workspace: %s\n  source:\n    inline:\n      main.tf: |\n", name)
-	for _, line := range strings.Split(strings.TrimRight(mainTF, "\n"), "\n") {
-		b.WriteString("        " + line + "\n")
+	fmt.Fprintf(&b, "  workspace: %s\n  source:\n    inline:\n", name)
+	for _, file := range slices.Sorted(maps.Keys(files)) {
+		fmt.Fprintf(&b, "      %q: |\n", file)
+		for _, line := range strings.Split(strings.TrimRight(files[file], "\n"), "\n") {
+			b.WriteString("        " + line + "\n")
+		}
 	}
 	b.WriteString(extra)
 	if _, err := cl.kubectlStdin(user, b.String(), "create", "-f", "-"); err != nil {
@@ -641,4 +652,82 @@ spec:
 		_, err := cl.kubectlAs("admin", "get", "tfws", "infra", "-n", ns)
 		return err != nil
 	})
+}
+
+// TestJobPluginCache: each creator's runs in a namespace share a plugin
+// cache, a PersistentVolumeClaim that terrarun creates. Alice's first run
+// installs the test provider into hers; its apply stage, approved by bob and
+// run in a Job of its own, and her next run link it from there and install
+// nothing. A run of another creator in the same namespace gets a cache of
+// its own, and installs the provider into it.
+func TestJobPluginCache(t *testing.T) {
+	ns := newNamespace(t)
+	const tf = harness.TestProviderRequirement + `
+resource "testing_file" "f" {
+  path    = "${abspath(path.root)}/written-by-the-provider.txt"
+  content = "cached"
+}
+`
+	installing := regexp.MustCompile(`Installing (registry\.terraform\.io/)?terrarun/testing`)
+	cached := regexp.MustCompile(`Using (registry\.terraform\.io/)?terrarun/testing v0\.1\.0 from the shared cache directory`)
+	logOf := func(name, stage string) string {
+		return mustAs(t, "admin", "get", "--raw", raw(ns, name, "logs?stage="+stage))
+	}
+	succeeded := func(name string) {
+		t.Helper()
+		if got := waitPhase(t, ns, name, 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+			t.Fatalf("run %s ended %s: %s\nplan log:\n%s", name, got,
+				mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.message}"), logOf(name, "plan"))
+		}
+	}
+	claims := func() []string {
+		return strings.Fields(mustAs(t, "admin", "get", "pvc", "-n", ns, "-l", "terrarun.dev/plugin-cache", "-o", "jsonpath={.items[*].metadata.name}"))
+	}
+
+	createRun(t, "alice", ns, "first", tf, "")
+	if got := waitPhase(t, ns, "first", 4*time.Minute, "AwaitingApproval", "Failed"); got != "AwaitingApproval" {
+		t.Fatalf("the first run ended %s: %s\nplan log:\n%s", got, mustAs(t, "admin", "get", "tfr", "first", "-n", ns, "-o", "jsonpath={.status.message}"), logOf("first", "plan"))
+	}
+	if l := logOf("first", "plan"); !installing.MatchString(l) {
+		t.Errorf("the first plan did not install the provider:\n%s", l)
+	}
+	if out, err := approve(t, "bob", ns, "first"); err != nil {
+		t.Fatalf("bob approves: %v: %s", err, out)
+	}
+	succeeded("first")
+	if jobs := strings.Fields(mustAs(t, "admin", "get", "tfr", "first", "-n", ns, "-o", "jsonpath={.status.stages[*].job}")); len(jobs) != 2 || !strings.HasSuffix(jobs[1], "-apply-1") {
+		t.Errorf("the stages ran in Jobs %q, want the apply in a Job of its own", jobs)
+	}
+	if l := logOf("first", "apply"); !cached.MatchString(l) || installing.MatchString(l) {
+		t.Errorf("the apply Job did not take the provider from the plugin cache:\n%s", l)
+	}
+	if got := claims(); len(got) != 1 {
+		t.Fatalf("plugin caches %v after alice's run, want one", got)
+	}
+	if phase := mustAs(t, "admin", "get", "pvc", claims()[0], "-n", ns, "-o", "jsonpath={.status.phase}"); phase != "Bound" {
+		t.Errorf("alice's cache is %s", phase)
+	}
+
+	// A new configuration's init links a cached provider only when the
+	// configuration's lock file names its checksum (without one, terraform
+	// and tofu install it again): the runs below carry one.
+	lock, err := cl.provider.LockFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := map[string]string{"main.tf": tf, ".terraform.lock.hcl": lock}
+	createRunFiles(t, "alice", ns, "second", locked, "  approval:\n    mode: Auto\n")
+	succeeded("second")
+	if l := logOf("second", "plan"); !cached.MatchString(l) || installing.MatchString(l) {
+		t.Errorf("alice's second run did not take the provider from her cache:\n%s", l)
+	}
+
+	createRunFiles(t, "admin", ns, "other-creator", locked, "  approval:\n    mode: Auto\n")
+	succeeded("other-creator")
+	if l := logOf("other-creator", "plan"); !installing.MatchString(l) {
+		t.Errorf("another creator's run did not install the provider into a cache of its own:\n%s", l)
+	}
+	if got := claims(); len(got) != 2 {
+		t.Errorf("plugin caches %v after runs of two creators, want two", got)
+	}
 }

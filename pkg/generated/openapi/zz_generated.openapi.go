@@ -1009,7 +1009,7 @@ func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) comm
 				Properties: map[string]spec.Schema{
 					"inline": {
 						SchemaProps: spec.SchemaProps{
-							Description: "inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars files are allowed, and the total size is capped at 256 KiB.",
+							Description: "inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars files, and the dependency lock file .terraform.lock.hcl, are allowed, and the total size is capped at 256 KiB.",
 							Type:        []string{"object"},
 							AdditionalProperties: &spec.SchemaOrBool{
 								Allows: true,

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"golang.org/x/mod/sumdb/dirhash"
 )
 
 // TestProviderRequirement is the required_providers block that a
@@ -62,6 +64,26 @@ func InstallTestProvider(dir string) (TestProvider, error) {
 		return TestProvider{}, err
 	}
 	return p, nil
+}
+
+// LockFile is a dependency lock file (.terraform.lock.hcl) that records the
+// test provider with the checksum of the package in the mirror (its "h1:"
+// hash, as terraform and tofu compute it for an unpacked package), so that
+// init may take it from a plugin cache.
+func (p TestProvider) LockFile() (string, error) {
+	pkg := filepath.Join(p.Dir, "mirror", "registry.terraform.io", "terrarun", "testing", "0.1.0", runtime.GOOS+"_"+runtime.GOARCH)
+	h1, err := dirhash.HashDir(pkg, "", dirhash.Hash1)
+	if err != nil {
+		return "", fmt.Errorf("hashing the test provider: %w", err)
+	}
+	return fmt.Sprintf(`provider "registry.terraform.io/terrarun/testing" {
+  version     = "0.1.0"
+  constraints = "0.1.0"
+  hashes = [
+    %q,
+  ]
+}
+`, h1), nil
 }
 
 // Engines returns Engine(), then the other kind of engine when this host

@@ -163,7 +163,8 @@ type TerraformRunSpec struct {
 // Source is where the configuration comes from. Exactly one member must be set.
 type Source struct {
 	// inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars
-	// files are allowed, and the total size is capped at 256 KiB.
+	// files, and the dependency lock file .terraform.lock.hcl, are allowed, and
+	// the total size is capped at 256 KiB.
 	// +optional
 	Inline map[string]string `json:"inline,omitempty" protobuf:"bytes,1,rep,name=inline"`
 

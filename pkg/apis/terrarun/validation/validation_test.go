@@ -213,6 +213,9 @@ func TestValidateInline(t *testing.T) {
 	const nameDetail = "ending in .tf, .tf.json or .tfvars"
 	runSpecCases(t, []specCase{
 		{name: "tf.json and tfvars", mutate: set(inline("main.tf.json", "terraform.tfvars", "_vars.tf", "a-b_c.1.tf"))},
+		{name: "lock file", mutate: set(inline("main.tf", ".terraform.lock.hcl"))},
+		{name: "lock file alone", mutate: set(inline(".terraform.lock.hcl")), want: []string{required("spec.source.inline")}},
+		{name: "other hcl", mutate: set(inline("main.tf", ".terraform.hcl")), want: []string{invalid("spec.source.inline[.terraform.hcl]")}, detail: ".terraform.lock.hcl"},
 		{name: "parent directory", mutate: set(inline("main.tf", "../x.tf")), want: []string{invalid("spec.source.inline[../x.tf]")}, detail: nameDetail},
 		{name: "dot dot", mutate: set(inline("main.tf", "...tf")), want: []string{invalid("spec.source.inline[...tf]")}},
 		{name: "directory", mutate: set(inline("main.tf", "modules/x.tf")), want: []string{invalid("spec.source.inline[modules/x.tf]")}},

@@ -24,7 +24,8 @@ package v1alpha1
 // Source is where the configuration comes from. Exactly one member must be set.
 type SourceApplyConfiguration struct {
 	// inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars
-	// files are allowed, and the total size is capped at 256 KiB.
+	// files, and the dependency lock file .terraform.lock.hcl, are allowed, and
+	// the total size is capped at 256 KiB.
 	Inline map[string]string `json:"inline,omitempty"`
 	// configMap names a ConfigMap in the run's namespace whose keys are file names
 	// and whose values are file contents.
