@@ -17,6 +17,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
+	"github.com/terrarun/terrarun/test/internal/scale"
 )
 
 // Sample counts. They are fixed instead of being derived from b.N so that
@@ -43,15 +44,6 @@ var created atomic.Int64
 
 // nameSeq makes run names unique across repeated calls of a benchmark.
 var nameSeq atomic.Int64
-
-func benchRun(name string) *v1alpha1.TerraformRun {
-	return &v1alpha1.TerraformRun{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.TerraformRunSpec{
-			Source: v1alpha1.Source{Inline: map[string]string{"main.tf": harness.BenchTF}},
-		},
-	}
-}
 
 func uniqueName(prefix string) string {
 	return fmt.Sprintf("%s-%07d", prefix, nameSeq.Add(1))
@@ -96,7 +88,7 @@ func reportMean(b *testing.B, lat []time.Duration) {
 // creators and returns the latency of each create and the wall time.
 func createMany(ctx context.Context, runs typedv1alpha1.TerraformRunInterface, prefix string, n, workers int) ([]time.Duration, time.Duration, error) {
 	return harness.Concurrently(ctx, n, workers, func(ctx context.Context, i int) error {
-		if _, err := runs.Create(ctx, benchRun(uniqueName(prefix)), metav1.CreateOptions{}); err != nil {
+		if _, err := runs.Create(ctx, scale.Run(uniqueName(prefix)), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create %d: %w", i, err)
 		}
 		created.Add(1)
@@ -146,7 +138,7 @@ func BenchmarkGet(b *testing.B) {
 	logLoad(b, "at the start")
 	defer logLoad(b, "at the end")
 	name := uniqueName("get")
-	if _, err := runs.Create(ctx, benchRun(name), metav1.CreateOptions{}); err != nil {
+	if _, err := runs.Create(ctx, scale.Run(name), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	created.Add(1)
@@ -401,7 +393,7 @@ func BenchmarkWatchDelivery(b *testing.B) {
 	objs := make([]*v1alpha1.TerraformRun, 0, n-half)
 	write := func(i int) (*v1alpha1.TerraformRun, watch.EventType, error) {
 		if i < n-half {
-			obj, err := runs.Create(ctx, benchRun(uniqueName("w")), metav1.CreateOptions{})
+			obj, err := runs.Create(ctx, scale.Run(uniqueName("w")), metav1.CreateOptions{})
 			if err == nil {
 				created.Add(1)
 			}
@@ -414,7 +406,7 @@ func BenchmarkWatchDelivery(b *testing.B) {
 
 	// Warm-up: the watch is established once the first event arrives.
 	for range warmup {
-		obj, err := runs.Create(ctx, benchRun(uniqueName("warm")), metav1.CreateOptions{})
+		obj, err := runs.Create(ctx, scale.Run(uniqueName("warm")), metav1.CreateOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,50 +1,37 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apiserver"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/test/internal/harness"
+	"github.com/terrarun/terrarun/test/internal/scale"
 )
 
 // Scale simulation sizes: TERRARUN_BENCH_SCALE_RUNS finished runs (default
 // 50,000, about 2.6 GiB in etcd: the server runs with an embedded etcd quota
 // of scaleQuota instead of etcd's default 2 GiB, which fills near 39,000, see
-// docs/scaling.md), in namespaces of runsPerNamespace.
+// docs/scaling.md), in namespaces of scale.RunsPerNamespace.
 const (
 	defaultScaleRuns = 50000
 	scaleQuota       = 8 << 30
-	runsPerNamespace = 1000
 	scaleCheckpoints = 5
-	scaleWriters     = 16
-	// Per run: a plan log of planLogLines and an apply log of applyLogLines
-	// lines of about 70 bytes, the plan text, redacted JSON and file, and
-	// outputs.
-	planLogLines  = 150
-	applyLogLines = 100
 )
 
 // BenchmarkStoredRuns simulates the etcd and the server of a busy
@@ -63,8 +50,8 @@ func BenchmarkStoredRuns(b *testing.B) {
 	total := defaultScaleRuns
 	if v := os.Getenv("TERRARUN_BENCH_SCALE_RUNS"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < runsPerNamespace*scaleCheckpoints {
-			b.Fatalf("TERRARUN_BENCH_SCALE_RUNS=%q: want a number of runs, at least %d", v, runsPerNamespace*scaleCheckpoints)
+		if err != nil || n < scale.RunsPerNamespace*scaleCheckpoints {
+			b.Fatalf("TERRARUN_BENCH_SCALE_RUNS=%q: want a number of runs, at least %d", v, scale.RunsPerNamespace*scaleCheckpoints)
 		}
 		total = n
 	}
@@ -92,8 +79,8 @@ func BenchmarkStoredRuns(b *testing.B) {
 	logLoad(b, "at the start")
 	defer logLoad(b, "at the end")
 
-	art := newRunArtifacts()
-	b.Logf("per run: %d bytes of artifacts and logs", art.size())
+	art := scale.NewArtifacts()
+	b.Logf("per run: %d bytes of artifacts and logs", art.Size())
 	b.Logf("%8s %10s %10s %10s %12s %12s %12s %12s %12s %12s %10s", "runs", "etcd-MiB", "rss-MiB", "anon-MiB", "list1k-p50", "list1k-p99", "pb-list-p50", "pb-list-p99", "watch-p50", "watch-p99", "store-s")
 	var (
 		stored  int
@@ -104,7 +91,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 	step := total / scaleCheckpoints
 	for cp := 1; cp <= scaleCheckpoints; cp++ {
 		t0 := time.Now()
-		if err := storeRuns(ctx, s.Client, store, art, stored, step); err != nil {
+		if err := scale.Store(ctx, s.Client, store, art, stored, step); err != nil {
 			b.Fatal(err)
 		}
 		stored += step
@@ -219,119 +206,6 @@ func (s *server) etcdClient() (*clientv3.Client, string, error) {
 	return c, string(m[1]), err
 }
 
-// runArtifacts are the artifacts every simulated run gets.
-type runArtifacts struct {
-	planText, planJSON, planFile, outputs, planLog, applyLog []byte
-}
-
-func newRunArtifacts() *runArtifacts {
-	var planText, planJSON bytes.Buffer
-	planText.WriteString("OpenTofu will perform the following actions:\n\n")
-	planJSON.WriteString(`{"format_version":"1.2","resource_changes":[`)
-	for i := range 12 {
-		fmt.Fprintf(&planText, "  # terraform_data.item[%d] will be created\n  + resource \"terraform_data\" \"item\" {\n      + id     = (known after apply)\n      + input  = \"value-%d\"\n    }\n\n", i, i)
-		if i > 0 {
-			planJSON.WriteByte(',')
-		}
-		fmt.Fprintf(&planJSON, `{"address":"terraform_data.item[%d]","type":"terraform_data","change":{"actions":["create"],"after":{"input":"value-%d"},"after_unknown":{"id":true}}}`, i, i)
-	}
-	planText.WriteString("Plan: 12 to add, 0 to change, 0 to destroy.\n")
-	planJSON.WriteString("]}")
-	planFile := make([]byte, 3<<10)
-	_, _ = rand.Read(planFile) // a zip: incompressible
-	logOf := func(stage string, n int) []byte {
-		var l bytes.Buffer
-		for i := range n {
-			fmt.Fprintf(&l, "terraform_data.item[%d]: %s complete after 0s [id=5f2d7c1e-9a3b-4c6d-8e0f-%012d]\n", i%12, stage, i)
-		}
-		return l.Bytes()
-	}
-	return &runArtifacts{
-		planText: planText.Bytes(), planJSON: planJSON.Bytes(), planFile: planFile,
-		outputs: []byte(`{"greeting":{"sensitive":false,"type":"string","value":"hello"}}`),
-		planLog: logOf("Refreshing", planLogLines), applyLog: logOf("Creation", applyLogLines),
-	}
-}
-
-func (a *runArtifacts) size() int {
-	return len(a.planText) + len(a.planJSON) + len(a.planFile) + len(a.outputs) + len(a.planLog) + len(a.applyLog)
-}
-
-// storeRuns stores runs from+1 … from+n: created, their status that of a
-// finished run, their artifacts and logs written through store.
-func storeRuns(ctx context.Context, client versioned.Interface, store *artifacts.Store, art *runArtifacts, from, n int) error {
-	var next atomic.Int64
-	next.Store(int64(from))
-	errs := make(chan error, scaleWriters)
-	var wg sync.WaitGroup
-	for range scaleWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1))
-				if i > from+n || ctx.Err() != nil {
-					return
-				}
-				if err := storeRun(ctx, client, store, art, i); err != nil {
-					errs <- fmt.Errorf("run %d: %w", i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-func storeRun(ctx context.Context, client versioned.Interface, store *artifacts.Store, art *runArtifacts, i int) error {
-	ns := fmt.Sprintf("scale-%03d", (i-1)/runsPerNamespace)
-	runs := client.TerrarunV1alpha1().TerraformRuns(ns)
-	run := benchRun(fmt.Sprintf("run-%06d", i))
-	run.Spec.Workspace = "app"
-	run, err := runs.Create(ctx, run, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	now := metav1.Now()
-	start := metav1.NewTime(now.Add(-40 * time.Second))
-	run.Status = v1alpha1.TerraformRunStatus{
-		Phase:              v1alpha1.RunPhase("Succeeded"),
-		ObservedGeneration: run.Generation,
-		Plan:               &v1alpha1.PlanSummary{Digest: "sha256:" + strings.Repeat("ab", 32), Add: 12, HasChanges: true},
-		Stages: []v1alpha1.StageStatus{
-			{Name: "plan", Attempt: 1, Job: run.Name + "-plan-1", StartTime: &start, CompletionTime: &now, ExitCode: ptr.To[int32](0)},
-			{Name: "apply", Attempt: 1, Job: run.Name + "-apply-1", StartTime: &start, CompletionTime: &now, ExitCode: ptr.To[int32](0)},
-		},
-		StartTime: &start, CompletionTime: &now,
-		Message: "Applied: 12 added, 0 changed, 0 destroyed.",
-	}
-	for _, c := range []string{"Planned", "Approved", "Applied", "Complete", "Ready"} {
-		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "Applied: 12 added.", ObservedGeneration: run.Generation})
-	}
-	if _, err := runs.UpdateStatus(ctx, run, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	ref := artifacts.RunRef{Namespace: ns, Name: run.Name, UID: string(run.UID)}
-	for kind, data := range map[artifacts.Kind][]byte{
-		artifacts.PlanText: art.planText, artifacts.PlanJSON: art.planJSON, artifacts.PlanFile: art.planFile, artifacts.Outputs: art.outputs,
-	} {
-		if _, err := store.Put(ctx, ref, kind, bytes.NewReader(data)); err != nil {
-			return fmt.Errorf("%s: %w", kind, err)
-		}
-	}
-	for stage, log := range map[string][]byte{"plan": art.planLog, "apply": art.applyLog} {
-		if err := store.AppendLog(ctx, ref, stage, 1, log); err != nil {
-			return fmt.Errorf("%s log: %w", stage, err)
-		}
-		if err := store.CloseLog(ctx, ref, stage, 1); err != nil {
-			return fmt.Errorf("%s log: %w", stage, err)
-		}
-	}
-	return nil
-}
-
 // measure takes a checkpoint with runs stored: etcd's size, the server's RSS
 // (with embedded etcd: its anonymous part is the heaps, the rest mostly
 // etcd's memory-mapped database),
@@ -351,24 +225,9 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 		return c, err
 	}
 	c.rssMiB, c.anonMiB = mem.VmRSS, mem.RssAnon
-	// The same LIST in JSON and in protobuf, alternating.
-	var list, listProto []time.Duration
-	for i := range 40 {
-		client, into := s.Client, &list
-		if i%2 == 1 {
-			client, into = proto, &listProto
-		}
-		t0 := time.Now()
-		l, err := client.TerrarunV1alpha1().TerraformRuns("scale-000").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return c, err
-		}
-		*into = append(*into, time.Since(t0))
-		if len(l.Items) != runsPerNamespace {
-			return c, fmt.Errorf("LIST scale-000: %d runs, want %d", len(l.Items), runsPerNamespace)
-		}
+	if c.list, c.listProto, err = scale.ListLatencies(ctx, s.Client, proto); err != nil {
+		return c, err
 	}
-	c.list, c.listProto = p50p99(list), p50p99(listProto)
 
 	runsAPI := s.Client.TerrarunV1alpha1().TerraformRuns("scale-watch")
 	w, err := runsAPI.Watch(ctx, metav1.ListOptions{})
@@ -379,7 +238,7 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	var watch []time.Duration
 	for range 20 {
 		t0 := time.Now()
-		created, err := runsAPI.Create(ctx, benchRun(uniqueName("watch")), metav1.CreateOptions{})
+		created, err := runsAPI.Create(ctx, scale.Run(uniqueName("watch")), metav1.CreateOptions{})
 		if err != nil {
 			return c, err
 		}
@@ -390,11 +249,6 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 		}
 		watch = append(watch, time.Since(t0))
 	}
-	c.watch = p50p99(watch)
+	c.watch = scale.P50P99(watch)
 	return c, nil
-}
-
-func p50p99(d []time.Duration) [2]time.Duration {
-	slices.Sort(d)
-	return [2]time.Duration{harness.Percentile(d, 0.5), harness.Percentile(d, 0.99)}
 }

@@ -57,6 +57,9 @@ type environment struct {
 	// client certificate, both servers' CAs, no client-side rate limit.
 	client *http.Client
 	kube   kubernetes.Interface
+	// config is the client's: kube-apiserver's address, the admin's
+	// credentials.
+	config *rest.Config
 }
 
 var (
@@ -190,6 +193,7 @@ func (e *environment) bootstrap(ctx context.Context, tools, terrarunBin string) 
 		cas = append(cas, data...)
 	}
 	cfg := &rest.Config{Host: e.kubeURL, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAData: cas, CertFile: adminCert, KeyFile: adminKey}}
+	e.config = cfg
 	if e.client, err = rest.HTTPClientFor(cfg); err != nil {
 		return err
 	}
