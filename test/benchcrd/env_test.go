@@ -153,7 +153,9 @@ func (e *environment) bootstrap(ctx context.Context, tools, terrarunBin string) 
 		return err
 	}
 
-	// Two etcds on the same disk, fsync on (etcd's default).
+	// Two etcds on the same disk, fsync on (etcd's default), with a quota
+	// of 8 GiB instead of the default 2 (StoredRuns stores 3.5 GiB of runs
+	// and artifacts).
 	for _, m := range []struct {
 		name, dir string
 		port      int
@@ -163,7 +165,8 @@ func (e *environment) bootstrap(ctx context.Context, tools, terrarunBin string) 
 			"--name", m.name, "--data-dir", m.dir,
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-			"--initial-cluster", m.name+"="+peer, "--initial-cluster-state", "new"); err != nil {
+			"--initial-cluster", m.name+"="+peer, "--initial-cluster-state", "new",
+			"--quota-backend-bytes", fmt.Sprint(8<<30)); err != nil {
 			return err
 		}
 		if err := harness.WaitHTTP(client+"/health", nil, "", 60*time.Second); err != nil {

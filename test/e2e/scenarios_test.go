@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
@@ -729,5 +730,47 @@ resource "testing_file" "f" {
 	}
 	if got := claims(); len(got) != 2 {
 		t.Errorf("plugin caches %v after runs of two creators, want two", got)
+	}
+}
+
+// TestForeignPluginCache is the attack on the Job plugin cache: someone who
+// may create PersistentVolumeClaims in the namespace makes, before alice's
+// first run there, the claim where her cache belongs, bound to a volume of
+// their choosing (a selector). Her run must not start on it, and must say
+// why and what to do; once the claim is deleted, terrarun makes its own and
+// the run goes on.
+func TestForeignPluginCache(t *testing.T) {
+	ns := newNamespace(t)
+	claim := "terrarun-plugin-cache-" + executor.PluginCacheKey(&v1alpha1.TerraformRun{Spec: v1alpha1.TerraformRunSpec{Creator: &v1alpha1.Creator{Username: "alice"}}})
+	squatted := fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: %s
+  namespace: %s
+  labels: {terrarun.dev/plugin-cache: %s}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: %s
+  selector: {matchLabels: {filled-by: mallory}}
+  resources: {requests: {storage: 1Gi}}
+`, claim, ns, strings.TrimPrefix(claim, "terrarun-plugin-cache-"), cacheStorageClass)
+	if out, err := cl.kubectlStdin("admin", squatted, "create", "-f", "-"); err != nil {
+		t.Fatalf("creating the squatting claim: %v: %s", err, out)
+	}
+	createRun(t, "alice", ns, "victim", helloTF, "  approval:\n    mode: Auto\n")
+	waitFor(t, 2*time.Minute, "the run to say why its plan cannot start", func() bool {
+		msg, _ := cl.kubectlAs("admin", "get", "tfr", "victim", "-n", ns, "-o", "jsonpath={.status.message}")
+		return strings.Contains(msg, "is not the one terrarun creates") && strings.Contains(msg, "spec.selector") && strings.Contains(msg, "Delete it")
+	})
+	if jobs := mustAs(t, "admin", "get", "jobs", "-n", ns, "-o", "name"); jobs != "" {
+		t.Fatalf("a Job started on the squatted cache: %s", jobs)
+	}
+
+	mustAs(t, "admin", "delete", "pvc", claim, "-n", ns)
+	if got := waitPhase(t, ns, "victim", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("after the claim's deletion the run ended %s: %s", got, mustAs(t, "admin", "get", "tfr", "victim", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if sel := mustAs(t, "admin", "get", "pvc", claim, "-n", ns, "-o", "jsonpath={.spec.selector}"); sel != "" {
+		t.Errorf("the run's cache is a claim with selector %s, not terrarun's own", sel)
 	}
 }
