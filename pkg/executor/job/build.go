@@ -131,8 +131,8 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	if claim := pluginCacheClaim(run, opts.PluginCache); claim != nil {
 		b.addVolume(corev1.Volume{Name: volumePluginCache, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 			ClaimName: claim.Name,
-		}}}, PluginCacheDir)
-		st.PluginCacheDir = PluginCacheDir
+		}}}, pluginCacheDir)
+		st.PluginCacheDir = pluginCacheDir
 	}
 
 	stageJSON, err := json.Marshal(st)

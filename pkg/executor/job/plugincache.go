@@ -29,12 +29,12 @@ import (
 // in its place cannot bring a volume filled with providers of someone
 // else's choosing (see checkPluginCacheClaim).
 
-// PluginCacheDir is where executor containers mount their plugin cache.
-const PluginCacheDir = "/var/cache/terrarun/plugins"
+// pluginCacheDir is where executor containers mount their plugin cache.
+const pluginCacheDir = "/var/cache/terrarun/plugins"
 
-// LabelPluginCache marks a plugin cache's PersistentVolumeClaim with the
+// labelPluginCache marks a plugin cache's PersistentVolumeClaim with the
 // key of the creator it caches for.
-const LabelPluginCache = "terrarun.dev/plugin-cache"
+const labelPluginCache = "terrarun.dev/plugin-cache"
 
 // DefaultPluginCacheSize is the storage each plugin cache requests.
 var DefaultPluginCacheSize = resource.MustParse("5Gi")
@@ -66,7 +66,7 @@ func pluginCacheClaim(run *v1alpha1.TerraformRun, opts PluginCacheOptions) *core
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      "terrarun-plugin-cache-" + key,
 			Namespace: run.Namespace,
-			Labels:    map[string]string{LabelPluginCache: key, "app.kubernetes.io/managed-by": "terrarun"},
+			Labels:    map[string]string{labelPluginCache: key, "app.kubernetes.io/managed-by": "terrarun"},
 		},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
@@ -110,8 +110,8 @@ func (e *Executor) ensurePluginCache(ctx context.Context, run *v1alpha1.Terrafor
 func checkPluginCacheClaim(got, want *corev1.PersistentVolumeClaim) error {
 	var why string
 	switch {
-	case got.Labels[LabelPluginCache] != want.Labels[LabelPluginCache]:
-		why = fmt.Sprintf("its label %s is %q, not %q", LabelPluginCache, got.Labels[LabelPluginCache], want.Labels[LabelPluginCache])
+	case got.Labels[labelPluginCache] != want.Labels[labelPluginCache]:
+		why = fmt.Sprintf("its label %s is %q, not %q", labelPluginCache, got.Labels[labelPluginCache], want.Labels[labelPluginCache])
 	case got.Spec.DataSource != nil || got.Spec.DataSourceRef != nil:
 		why = "it has a spec.dataSource, which fills the volume before terrarun uses it"
 	case got.Spec.Selector != nil:

@@ -34,7 +34,7 @@ func TestPluginCacheMounted(t *testing.T) {
 	claimOf := func(run *v1alpha1.TerraformRun, st v1alpha1.StageName, opts JobOptions) string {
 		job, _, spec := build(t, run, st, opts)
 		pod := &job.Spec.Template.Spec
-		m := mountAt(&pod.Containers[0], PluginCacheDir)
+		m := mountAt(&pod.Containers[0], pluginCacheDir)
 		if m == nil {
 			if spec.PluginCacheDir != "" {
 				t.Errorf("%s stage: pluginCacheDir %q without a mount", st, spec.PluginCacheDir)
@@ -44,10 +44,10 @@ func TestPluginCacheMounted(t *testing.T) {
 		if m.ReadOnly {
 			t.Errorf("%s stage: the plugin cache is mounted read-only: init cannot install into it", st)
 		}
-		if spec.PluginCacheDir != PluginCacheDir {
-			t.Errorf("%s stage: pluginCacheDir = %q, want %q", st, spec.PluginCacheDir, PluginCacheDir)
+		if spec.PluginCacheDir != pluginCacheDir {
+			t.Errorf("%s stage: pluginCacheDir = %q, want %q", st, spec.PluginCacheDir, pluginCacheDir)
 		}
-		v := volumeAt(t, pod, PluginCacheDir)
+		v := volumeAt(t, pod, pluginCacheDir)
 		if v.PersistentVolumeClaim == nil {
 			t.Fatalf("%s stage: the plugin cache is %+v, want a PersistentVolumeClaim", st, v.VolumeSource)
 		}
@@ -88,7 +88,7 @@ func TestStartCreatesPluginCache(t *testing.T) {
 		t.Fatalf("claims: %v, %d; want 1", err, len(claims.Items))
 	}
 	c := claims.Items[0]
-	if c.Name != "terrarun-plugin-cache-"+executor.PluginCacheKey(run) || c.Labels[LabelPluginCache] != executor.PluginCacheKey(run) {
+	if c.Name != "terrarun-plugin-cache-"+executor.PluginCacheKey(run) || c.Labels[labelPluginCache] != executor.PluginCacheKey(run) {
 		t.Errorf("claim %s, labels %v", c.Name, c.Labels)
 	}
 	if ptr.Deref(c.Spec.StorageClassName, "") != "shared-rwx" || len(c.Spec.AccessModes) != 1 || c.Spec.AccessModes[0] != corev1.ReadWriteMany {
@@ -122,7 +122,7 @@ func TestStartRefusesForeignPluginCache(t *testing.T) {
 	for name, forge := range map[string]func(*corev1.PersistentVolumeClaim){
 		"no label": func(c *corev1.PersistentVolumeClaim) { c.Labels = nil },
 		"other label": func(c *corev1.PersistentVolumeClaim) {
-			c.Labels[LabelPluginCache] = executor.PluginCacheKey(runBy("mallory"))
+			c.Labels[labelPluginCache] = executor.PluginCacheKey(runBy("mallory"))
 		},
 		"data source": func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "providers-of-mallory"}
