@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,6 +41,16 @@ func TestMaintainDefragmentsAndDisarms(t *testing.T) {
 		t.Fatal(err)
 	}
 	be := e.e.Server.Backend()
+	// The compaction's pages count as free only once the backend has
+	// committed it and no read transaction sees them any more: wait for
+	// that, or maintenance may rightly see them still in use.
+	deadline := time.Now().Add(10 * time.Second)
+	for be.ForceCommit(); be.Size()-be.SizeInUse() < be.Size()/2; be.ForceCommit() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the compacted pages are not free after 10s: size %d, in use %d", be.Size(), be.SizeInUse())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	before := be.Size()
 	if _, err := e.e.Server.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: uint64(e.e.Server.MemberID()), Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)

@@ -441,12 +441,12 @@ func TestUnsupportedPods(t *testing.T) {
 		t.Errorf("terminated: %+v", term)
 	}
 
-	p = shPod("pvc", "exit 0")
+	p = shPod("nfs", "exit 0")
 	p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"},
+		NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/exports"},
 	}}}
 	h.create(p)
-	got = h.waitPhase("pvc", corev1.PodFailed)
+	got = h.waitPhase("nfs", corev1.PodFailed)
 	if got.Status.Reason != "UnsupportedVolume" || !strings.Contains(got.Status.Message, "volume data") {
 		t.Errorf("status: %q %q", got.Status.Reason, got.Status.Message)
 	}
