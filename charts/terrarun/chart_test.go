@@ -354,6 +354,7 @@ func TestBadValues(t *testing.T) {
 		{[]string{"--set", "tls.certManager.duration=90d"}, "/tls/certManager/duration"},
 		{[]string{"--set", "extraArgs={max-concurrent-stages=8}"}, "/extraArgs/0"},
 		{[]string{"--set", "pluginCache.size=5GB"}, "/pluginCache/size"},
+		{[]string{"--set", "pluginCache.storageClassName=NFS"}, "/pluginCache/storageClassName"},
 	} {
 		_, err := render(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
@@ -224,6 +225,11 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.PluginCacheStorageClass != "" && o.Kind != "kubernetes" {
 		errs = append(errs, fmt.Errorf("--executor-plugin-cache-storage-class applies to --executor=kubernetes only: the local executor keeps each creator's plugin cache on its host"))
+	}
+	if o.PluginCacheStorageClass != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(o.PluginCacheStorageClass) {
+			errs = append(errs, fmt.Errorf("--executor-plugin-cache-storage-class %q is not a StorageClass name: %s", o.PluginCacheStorageClass, msg))
+		}
 	}
 	if o.PluginCacheStorageClass != "" && o.PluginCacheSize.Sign() <= 0 {
 		errs = append(errs, fmt.Errorf("--executor-plugin-cache-size must be a positive quantity, such as 5Gi, not %s", o.PluginCacheSize.String()))
