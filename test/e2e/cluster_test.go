@@ -424,15 +424,9 @@ func (c *cluster) bootstrap() error {
 		return err
 	}
 	// The executor "image" carries the test provider in a filesystem mirror
-	// and a CLI configuration that installs it, as a real one would: in a
-	// directory that the pods' user can reach, unlike c.dir, and that their
-	// /tmp (an emptyDir) does not hide.
-	providerDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-provider-")
+	// and a CLI configuration that installs it, as a real one would.
+	providerDir, err := c.reachableDir("terrarun-e2e-provider-", &c.providerDir)
 	if err != nil {
-		return err
-	}
-	c.providerDir = providerDir
-	if err := os.Chmod(providerDir, 0o755); err != nil {
 		return err
 	}
 	provider, err := harness.InstallTestProvider(providerDir)
@@ -443,12 +437,8 @@ func (c *cluster) bootstrap() error {
 	// The node runs what is in the images that make images built: their
 	// file systems are unpacked, and a container of an image runs its
 	// binary, with the executor image's engine on PATH.
-	imageDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-images-")
+	imageDir, err := c.reachableDir("terrarun-e2e-images-", &c.imageDir)
 	if err != nil {
-		return err
-	}
-	c.imageDir = imageDir
-	if err := os.Chmod(imageDir, 0o755); err != nil {
 		return err
 	}
 	roots := map[string]string{}
@@ -465,12 +455,8 @@ func (c *cluster) bootstrap() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	// The plugin caches' volumes, where the pods' user reaches them.
-	volumeDir, err := os.MkdirTemp("/var/tmp", "terrarun-e2e-volumes-")
+	volumeDir, err := c.reachableDir("terrarun-e2e-volumes-", &c.volumeDir)
 	if err != nil {
-		return err
-	}
-	c.volumeDir = volumeDir
-	if err := os.Chmod(volumeDir, 0o755); err != nil {
 		return err
 	}
 	if err := startProvisioner(ctx, kube, volumeDir); err != nil {
@@ -510,6 +496,18 @@ func (c *cluster) bootstrap() error {
 	c.serviceURL = "https://" + proxy
 
 	return c.deployTerrarun(trCert, trKey)
+}
+
+// reachableDir makes a directory that the pods' user can reach, unlike
+// c.dir, under /var/tmp, which their /tmp (an emptyDir) does not hide; it
+// records it in *field, for stop to remove.
+func (c *cluster) reachableDir(prefix string, field *string) (string, error) {
+	dir, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		return "", err
+	}
+	*field = dir
+	return dir, os.Chmod(dir, 0o755)
 }
 
 // deployTerrarun installs charts/terrarun as the README says: it renders

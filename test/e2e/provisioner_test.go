@@ -17,7 +17,7 @@ import (
 )
 
 // cacheStorageClass is the StorageClass of the chart's pluginCache in the
-// test cluster, provisioned by startProvisioner.
+// test cluster, and cacheProvisioner its provisioner, startProvisioner.
 const (
 	cacheStorageClass = "e2e-shared"
 	cacheProvisioner  = "e2e.terrarun.dev/hostpath"
