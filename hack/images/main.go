@@ -11,6 +11,9 @@
 //	                    few utilities for local-exec and the git askpass
 //	                    script, git with its https helper, and ssh
 //
+// Each engine's version is asked once, here, and recorded in the executor
+// image (package engineversion), so that no stage asks it again.
+//
 // The userland is taken from the build host's Debian packages, with every
 // shared library the binaries load (found with ldd), and each package's
 // copyright file; the image's packages label names each package and
@@ -25,6 +28,8 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,10 +52,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/terrarun/terrarun/pkg/engineversion"
 )
 
 // nonroot is the user and group the images run as.
 const nonroot = 65532
+
+// executorPath is where the executor image holds terrarun-executor.
+const executorPath = "/usr/local/bin/terrarun-executor"
 
 // userland is what the executor's stages run besides the engine: sh and the
 // utilities of the git askpass script (cat, tr) and of typical local-exec
@@ -109,7 +119,7 @@ func build(o options) error {
 		return err
 	}
 
-	apiserver, err := b.files("terrarun-apiserver", map[string]string{"/usr/local/bin/terrarun-apiserver": o.apiserver})
+	apiserver, err := b.files("terrarun-apiserver", map[string]string{"/usr/local/bin/terrarun-apiserver": o.apiserver}, nil)
 	if err != nil {
 		return err
 	}
@@ -125,16 +135,20 @@ func build(o options) error {
 	if o.terraform != "" {
 		engines["/usr/local/bin/terraform"] = o.terraform
 	}
-	engine, err := b.files("engines", engines)
+	recordsPath, records, err := b.engineRecords(engines)
 	if err != nil {
 		return err
 	}
-	executor, err := b.files("terrarun-executor", map[string]string{"/usr/local/bin/terrarun-executor": o.executor})
+	engine, err := b.files("engines", engines, map[string][]byte{recordsPath: records})
+	if err != nil {
+		return err
+	}
+	executor, err := b.files("terrarun-executor", map[string]string{executorPath: o.executor}, nil)
 	if err != nil {
 		return err
 	}
 	labels := map[string]string{"dev.terrarun.image.packages": strings.Join(packages, " ")}
-	return b.write(o, "terrarun-executor", "/usr/local/bin/terrarun-executor", labels, base, land, engine, executor)
+	return b.write(o, "terrarun-executor", executorPath, labels, base, land, engine, executor)
 }
 
 // epoch parses -epoch, or takes the last commit's time.
@@ -320,24 +334,58 @@ func (b *builder) base() (layer, error) {
 	return a.layer("base: /etc/passwd and /etc/group with nonroot (65532), the CA bundle, /tmp")
 }
 
-// files is a layer of binaries: image path → host path.
-func (b *builder) files(what string, files map[string]string) (layer, error) {
+// files is a layer of binaries (image path → host path) and of further
+// files (image path → content).
+func (b *builder) files(what string, files map[string]string, extra map[string][]byte) (layer, error) {
 	a := b.newArchive()
-	paths := make([]string, 0, len(files))
+	paths := make([]string, 0, len(files)+len(extra))
 	for p := range files {
+		paths = append(paths, p)
+	}
+	for p := range extra {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		data, err := os.ReadFile(files[p])
-		if err != nil {
-			return layer{}, fmt.Errorf("%s for %s: %w", files[p], p, err)
+		data, mode := extra[p], int64(0o644)
+		if host, ok := files[p]; ok {
+			var err error
+			if data, err = os.ReadFile(host); err != nil {
+				return layer{}, fmt.Errorf("%s for %s: %w", host, p, err)
+			}
+			mode = 0o755
 		}
-		if err := a.file(p, data, 0o755); err != nil {
+		if err := a.file(p, data, mode); err != nil {
 			return layer{}, err
 		}
 	}
 	return a.layer(what + ": " + strings.Join(paths, " "))
+}
+
+// engineRecords asks each engine (image path → host path) its version, and
+// returns the image's file of their records (package engineversion), which
+// spares every stage asking: in the engines' directory, by file name, with
+// the modification time the image gives them.
+func (b *builder) engineRecords(engines map[string]string) (string, []byte, error) {
+	records := map[string]engineversion.Record{}
+	dir := ""
+	for p, host := range engines {
+		if dir != "" && path.Dir(p) != dir {
+			return "", nil, fmt.Errorf("%s: the engines go in one directory, %s", p, dir)
+		}
+		dir = path.Dir(p)
+		rec, err := engineversion.Ask(context.Background(), host)
+		if err != nil {
+			return "", nil, fmt.Errorf("recording the version of %s for %s: %w", host, p, err)
+		}
+		rec.ModTime = b.created
+		records[path.Base(p)] = rec
+	}
+	js, err := json.MarshalIndent(records, "", "  ")
+	if err != nil {
+		return "", nil, err
+	}
+	return path.Join(dir, engineversion.InstalledFile), append(js, '\n'), nil
 }
 
 // userland is the layer of the executor's tools and their libraries, and the

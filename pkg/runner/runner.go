@@ -83,9 +83,13 @@ type runner struct {
 	out     *redactWriter
 	vars    []resolvedVar
 
-	stdout     io.Writer
-	engine     string // "terraform" or "tofu", for messages
-	binary     string
+	stdout io.Writer
+	engine string // "terraform" or "tofu", for messages
+	binary string
+	// execPath is what terraform-exec runs: binary, or the shim that
+	// answers its version from the record (recorded).
+	execPath   string
+	recorded   bool
 	privateDir string
 	configRoot string
 	planPath   string
@@ -356,6 +360,16 @@ func (r *runner) run(ctx context.Context) error {
 	r.engine = "terraform"
 	if strings.Contains(filepath.Base(bin), "tofu") {
 		r.engine = "tofu"
+	}
+	r.execPath = bin
+	if rec := r.engineRecord(); rec != nil {
+		shim, err := r.writeEngineShim(rec)
+		if err != nil {
+			return err
+		}
+		if shim != "" {
+			r.execPath, r.recorded = shim, true
+		}
 	}
 	r.logf("terrarun: %s stage, attempt %d, of run %s/%s", r.spec.Stage, r.spec.Attempt, r.spec.Namespace, r.spec.Name)
 	if r.spec.Stage == v1alpha1.StagePlan {

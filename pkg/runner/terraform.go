@@ -16,7 +16,7 @@ import (
 // newTerraform returns a tfexec handle for dir whose output goes to the
 // redacted log.
 func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terraform, error) {
-	tf, err := tfexec.NewTerraform(dir, r.binary)
+	tf, err := tfexec.NewTerraform(dir, r.execPath)
 	if err != nil {
 		return nil, err
 	}
@@ -42,13 +42,17 @@ func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terrafor
 	tf.SetStdout(io.Discard)
 	tf.SetStderr(r.out)
 	// Learn the version now, quietly: tfexec asks for it before some
-	// commands and would print its JSON.
+	// commands and would print its JSON. With a record, the shim answers.
 	v, _, err := tf.Version(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s version: %w", r.engine, err)
 	}
 	tf.SetStdout(r.out)
-	r.logf("terrarun: %s %s", r.engine, v.String())
+	if r.recorded {
+		r.logf("terrarun: %s %s (version on record)", r.engine, v.String())
+	} else {
+		r.logf("terrarun: %s %s", r.engine, v.String())
+	}
 	return tf, nil
 }
 

@@ -39,7 +39,10 @@
 // the identity now and the executor should retry.
 package stage
 
-import "github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+import (
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/engineversion"
+)
 
 // Spec is everything terrarun-executor needs to run one stage.
 type Spec struct {
@@ -66,6 +69,11 @@ type Spec struct {
 
 	// Binary is the engine to run: a path, or terraform / tofu looked up on PATH.
 	Binary string `json:"binary"`
+	// EngineVersion, when set, is the version of the engine at Binary (a
+	// path), recorded when the executor first ran that binary: the stage
+	// takes it instead of asking the engine, while the binary still has the
+	// recorded size and modification time.
+	EngineVersion *engineversion.Record `json:"engineVersion,omitempty"`
 	// WorkDir is an empty, private directory the executor may use.
 	WorkDir string `json:"workDir"`
 

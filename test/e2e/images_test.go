@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/terrarun/terrarun/pkg/engineversion"
 )
 
 // openImage reads the only image of the OCI layout at dir (make images
@@ -99,6 +101,13 @@ func extractImage(img v1.Image, dest string) error {
 		}
 		if err := root.Chmod(name, os.FileMode(h.Mode).Perm()|modeBits(h.Mode)); err != nil {
 			return err
+		}
+		// As container runtimes do: the engines' version records name
+		// their modification times.
+		if h.Typeflag == tar.TypeReg {
+			if err := root.Chtimes(name, h.ModTime, h.ModTime); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -195,7 +204,14 @@ cat dst/main.tf | tr a-z A-Z
 	if err != nil {
 		t.Fatalf("the executor image's tools, chrooted: %v\n%s", err, out)
 	}
-	for _, want := range []string{"git version ", "OpenSSH", "OpenTofu v", "usage: terrarun-executor", `RESOURCE "TERRAFORM_DATA" "X" {}`} {
+	// The image's record of its engine's version describes the engine, and
+	// says what it says.
+	bin := filepath.Join(root, "usr", "local", "bin")
+	rec, err := engineversion.Installed(filepath.Join(bin, "tofu"))
+	if err != nil || rec == nil {
+		t.Fatalf("the executor image has no record of its tofu's version: %v", err)
+	}
+	for _, want := range []string{"git version ", "OpenSSH", "OpenTofu v" + rec.Version + "\n", "usage: terrarun-executor", `RESOURCE "TERRAFORM_DATA" "X" {}`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the executor image's tools did not print %q:\n%s", want, out)
 		}

@@ -104,6 +104,8 @@ type Executor struct {
 	env    []string
 	values ValueSource
 	tokens *Tokens
+	// engines knows the engines' versions, for the stages.
+	engines *engineVersions
 	// notify is the Notifier of Run, while it runs.
 	notify atomic.Pointer[executor.Notifier]
 
@@ -195,15 +197,16 @@ func New(opts Options) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		opts:   opts,
-		prefix: prefix,
-		holder: hex.EncodeToString(h[:]),
-		env:    env,
-		values: values,
-		tokens: newTokens(),
-		spawn:  make(chan spawnRequest),
-		quit:   make(chan struct{}),
-		procs:  map[string]*proc{},
+		opts:    opts,
+		prefix:  prefix,
+		holder:  hex.EncodeToString(h[:]),
+		env:     env,
+		values:  values,
+		tokens:  newTokens(),
+		engines: &engineVersions{path: strings.TrimPrefix(env[0], "PATH="), byPath: map[string]engineEntry{}},
+		spawn:   make(chan spawnRequest),
+		quit:    make(chan struct{}),
+		procs:   map[string]*proc{},
 
 		created: time.Now(),
 	}

@@ -79,6 +79,8 @@ type testEnv struct {
 	reports  string
 	prefix   string
 	notified chan string
+	// env is more environment for the stages.
+	env []string
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -117,7 +119,7 @@ func (v *testEnv) opts() Options {
 		CAFile:         filepath.Join(v.root, "ca.crt"),
 		Etcd:           etcdClient,
 		EtcdPrefix:     v.prefix,
-		Env:            []string{"FAKE_REPORT_DIR=" + v.reports},
+		Env:            append([]string{"FAKE_REPORT_DIR=" + v.reports}, v.env...),
 		Sandbox: SandboxOptions{
 			UID: uint32(stageUID), GID: uint32(stageUID),
 			Mounts: []sandbox.Mount{{Source: v.reports, Writable: true}},
@@ -358,9 +360,17 @@ func TestStartSucceeds(t *testing.T) {
 		t.Errorf("source main.tf = %q", got)
 	}
 	s := r.Spec
+	// The engine on the stages' PATH, with its version, when there is one.
+	wantBin := "terraform"
+	if p, _ := lookPath("terraform", os.Getenv("PATH")); p != "" {
+		wantBin = p
+		if s.EngineVersion == nil {
+			t.Errorf("no version recorded for %s", p)
+		}
+	}
 	if s.Server != "https://127.0.0.1:1" || s.CAFile != filepath.Join(v.root, "ca.crt") || s.Namespace != "team-a" ||
 		s.Name != "web" || s.UID != string(run.UID) || s.Stage != "plan" || s.Attempt != 1 ||
-		s.Binary != "terraform" || s.Operation != "Apply" || s.Workspace != "staging" ||
+		s.Binary != wantBin || s.Operation != "Apply" || s.Workspace != "staging" ||
 		s.Source.Dir != filepath.Join(dir, "source") || s.Source.Git != nil || s.WorkDir != filepath.Join(dir, "work") {
 		t.Errorf("spec = %+v", s)
 	}
@@ -786,7 +796,7 @@ func TestGitSourceAndBackendSecret(t *testing.T) {
 		r.Files[b.ConfigFile].Mode != "600" {
 		t.Errorf("backend = %+v (%+v)", b, r.Files[b.ConfigFile])
 	}
-	if r.Spec.Binary != "tofu" || r.Spec.Operation != "Destroy" || len(r.Spec.Targets) != 1 || *r.Spec.Parallelism != 3 {
+	if filepath.Base(r.Spec.Binary) != "tofu" || r.Spec.Operation != "Destroy" || len(r.Spec.Targets) != 1 || *r.Spec.Parallelism != 3 {
 		t.Errorf("spec = %+v", r.Spec)
 	}
 	v.waitNotify("ns/git")
@@ -1217,5 +1227,76 @@ func TestPluginCachePerCreator(t *testing.T) {
 	}
 	if got := e.pluginCache(run("team", "")); got != "" {
 		t.Errorf("a run without a creator has the cache %q", got)
+	}
+}
+
+// TestEngineVersionAskedOncePerBinary: the executor asks each engine binary
+// its version once, hands it to every stage with the binary's path, and asks
+// again when the binary changes; an engine that cannot answer is not asked
+// for every stage either.
+func TestEngineVersionAskedOncePerBinary(t *testing.T) {
+	v := newTestEnv(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(v.reports, "calls")
+	engine := func(name, answer string) string {
+		p := filepath.Join(dir, name)
+		script := fmt.Sprintf("#!/bin/sh\necho %s \"$*\" >> %s\necho '%s'\n", name, calls, answer)
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	terraform := engine("terraform", `{"terraform_version":"1.2.3","provider_selections":{}}`)
+	tofu := engine("tofu", "no version here")
+	v.env = []string{"PATH=" + dir + ":" + os.Getenv("PATH")}
+	e := v.executor()
+	ctx := context.Background()
+	asked := func() []string {
+		data, _ := os.ReadFile(calls)
+		_ = os.Remove(calls)
+		return strings.Split(strings.TrimSpace(string(data)), "\n")
+	}
+	stage := func(name string, binary v1alpha1.EngineBinary) stage.Spec {
+		t.Helper()
+		run := newRun("team-a", name)
+		run.Spec.Engine.Binary = binary
+		ex := plan(run)
+		if _, err := e.Start(ctx, ex); err != nil {
+			t.Fatal(err)
+		}
+		waitFinal(t, e, ex)
+		return v.report(ex.Run.Namespace + "." + name + ".plan.1").Spec
+	}
+
+	for i, name := range []string{"one", "two"} {
+		s := stage(name, "terraform")
+		if s.Binary != terraform || s.EngineVersion == nil || s.EngineVersion.Version != "1.2.3" {
+			t.Errorf("stage %d: binary %q, version %+v", i+1, s.Binary, s.EngineVersion)
+		}
+	}
+	if got := asked(); strings.Join(got, ";") != "terraform version -json" {
+		t.Errorf("the engine was asked %q, want once", got)
+	}
+	// A new binary is asked again.
+	time.Sleep(10 * time.Millisecond)
+	engine("terraform", `{"terraform_version":"1.2.4","provider_selections":{}}`)
+	if s := stage("three", "terraform"); s.EngineVersion == nil || s.EngineVersion.Version != "1.2.4" {
+		t.Errorf("after the binary changed: version %+v", s.EngineVersion)
+	}
+	if got := asked(); strings.Join(got, ";") != "terraform version -json" {
+		t.Errorf("the changed engine was asked %q, want once", got)
+	}
+	// No answer: the stages ask themselves, and the executor asks only once.
+	for _, name := range []string{"four", "five"} {
+		if s := stage(name, "tofu"); s.Binary != tofu || s.EngineVersion != nil {
+			t.Errorf("binary %q, version %+v from an engine that printed no version", s.Binary, s.EngineVersion)
+		}
+	}
+	// (Once: terraform-exec tries `version` when `version -json` printed no JSON.)
+	if got := asked(); strings.Join(got, ";") != "tofu version -json;tofu version" {
+		t.Errorf("the engine that cannot answer was asked %q, want once", got)
 	}
 }

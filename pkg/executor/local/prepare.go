@@ -55,6 +55,9 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	spec.Server = e.opts.ServerURL
 	spec.CAFile = e.opts.CAFile
 	spec.WorkDir = filepath.Join(dir, "work")
+	if path, rec := e.engines.lookup(ctx, spec.Binary); path != "" {
+		spec.Binary, spec.EngineVersion = path, rec
+	}
 	if !safeSegment(spec.Workspace) {
 		return nil, nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
 	}
