@@ -3,6 +3,7 @@ package job
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -10,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/executor"
 )
 
 // Adoption. The Job and stage Secret of an execution have deterministic
@@ -39,16 +43,19 @@ func checkSecret(existing, built *corev1.Secret, uid string) error {
 	return notBuilt("Secret", &existing.ObjectMeta, differs)
 }
 
-// checkJob refuses an existing Job that is not of the run with UID uid, or
+// checkJob refuses an existing Job that is not of run, or
 // whose pod template is not the one built: different containers, commands,
 // volumes, service account or security settings. Fields the API server
-// defaults are compared only where terrarun sets them.
-func checkJob(existing, built *batchv1.Job, uid string) error {
-	if err := checkOwned(&existing.ObjectMeta, "Job", uid); err != nil {
+// defaults are compared only where terrarun sets them, and those of options
+// that may change while a stage runs only where they could not come from
+// terrarun (withoutOptions).
+func checkJob(existing, built *batchv1.Job, run *v1alpha1.TerraformRun) error {
+	if err := checkOwned(&existing.ObjectMeta, "Job", string(run.UID)); err != nil {
 		return err
 	}
 	got := withoutDefaults(&existing.Spec.Template.Spec, &built.Spec.Template.Spec)
-	want := &built.Spec.Template.Spec
+	want := built.Spec.Template.Spec.DeepCopy()
+	withoutOptions(got, want, run)
 	if equality.Semantic.DeepEqual(got, want) {
 		return nil
 	}
@@ -110,6 +117,56 @@ func withoutDefaults(got, want *corev1.PodSpec) *corev1.PodSpec {
 		}
 	}
 	return out
+}
+
+// withoutOptions takes out of got and want, in place, the fields that come
+// only from JobOptions that an operator may change while stages run (the
+// grace period, the spread of executor pods, the token's lifetime, the
+// plugin cache), wherever got holds what terrarun builds for run with some
+// options: a Job built before the options changed is still terrarun's. What
+// got holds otherwise stays, and is compared.
+func withoutOptions(got, want *corev1.PodSpec, run *v1alpha1.TerraformRun) {
+	if g := got.TerminationGracePeriodSeconds; g != nil && *g > 0 {
+		got.TerminationGracePeriodSeconds = want.TerminationGracePeriodSeconds
+	}
+	if g := got.TopologySpreadConstraints; len(g) == 0 || len(g) == 1 && g[0].TopologyKey != "" && equality.Semantic.DeepEqual(g, spread(g[0].TopologyKey)) {
+		got.TopologySpreadConstraints = want.TopologySpreadConstraints
+	}
+	if g, w := tokenProjection(got), tokenProjection(want); g != nil && w != nil && ptr.Deref(g.ExpirationSeconds, 0) >= seconds(minTokenExpiration) {
+		g.ExpirationSeconds = w.ExpirationSeconds
+	}
+	for _, spec := range []*corev1.PodSpec{got, want} {
+		withoutPluginCache(spec, run)
+	}
+}
+
+// tokenProjection returns the projection of the executor's token in spec.
+func tokenProjection(spec *corev1.PodSpec) *corev1.ServiceAccountTokenProjection {
+	for _, v := range spec.Volumes {
+		if v.Name == volumeToken && v.Projected != nil && len(v.Projected.Sources) == 1 {
+			return v.Projected.Sources[0].ServiceAccountToken
+		}
+	}
+	return nil
+}
+
+// withoutPluginCache takes out of spec the plugin cache of run's creator,
+// mounted where terrarun mounts it, but no other volume or mount.
+func withoutPluginCache(spec *corev1.PodSpec, run *v1alpha1.TerraformRun) {
+	key := executor.PluginCacheKey(run)
+	if key == "" || len(spec.Containers) != 1 {
+		return
+	}
+	vol := corev1.Volume{Name: volumePluginCache, VolumeSource: pluginCacheVolume(pluginCacheClaimName(key))}
+	mount := corev1.VolumeMount{Name: volumePluginCache, MountPath: pluginCacheDir}
+	c := &spec.Containers[0]
+	vi := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return equality.Semantic.DeepEqual(v, vol) })
+	mi := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return equality.Semantic.DeepEqual(m, mount) })
+	if vi < 0 || mi < 0 {
+		return
+	}
+	spec.Volumes = slices.Delete(slices.Clone(spec.Volumes), vi, vi+1)
+	c.VolumeMounts = slices.Delete(slices.Clone(c.VolumeMounts), mi, mi+1)
 }
 
 // firstDifference names, by its JSON name, the first field in which two pod

@@ -129,9 +129,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	}
 
 	if claim := pluginCacheClaim(run, opts.PluginCache); claim != nil {
-		b.addVolume(corev1.Volume{Name: volumePluginCache, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: claim.Name,
-		}}}, pluginCacheDir)
+		b.addVolume(corev1.Volume{Name: volumePluginCache, VolumeSource: pluginCacheVolume(claim.Name)}, pluginCacheDir)
 		st.PluginCacheDir = pluginCacheDir
 	}
 

@@ -88,7 +88,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing Job %s/%s: %w", job.Namespace, job.Name, err)
 		}
-		if err := checkJob(existing, job, uid); err != nil {
+		if err := checkJob(existing, job, ex.Run); err != nil {
 			return "", err
 		}
 	}
@@ -131,7 +131,7 @@ func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.
 	if err != nil {
 		return nil, fmt.Errorf("getting Job %s/%s: %w", ex.Run.Namespace, name, err)
 	}
-	if err := checkJob(job, built, string(ex.Run.UID)); err != nil {
+	if err := checkJob(job, built, ex.Run); err != nil {
 		return nil, err
 	}
 	return job, nil

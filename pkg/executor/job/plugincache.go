@@ -64,7 +64,7 @@ func pluginCacheClaim(run *v1alpha1.TerraformRun, opts PluginCacheOptions) *core
 	}
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      "terrarun-plugin-cache-" + key,
+			Name:      pluginCacheClaimName(key),
 			Namespace: run.Namespace,
 			Labels:    map[string]string{labelPluginCache: key, "app.kubernetes.io/managed-by": "terrarun"},
 		},
@@ -75,6 +75,15 @@ func pluginCacheClaim(run *v1alpha1.TerraformRun, opts PluginCacheOptions) *core
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
+}
+
+// pluginCacheClaimName is the name of the claim of the plugin cache of the
+// creator with executor.PluginCacheKey key.
+func pluginCacheClaimName(key string) string { return "terrarun-plugin-cache-" + key }
+
+// pluginCacheVolume is the volume of a stage's plugin cache.
+func pluginCacheVolume(claimName string) corev1.VolumeSource {
+	return corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}
 }
 
 // ensurePluginCache creates the claim of run's plugin cache, unless it

@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,5 +169,85 @@ func TestStartRefusesForeignPluginCache(t *testing.T) {
 	e = NewExecutor(fake.NewClientset(deleting), cachedOptions())
 	if _, err := e.Start(context.Background(), executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}); err == nil || !strings.Contains(err.Error(), "is being deleted") {
 		t.Errorf("Start with the cache being deleted = %v, want an error that says so", err)
+	}
+}
+
+// TestStatusAcrossOptionChanges: an operator changes the executor's options
+// while stages run (turns the plugin cache on or off, spreads executor pods,
+// changes the grace period or the token's lifetime). A Job built before is
+// still terrarun's: its stage is running, not forged.
+func TestStatusAcrossOptionChanges(t *testing.T) {
+	ctx := context.Background()
+	ex := executor.Execution{Run: runBy("alice"), Stage: v1alpha1.StagePlan, Attempt: 1}
+	changed := cachedOptions()
+	changed.SpreadTopologyKey = "topology.kubernetes.io/zone"
+	changed.GracePeriod = 90 * time.Second
+	changed.TokenExpiration = 3 * time.Hour
+	for name, opts := range map[string][2]JobOptions{
+		"options changed": {testOptions(), changed},
+		"changed back":    {changed, testOptions()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before, _, err := BuildJob(ex, opts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			before.Status = batchv1.JobStatus{Active: 1}
+			st, err := NewExecutor(fake.NewClientset(before), opts[1]).Status(ctx, ex)
+			if err != nil || st.State != executor.StateRunning {
+				t.Errorf("Status of the stage's Job after its options changed = %+v, %v; want Running", st, err)
+			}
+		})
+	}
+}
+
+// TestStartForgedPluginCache: a Job that mounts a plugin cache is terrarun's
+// only when the cache is its creator's, where terrarun mounts it.
+func TestStartForgedPluginCache(t *testing.T) {
+	ctx := context.Background()
+	ex := executor.Execution{Run: runBy("alice"), Stage: v1alpha1.StagePlan, Attempt: 1}
+	built, _, err := BuildJob(ex, cachedOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := func(j *batchv1.Job) (*corev1.Volume, *corev1.VolumeMount) {
+		spec := &j.Spec.Template.Spec
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == volumePluginCache {
+				for k := range spec.Containers[0].VolumeMounts {
+					if spec.Containers[0].VolumeMounts[k].Name == volumePluginCache {
+						return &spec.Volumes[i], &spec.Containers[0].VolumeMounts[k]
+					}
+				}
+			}
+		}
+		t.Fatal("the Job mounts no plugin cache")
+		return nil, nil
+	}
+	for name, forge := range map[string]func(j *batchv1.Job){
+		"bob's cache": func(j *batchv1.Job) {
+			v, _ := cache(j)
+			v.PersistentVolumeClaim.ClaimName = "terrarun-plugin-cache-" + executor.PluginCacheKey(runBy("bob"))
+		},
+		"the cache over the executor": func(j *batchv1.Job) {
+			_, m := cache(j)
+			m.MountPath = "/usr/local/bin"
+		},
+		"the cache read-only": func(j *batchv1.Job) {
+			v, _ := cache(j)
+			v.PersistentVolumeClaim.ReadOnly = true
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			forged := built.DeepCopy()
+			forge(forged)
+			// With the cache on, and with it off since.
+			for _, opts := range []JobOptions{cachedOptions(), testOptions()} {
+				st, err := NewExecutor(fake.NewClientset(forged), opts).Status(ctx, ex)
+				if err != nil || st.Reason != executor.ReasonForged {
+					t.Errorf("Status of a Job with %s (cache %q) = %+v, %v; want Forged", name, opts.PluginCache.StorageClassName, st, err)
+				}
+			}
+		})
 	}
 }
