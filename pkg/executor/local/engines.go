@@ -2,9 +2,12 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -38,11 +41,17 @@ func (v *engineVersions) lookup(ctx context.Context, name string) (string, *engi
 	if path == "" {
 		return "", nil
 	}
+	if err := runnable(path); err != nil {
+		klog.V(2).InfoS("Not asking the engine its version; its stages will ask it themselves", "engine", path, "reason", err)
+		return path, nil
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if e, ok := v.byPath[path]; ok && sameFile(e.fi, fi) {
 		return path, e.rec
 	}
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
 	rec, err := engineversion.Ask(ctx, path)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -54,6 +63,32 @@ func (v *engineVersions) lookup(ctx context.Context, name string) (string, *engi
 	}
 	v.byPath[path] = engineEntry{fi: fi, rec: &rec}
 	return path, &rec
+}
+
+// askTimeout bounds asking an engine its version.
+const askTimeout = 30 * time.Second
+
+// runnable returns nil when the server may run the engine at path itself,
+// outside any sandbox and as its own user: when the file, the directory it
+// was found in and, through symbolic links, the file's own directory belong
+// to root or to the server's user, and no one else may write them. Otherwise
+// a stage could plant an engine on the PATH for the server to run.
+func runnable(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{filepath.Dir(path), real, filepath.Dir(real)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid != 0 && int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o022 != 0 {
+			return fmt.Errorf("%s may be written by others than root and this server's user", p)
+		}
+	}
+	return nil
 }
 
 // sameFile reports whether a and b are the status of one unchanged file.

@@ -1300,3 +1300,51 @@ func TestEngineVersionAskedOncePerBinary(t *testing.T) {
 		t.Errorf("the engine that cannot answer was asked %q, want once", got)
 	}
 }
+
+// TestEngineVersionNotAskedOfPlantedBinary is the attack of a stage that
+// plants an engine in a directory on the stages' PATH that it may write: the
+// server, which runs as another user and outside the sandbox, must not run
+// it to ask its version. Only stages, in their sandbox, run it.
+func TestEngineVersionNotAskedOfPlantedBinary(t *testing.T) {
+	v := newTestEnv(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	plant := func(dir string, dirMode, fileMode os.FileMode) {
+		t.Helper()
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "terraform")
+		script := fmt.Sprintf("#!/bin/sh\necho \"$(id -u)\" >> %s\necho '{\"terraform_version\":\"1.2.3\"}'\n", ran)
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fileMode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writableDir := t.TempDir()
+	plant(writableDir, 0o777|os.ModeSticky, 0o755)
+	writableFile := t.TempDir()
+	plant(writableFile, 0o755, 0o777)
+	for _, c := range []struct{ name, dir, run string }{
+		{"a directory anyone may write", writableDir, "dir"},
+		{"a file anyone may write", writableFile, "file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v.env = []string{"PATH=" + c.dir + ":" + os.Getenv("PATH")}
+			e := v.executor()
+			ex := plan(newRun("team-a", c.run))
+			if _, err := e.Start(context.Background(), ex); err != nil {
+				t.Fatal(err)
+			}
+			waitFinal(t, e, ex)
+			if data, _ := os.ReadFile(ran); len(data) > 0 {
+				t.Errorf("the server ran the planted engine (as uid %s)", strings.TrimSpace(string(data)))
+			}
+			s := v.report(e.Name(ex)).Spec
+			if s.EngineVersion != nil {
+				t.Errorf("the stage got the version %+v of a planted engine", s.EngineVersion)
+			}
+		})
+	}
+}
