@@ -1,7 +1,10 @@
 package job
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // Adoption. The Job and stage Secret of an execution have deterministic
@@ -35,12 +39,40 @@ func checkSecret(existing, built *corev1.Secret, uid string) error {
 		differs = "type"
 	case !ptr.Deref(existing.Immutable, false):
 		differs = "immutable"
-	case !equality.Semantic.DeepEqual(existing.Data, built.Data):
+	case !equality.Semantic.DeepEqual(existing.Data, built.Data) && !sameButPluginCache(existing.Data, built.Data):
 		differs = "data"
 	default:
 		return nil
 	}
 	return notBuilt("Secret", &existing.ObjectMeta, differs)
+}
+
+// sameButPluginCache reports whether the stage Secret data got is want's
+// but for the plugin cache of its stage (stage.Spec.PluginCacheDir): what
+// terrarun builds for the stage with the plugin cache turned on or off,
+// which an operator may do while stages run.
+func sameButPluginCache(got, want map[string][]byte) bool {
+	if !equality.Semantic.DeepEqual(maps.Clone(got), withKey(want, StageKey, got[StageKey])) {
+		return false
+	}
+	var spec stage.Spec
+	if err := json.Unmarshal(want[StageKey], &spec); err != nil {
+		return false
+	}
+	for _, dir := range []string{"", pluginCacheDir} {
+		spec.PluginCacheDir = dir
+		if js, err := json.Marshal(spec); err == nil && bytes.Equal(js, got[StageKey]) {
+			return true
+		}
+	}
+	return false
+}
+
+// withKey returns a copy of m in which key holds value.
+func withKey(m map[string][]byte, key string, value []byte) map[string][]byte {
+	out := maps.Clone(m)
+	out[key] = value
+	return out
 }
 
 // checkJob refuses an existing Job that is not of run, or

@@ -201,6 +201,48 @@ func TestStatusAcrossOptionChanges(t *testing.T) {
 	}
 }
 
+// TestStartAcrossOptionChanges: a Start of an execution whose Job and stage
+// Secret were made before the options changed (the replica that made them
+// was replaced by one with the new options before it recorded the stage)
+// adopts them; the Job, once gone, is reported lost, not forged.
+func TestStartAcrossOptionChanges(t *testing.T) {
+	ctx := context.Background()
+	ex := executor.Execution{Run: runBy("alice"), Stage: v1alpha1.StagePlan, Attempt: 1}
+	changed := cachedOptions()
+	changed.SpreadTopologyKey = "kubernetes.io/hostname"
+	for name, opts := range map[string][2]JobOptions{
+		"cache turned on":  {testOptions(), changed},
+		"cache turned off": {changed, testOptions()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			job, secret, err := BuildJob(ex, opts[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := fake.NewClientset(job, secret)
+			e := NewExecutor(client, opts[1])
+			if _, err := e.Start(ctx, ex); err != nil {
+				t.Fatalf("Start after the options changed: %v", err)
+			}
+			if err := client.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := e.Status(ctx, ex); err != nil || st.Reason != executor.ReasonExecutorLost {
+				t.Errorf("Status with the Job gone = %+v, %v; want ExecutorLost", st, err)
+			}
+		})
+	}
+	// But not a stage Secret whose plugin cache is elsewhere.
+	_, secret, err := BuildJob(ex, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[StageKey] = []byte(strings.Replace(string(secret.Data[StageKey]), pluginCacheDir, "/usr/local/bin", 1))
+	if _, err := NewExecutor(fake.NewClientset(secret), changed).Start(ctx, ex); err == nil || !strings.Contains(err.Error(), "data differs") {
+		t.Errorf("Start with a stage Secret that puts the plugin cache over the executor: %v, want refused", err)
+	}
+}
+
 // TestStartForgedPluginCache: a Job that mounts a plugin cache is terrarun's
 // only when the cache is its creator's, where terrarun mounts it.
 func TestStartForgedPluginCache(t *testing.T) {
