@@ -67,12 +67,14 @@ type cluster struct {
 	tools       string // directory of etcd, kube-apiserver, kube-controller-manager, kubectl
 	images      string // directory of the OCI layouts make images writes
 	helm        string
-	kubectl     string
-	kubeAPI     string
-	kubeCA      string
-	trCA        string
-	trEtcd      []string // terrarun's etcd members' client URLs
-	agentDir    string
+	// values are the chart's values, as deployTerrarun applied them (JSON).
+	values   []byte
+	kubectl  string
+	kubeAPI  string
+	kubeCA   string
+	trCA     string
+	trEtcd   []string // terrarun's etcd members' client URLs
+	agentDir string
 
 	kubeconfigs map[string]string
 	serviceURL  string // terrarun's Service, through the harness's proxy
@@ -557,6 +559,32 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 	if err != nil {
 		return err
 	}
+	c.values = data
+	defaults, err := c.helmTemplate()
+	if err != nil {
+		return err
+	}
+	if _, err := c.kubectlStdin("admin", defaults, "apply", "--dry-run=server", "-f", "-"); err != nil {
+		return fmt.Errorf("the chart's default rendering: %w", err)
+	}
+	return c.applyTerrarun(nil)
+}
+
+// applyTerrarun renders the chart with the values of deployTerrarun, changed
+// by change when it is not nil, applies it, and waits until every replica
+// runs it and the APIService is available.
+func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
+	var values map[string]any
+	if err := json.Unmarshal(c.values, &values); err != nil {
+		return err
+	}
+	if change != nil {
+		change(values)
+	}
+	data, err := json.Marshal(values)
+	if err != nil {
+		return err
+	}
 	valuesFile := c.path("terrarun-values.json")
 	if err := os.WriteFile(valuesFile, data, 0o600); err != nil {
 		return err
@@ -568,17 +596,10 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 	if _, err := c.kubectlStdin("admin", manifests, "apply", "-f", "-"); err != nil {
 		return err
 	}
-	defaults, err := c.helmTemplate()
-	if err != nil {
+	if _, err := c.kubectlAs("admin", "-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=180s"); err != nil {
 		return err
 	}
-	if _, err := c.kubectlStdin("admin", defaults, "apply", "--dry-run=server", "-f", "-"); err != nil {
-		return fmt.Errorf("the chart's default rendering: %w", err)
-	}
-	if _, err := c.kubectlAs("admin", "-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=120s"); err != nil {
-		return err
-	}
-	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=120s"); err != nil {
+	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"); err != nil {
 		return err
 	}
 	return nil

@@ -85,9 +85,11 @@ func checkJob(existing, built *batchv1.Job, run *v1alpha1.TerraformRun) error {
 	if err := checkOwned(&existing.ObjectMeta, "Job", string(run.UID)); err != nil {
 		return err
 	}
-	got := withoutDefaults(&existing.Spec.Template.Spec, &built.Spec.Template.Spec)
-	want := built.Spec.Template.Spec.DeepCopy()
+	// The options first: defaults are undone by matching volumes and
+	// containers in order, which a plugin cache turned on or off shifts.
+	got, want := existing.Spec.Template.Spec.DeepCopy(), built.Spec.Template.Spec.DeepCopy()
 	withoutOptions(got, want, run)
+	got = withoutDefaults(got, want)
 	if equality.Semantic.DeepEqual(got, want) {
 		return nil
 	}

@@ -193,6 +193,12 @@ func TestStatusAcrossOptionChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			before.Status = batchv1.JobStatus{Active: 1}
+			// As the API server stores it: with the defaults it fills in.
+			for _, v := range before.Spec.Template.Spec.Volumes {
+				if v.Projected != nil && v.Projected.DefaultMode == nil {
+					v.Projected.DefaultMode = ptr.To[int32](0o644)
+				}
+			}
 			st, err := NewExecutor(fake.NewClientset(before), opts[1]).Status(ctx, ex)
 			if err != nil || st.State != executor.StateRunning {
 				t.Errorf("Status of the stage's Job after its options changed = %+v, %v; want Running", st, err)
