@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -186,13 +185,7 @@ func TestExecutorJobsSpread(t *testing.T) {
 	big := nodes[0].name
 	resize(big, "64", "256Gi")
 	t.Cleanup(func() { resize(big, "2", "8Gi") })
-	gate := filepath.Join(sharedDir(t), "gate")
-	if err := syscall.Mkfifo(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	gate := newGate(t, sharedDir(t))
 	tf := harness.TestProviderRequirement + fmt.Sprintf(`
 data "testing_file" "gate" {
   path = %q

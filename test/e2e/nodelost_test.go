@@ -26,13 +26,7 @@ func TestNodeLost(t *testing.T) {
 
 	// The plan reads a FIFO: it holds the state lock until the test opens
 	// the FIFO's other end.
-	gate := filepath.Join(dir, "gate")
-	if err := syscall.Mkfifo(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	gate := newGate(t, dir)
 	marker := filepath.Join(dir, "applied")
 	createRun(t, "alice", ns, "lostplan", harness.TestProviderRequirement+fmt.Sprintf(`
 data "testing_file" "gate" {
@@ -218,6 +212,20 @@ func restartNode(t *testing.T, node string) {
 		out, _ := cl.kubectlAs("admin", "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints}`)
 		return out == "True "
 	})
+}
+
+// newGate makes a FIFO in dir that anyone may open, for a plan to read
+// (the test provider's testing_file): the plan waits there until openGate.
+func newGate(t *testing.T, dir string) string {
+	t.Helper()
+	gate := filepath.Join(dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(gate, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return gate
 }
 
 // openGate lets every reader of the FIFO gate through, until stop is called.

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,15 +17,8 @@ import (
 // are restored afterwards.
 func TestOptionsChangedWhileRunning(t *testing.T) {
 	ns := newNamespace(t)
-	dir := sharedDir(t)
 	// The plan reads a FIFO: it runs until the test opens the other end.
-	gate := filepath.Join(dir, "gate")
-	if err := syscall.Mkfifo(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(gate, 0o666); err != nil {
-		t.Fatal(err)
-	}
+	gate := newGate(t, sharedDir(t))
 	createRun(t, "alice", ns, "midway", harness.TestProviderRequirement+fmt.Sprintf(`
 data "testing_file" "gate" {
   path = %q
