@@ -197,12 +197,13 @@ func New(opts Options) (*Executor, error) {
 		return nil, err
 	}
 	e := &Executor{
-		opts:    opts,
-		prefix:  prefix,
-		holder:  hex.EncodeToString(h[:]),
-		env:     env,
-		values:  values,
-		tokens:  newTokens(),
+		opts:   opts,
+		prefix: prefix,
+		holder: hex.EncodeToString(h[:]),
+		env:    env,
+		values: values,
+		tokens: newTokens(),
+		// childEnv puts PATH first.
 		engines: &engineVersions{path: strings.TrimPrefix(env[0], "PATH="), byPath: map[string]engineEntry{}},
 		spawn:   make(chan spawnRequest),
 		quit:    make(chan struct{}),
