@@ -284,6 +284,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if cached == nil {
 		return 0, nil
 	}
+	if behind, err := c.runsCacheBehind(ctx, cached, h); err != nil || behind {
+		return runsCacheRecheck, err
+	}
 	slices.SortFunc(h, func(a, b *v1alpha1.TerraformRun) int { return int(seq(name, a.Name) - seq(name, b.Name)) })
 	ws := cached.DeepCopy()
 	r := &reconciler{c: c, ws: ws, h: h, now: c.opts.Clock.Now()}
@@ -295,6 +298,31 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		}
 	}
 	return after, err
+}
+
+// runsCacheRecheck is when a workspace whose runs cache is behind is looked
+// at again, should the run's own event not bring it back first.
+const runsCacheRecheck = 500 * time.Millisecond
+
+// runsCacheBehind reports whether the runs h, from the cache, lack the last
+// run that the workspace's status names: an earlier sync created it, and its
+// status write came back through the workspaces' watch before the run came
+// through the runs'. Acting on that history would create a second run and
+// take the status back. A last run that no longer exists (deleted) is not
+// waited for.
+func (c *Controller) runsCacheBehind(ctx context.Context, ws *v1alpha1.TerraformWorkspace, h history) (bool, error) {
+	last := ws.Status.LastRun
+	if last == "" || slices.ContainsFunc(h, func(run *v1alpha1.TerraformRun) bool { return run.Name == last }) {
+		return false, nil
+	}
+	run, err := c.client.TerrarunV1alpha1().TerraformRuns(ws.Namespace).Get(ctx, last, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return metav1.IsControlledBy(run, ws), nil
 }
 
 func (c *Controller) deleteRun(ctx context.Context, run *v1alpha1.TerraformRun) error {
