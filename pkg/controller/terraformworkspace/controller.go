@@ -322,7 +322,8 @@ func (c *Controller) runsCacheBehind(ctx context.Context, ws *v1alpha1.Terraform
 	if err != nil {
 		return false, err
 	}
-	return metav1.IsControlledBy(run, ws), nil
+	// Only a run the runs cache will show: labelled and controlled as ours.
+	return run.Labels[v1alpha1.LabelWorkspace] == ws.Name && metav1.IsControlledBy(run, ws), nil
 }
 
 func (c *Controller) deleteRun(ctx context.Context, run *v1alpha1.TerraformRun) error {
