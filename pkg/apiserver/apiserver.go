@@ -74,6 +74,9 @@ type ExtraConfig struct {
 	// MaxFollowsPerUser caps the log follows and plan waits one user holds
 	// open on this server.
 	MaxFollowsPerUser int
+	// ListCacheBytes bounds the encoded runs and workspaces kept for LIST
+	// responses (listCachingJSON); 0 keeps none.
+	ListCacheBytes int
 	// Controller configures the run controller.
 	Controller ControllerConfig
 	// StorageMediaType is how objects are stored (--storage-media-type):
@@ -168,7 +171,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// The group's serializer serves JSON, YAML and protobuf, streams lists,
 	// and serves CBOR when the CBORServingAndStorage feature gate is on.
-	group.NegotiatedSerializer = yamlTolerantBodies{group.NegotiatedSerializer}
+	group.NegotiatedSerializer = groupSerializer{group.NegotiatedSerializer, newEncodingCache(extra.ListCacheBytes)}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"terraformruns":         runs.Run,
 		"terraformruns/status":  runs.Status,
@@ -245,19 +248,26 @@ func ProtobufClientConfig(c *restclient.Config) *restclient.Config {
 	return c
 }
 
-// yamlTolerantBodies is the group's serializer with a JSON decoder that
-// reads YAML too (yamlTolerantJSON).
-type yamlTolerantBodies struct{ runtime.NegotiatedSerializer }
+// groupSerializer is the group's serializer with a JSON decoder that reads
+// YAML too (yamlTolerantJSON), and JSON and protobuf encoders that encode
+// the items of lists once per resourceVersion (listCaching).
+type groupSerializer struct {
+	runtime.NegotiatedSerializer
+	lists *encodingCache
+}
 
-// SupportedMediaTypes is the embedded serializer's media types, JSON's
-// decoders wrapped.
-func (s yamlTolerantBodies) SupportedMediaTypes() []runtime.SerializerInfo {
+// SupportedMediaTypes is the embedded serializer's media types, JSON's and
+// protobuf's wrapped.
+func (s groupSerializer) SupportedMediaTypes() []runtime.SerializerInfo {
 	infos := slices.Clone(s.NegotiatedSerializer.SupportedMediaTypes())
 	for i, info := range infos {
+		if info.MediaType == runtime.ContentTypeProtobuf {
+			infos[i].Serializer = listCaching{info.Serializer, protobufList, s.lists}
+		}
 		if info.MediaType != runtime.ContentTypeJSON {
 			continue
 		}
-		infos[i].Serializer = yamlTolerantJSON{info.Serializer}
+		infos[i].Serializer = yamlTolerantJSON{listCaching{info.Serializer, jsonList, s.lists}}
 		if info.StrictSerializer != nil {
 			infos[i].StrictSerializer = yamlTolerantJSON{info.StrictSerializer}
 		}

@@ -64,6 +64,16 @@ var (
 		Help:           "Bytes of stage logs stored, by namespace.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace"})
+
+	// ListCacheItems counts the runs and workspaces LIST responses wrote, by
+	// format (json, protobuf) and whether their encoding came from the list
+	// cache (hit) or was made (miss).
+	ListCacheItems = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "terrarun",
+		Name:           "list_cache_items_total",
+		Help:           "Runs and workspaces written in LIST responses, by format (json, protobuf) and result: hit when their encoding was kept from an earlier LIST at the same resourceVersion, miss when it was made.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"format", "result"})
 )
 
 var register sync.Once
@@ -71,7 +81,7 @@ var register sync.Once
 // Register registers the metrics with the server's registry, once.
 func Register() {
 	register.Do(func() {
-		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes)
+		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, ListCacheItems)
 		legacyregistry.CustomMustRegister(runs)
 	})
 }

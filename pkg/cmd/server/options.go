@@ -62,6 +62,9 @@ type Options struct {
 	// MaxFollowsPerUser caps the log follows and plan waits one user holds
 	// open on one server.
 	MaxFollowsPerUser int
+	// ListCacheBytes bounds the encoded runs and workspaces a server keeps
+	// for its LIST responses.
+	ListCacheBytes int
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -79,6 +82,7 @@ func NewOptions(out io.Writer) *Options {
 		DataDir:           defaultDataDir,
 		Executor:          newExecutorOptions(),
 		MaxFollowsPerUser: terraformrun.DefaultMaxFollowsPerUser,
+		ListCacheBytes:    apiserver.DefaultListCacheBytes,
 		Out:               out,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
@@ -114,6 +118,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Standalone, "standalone", o.Standalone, "Run without a Kubernetes cluster: embedded etcd, self-signed certificates, "+
 		"client-certificate authentication with a generated admin kubeconfig, and terrarun's roles granted by the groups terrarun:viewers, terrarun:editors and terrarun:approvers. A development mode; it listens on 127.0.0.1 unless --bind-address is set.")
 	fs.IntVar(&o.MaxFollowsPerUser, "max-follows-per-user", o.MaxFollowsPerUser, "Log follows (logs?follow=true) and plan waits (plan?wait=true) one user may hold open on this server at once; more are refused with 429.")
+	fs.IntVar(&o.ListCacheBytes, "list-cache-bytes", o.ListCacheBytes, "Bytes of runs' and workspaces' encodings (JSON, protobuf) kept for LIST responses: a LIST encodes only the objects that changed since an earlier one; the least recently listed go first. 0 keeps none.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
 	fs.Int64Var(&o.EtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EtcdQuotaBytes, "Standalone mode: the embedded etcd's space quota in bytes (etcd's --quota-backend-bytes); 0: etcd's default, 2 GiB. "+
 		"Past it etcd refuses writes until space is freed; at most 8 GiB is advised.")
@@ -149,6 +154,9 @@ func (o *Options) Validate() error {
 	recommended := o.Recommended
 	if o.MaxFollowsPerUser < 1 {
 		errs = append(errs, fmt.Errorf("--max-follows-per-user must be at least 1, not %d", o.MaxFollowsPerUser))
+	}
+	if o.ListCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("--list-cache-bytes must be 0 (no cache) or more, not %d", o.ListCacheBytes))
 	}
 	if o.Standalone {
 		if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) > 0 {
@@ -285,6 +293,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			Executor:          exec,
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,
+			ListCacheBytes:    o.ListCacheBytes,
 			StorageMediaType:  o.Recommended.Etcd.DefaultStorageMediaType,
 			Controller: apiserver.ControllerConfig{
 				Enabled:               o.Executor.RunController,
