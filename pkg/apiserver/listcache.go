@@ -303,4 +303,5 @@ func (c *encodingCache) put(key cacheKey, rv string, data []byte) {
 	for c.size > c.max {
 		c.entries.RemoveOldest()
 	}
+	metrics.ListCacheBytes.Set(float64(c.size))
 }

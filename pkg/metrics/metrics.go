@@ -74,6 +74,14 @@ var (
 		Help:           "Runs and workspaces written in LIST responses, by format (json, protobuf) and result: hit when their encoding was kept from an earlier LIST at the same resourceVersion, miss when it was made.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"format", "result"})
+
+	// ListCacheBytes is what the list cache holds.
+	ListCacheBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      "terrarun",
+		Name:           "list_cache_bytes",
+		Help:           "Bytes the list cache holds: encodings of runs and workspaces kept for LIST responses, with an estimate of each entry's overhead (at most --list-cache-bytes).",
+		StabilityLevel: metrics.ALPHA,
+	})
 )
 
 var register sync.Once
@@ -81,7 +89,7 @@ var register sync.Once
 // Register registers the metrics with the server's registry, once.
 func Register() {
 	register.Do(func() {
-		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, ListCacheItems)
+		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, ListCacheItems, ListCacheBytes)
 		legacyregistry.CustomMustRegister(runs)
 	})
 }

@@ -430,6 +430,27 @@ func benchList(b *testing.B) {
 	if len(combos) == 3 {
 		detail(b, "target: LIST 10k p99, terrarun in protobuf / CRD in JSON ≤ %.2f: not measured, terrarun does not serve protobuf", listTargetProtobuf)
 	}
+	// What the LISTs left in memory: terrarun's list cache keeps the items'
+	// encodings (the fill's figures in Memory are taken before any LIST).
+	tr, err := harness.ReadMem(e.terrarun.Cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	crd, err := harness.ReadMem(e.kubeAPI.Cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	compare(b, "RSS after the LISTs (MiB)", "rss-after-lists-MiB", tr.VmRSS, crd.VmRSS)
+	metrics, err := e.get(ctx, e.trURL+"/metrics", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cached, err := metric(metrics, "terrarun_list_cache_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(cached, "terrarun-list-cache-MiB")
+	detail(b, "terrarun's list cache after the LISTs: %.1f MiB", cached)
 }
 
 // benchListPaged: walks through all objects in pages of pageSize
