@@ -494,6 +494,120 @@ func TestCBOR(t *testing.T) {
 	}
 }
 
+// TestListsFollowChanges: LISTs in JSON and protobuf (which write the items
+// an earlier LIST encoded, from the list cache) show every change to a run
+// or a workspace: a label, a status write, a deletion, a new run; and they
+// hold what a GET of each object holds.
+func TestListsFollowChanges(t *testing.T) {
+	s := startInProcess(t, t.TempDir(), apiOnly)
+	ctx := ctxT(t)
+	runs := s.Client.TerrarunV1alpha1().TerraformRuns("default")
+	for _, name := range []string{"one", "two", "three"} {
+		if _, err := runs.Create(ctx, inlineRun(name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	workspaces := s.Client.TerrarunV1alpha1().TerraformWorkspaces("default")
+	ws := &v1alpha1.TerraformWorkspace{ObjectMeta: metav1.ObjectMeta{Name: "net"},
+		Spec: v1alpha1.TerraformWorkspaceSpec{Template: v1alpha1.TerraformRunSpec{Source: v1alpha1.Source{Inline: map[string]string{"main.tf": mainTF}}}}}
+	if _, err := workspaces.Create(ctx, ws, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/apis/terrarun.dev/v1alpha1/namespaces/default/"
+	// list LISTs runs and workspaces in both formats, and requires each list
+	// to hold exactly what GETs of its objects hold.
+	list := func(when string) {
+		t.Helper()
+		for _, accept := range []string{"application/json", runtime.ContentTypeProtobuf} {
+			for _, resource := range []string{"terraformruns", "terraformworkspaces"} {
+				code, _, body, err := harness.GetWithAccept(ctx, s.Config, path+resource, accept)
+				if err != nil || code != http.StatusOK {
+					t.Fatalf("%s: LIST %s in %s: %d %v %.200s", when, resource, accept, code, err, body)
+				}
+				obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+				if err != nil {
+					t.Fatalf("%s: decoding the LIST of %s in %s: %v", when, resource, accept, err)
+				}
+				var items []runtime.Object
+				switch l := obj.(type) {
+				case *v1alpha1.TerraformRunList:
+					want, err := runs.List(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+					if err != nil || len(want.Items) != len(l.Items) {
+						t.Fatalf("%s: LIST %s in %s has %d runs, a LIST through the client %v: %v", when, resource, accept, len(l.Items), want, err)
+					}
+					for i := range l.Items {
+						items = append(items, &l.Items[i])
+					}
+				case *v1alpha1.TerraformWorkspaceList:
+					for i := range l.Items {
+						items = append(items, &l.Items[i])
+					}
+				default:
+					t.Fatalf("%s: LIST %s in %s decoded to %T", when, resource, accept, obj)
+				}
+				for _, item := range items {
+					var got runtime.Object
+					switch item := item.(type) {
+					case *v1alpha1.TerraformRun:
+						got, err = runs.Get(ctx, item.Name, metav1.GetOptions{})
+					case *v1alpha1.TerraformWorkspace:
+						got, err = workspaces.Get(ctx, item.Name, metav1.GetOptions{})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					got.GetObjectKind().SetGroupVersionKind(item.GetObjectKind().GroupVersionKind())
+					if !apiequality.Semantic.DeepEqual(got, item) {
+						t.Errorf("%s: LIST %s in %s holds\n%+v\nwhere a GET holds\n%+v", when, resource, accept, item, got)
+					}
+				}
+			}
+		}
+	}
+	list("first")
+	list("again, unchanged")
+
+	one, err := runs.Patch(ctx, "one", types.MergePatchType, []byte(`{"metadata":{"labels":{"listed":"twice"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.Status.Message = "a status write"
+	if _, err := runs.UpdateStatus(ctx, one, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runs.Delete(ctx, "two", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.Create(ctx, inlineRun("four"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workspaces.Patch(ctx, "net", types.MergePatchType, []byte(`{"metadata":{"annotations":{"changed":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	list("after the changes")
+
+	got, err := runs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range got.Items {
+		names = append(names, r.Name)
+		if r.Name == "one" && (r.Labels["listed"] != "twice" || r.Status.Message != "a status write") {
+			t.Errorf("run one is listed as it was: labels %v, status message %q", r.Labels, r.Status.Message)
+		}
+	}
+	if strings.Join(names, ",") != "four,one,three" {
+		t.Errorf("runs listed: %v, want four, one and three", names)
+	}
+	metrics := mustKubectl(t, s.Kubeconfig, "get", "--raw", "/metrics")
+	for _, format := range []string{"json", "protobuf"} {
+		if !strings.Contains(metrics, `terrarun_list_cache_items_total{format="`+format+`",result="hit"}`) {
+			t.Errorf("no LIST in %s was answered from the list cache:\n%s", format, grepLines(metrics, "terrarun_list_cache"))
+		}
+	}
+}
+
 // TestInternedRunsStayApart: runs decoded from storage share the strings and
 // managed field sets they have in common (the storage codec interns them);
 // changing one run by server-side apply, merge patch and update leaves the
