@@ -20,7 +20,8 @@ import (
 
 // DefaultListCacheBytes is how many bytes of encoded runs and workspaces a
 // server keeps for its LIST responses unless --list-cache-bytes says
-// otherwise: some 55,000 runs in JSON, or 90,000 in protobuf.
+// otherwise: some 50,000 runs as created, in one format (a finished run's
+// encoding is two to three times larger).
 const DefaultListCacheBytes = 64 << 20
 
 // listCaching is one of the group's serializers (JSON or protobuf) with the
@@ -57,12 +58,14 @@ func (s listCaching) Encode(obj runtime.Object, w io.Writer) error {
 // EncodeWithAllocator implements runtime.EncoderWithAllocator, which the
 // protobuf serializer implements to reuse its buffers across responses.
 func (s listCaching) EncodeWithAllocator(obj runtime.Object, w io.Writer, memAlloc runtime.MemoryAllocator) error {
-	if items, ok := listItems(obj); ok && s.cache != nil {
-		encoded, err := s.items(items)
-		if err != nil {
-			return err
+	if s.cache != nil {
+		if items, ok := listItems(obj); ok {
+			encoded, err := s.items(items)
+			if err != nil {
+				return err
+			}
+			return s.format.list(s, obj, encoded, w)
 		}
-		return s.format.list(s, obj, encoded, w)
 	}
 	if e, ok := s.Serializer.(runtime.EncoderWithAllocator); ok && memAlloc != nil {
 		return e.EncodeWithAllocator(obj, w, memAlloc)
