@@ -83,12 +83,13 @@ type directStep struct {
 	args []string
 }
 
-// directRun runs, in a fresh temporary directory with the local backend and
-// the executor's environment (PATH, a private HOME and TMPDIR,
-// CHECKPOINT_DISABLE=1), the commands the executor runs for a run: init,
-// plan -out, show, show -json, apply of the plan file, output -json. It
-// returns the wall time of all of it and of each command.
-func directRun(ctx context.Context, engine, tf string) (time.Duration, map[string]time.Duration, error) {
+// directRun runs, in a fresh temporary directory that holds config (file
+// names and contents) with the local backend, and in the executor's
+// environment (PATH, a private HOME and TMPDIR, CHECKPOINT_DISABLE=1) and
+// extraEnv, the commands the executor runs for a run: init, plan -out, show,
+// show -json, apply of the plan file, output -json. It returns the wall time
+// of all of it and of each command.
+func directRun(ctx context.Context, engine string, config map[string]string, extraEnv []string) (time.Duration, map[string]time.Duration, error) {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "terrarun-bench-direct-")
 	if err != nil {
@@ -101,8 +102,10 @@ func directRun(ctx context.Context, engine, tf string) (time.Duration, map[strin
 			return 0, nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(cfg, "main.tf"), []byte(tf), 0o600); err != nil {
-		return 0, nil, err
+	for name, content := range config {
+		if err := os.WriteFile(filepath.Join(cfg, name), []byte(content), 0o600); err != nil {
+			return 0, nil, err
+		}
 	}
 	// As the executor: the backend is chosen by an override file.
 	if err := os.WriteFile(filepath.Join(cfg, "zz_terrarun_backend_override.tf"), []byte("terraform {\n  backend \"local\" {}\n}\n"), 0o600); err != nil {
@@ -118,7 +121,7 @@ func directRun(ctx context.Context, engine, tf string) (time.Duration, map[strin
 		{"apply", []string{"apply", "-no-color", "-auto-approve", "-input=false", "-lock-timeout=0s", "-lock=true", "-parallelism=10", "-refresh=true", plan}},
 		{"output", []string{"output", "-no-color", "-json"}},
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "CHECKPOINT_DISABLE=1"}
+	env := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "CHECKPOINT_DISABLE=1"}, extraEnv...)
 	times := map[string]time.Duration{}
 	for _, s := range steps {
 		t0 := time.Now()
@@ -136,14 +139,14 @@ func directRun(ctx context.Context, engine, tf string) (time.Duration, map[strin
 	return time.Since(start), times, nil
 }
 
-// apiRun creates an Auto run of tf and waits until it has Succeeded. It
+// apiRun creates an Auto run of config and waits until it has Succeeded. It
 // returns the wall time from just before the create to the watch event that
 // shows Succeeded, and the time each phase was first seen. afterCreate, if
 // set, is called once the run exists (to start log followers: a follow of a
 // run that does not exist yet is a 404).
-func apiRun(ctx context.Context, rs *runServer, namespace, name, workspace, tf string, afterCreate func()) (time.Duration, phaseTimes, time.Time, error) {
+func apiRun(ctx context.Context, rs *runServer, namespace, name, workspace string, config map[string]string, afterCreate func()) (time.Duration, phaseTimes, time.Time, error) {
 	start := time.Now()
-	created, err := rs.runs(namespace).Create(ctx, rs.autoRun(name, workspace, tf), metav1.CreateOptions{})
+	created, err := rs.runs(namespace).Create(ctx, rs.autoRun(name, workspace, config), metav1.CreateOptions{})
 	if err != nil {
 		return 0, nil, start, err
 	}
@@ -194,30 +197,57 @@ func collectLines(ctx context.Context, rs *runServer, namespace, name, query str
 	return ch
 }
 
+// providerTF is the configuration of BenchmarkOrchestrationOverhead's
+// provider arms: one resource of the test provider (a real plugin, installed
+// from a filesystem mirror), which keeps a file in the working directory.
+const providerTF = harness.TestProviderRequirement + `
+resource "testing_file" "bench" {
+  path    = "bench.txt"
+  content = "terrarun"
+}
+`
+
 // BenchmarkOrchestrationOverhead compares the wall time of a run through the
-// API (create → Succeeded, approval.mode Auto, one terraform_data) with the
-// same engine commands run directly in a temporary directory. Three arms
-// alternate, after one unmeasured warm-up each:
+// API (create → Succeeded, approval.mode Auto) with the same engine commands
+// run directly in a temporary directory. Five arms alternate, after one
+// unmeasured warm-up each:
 //
-//   - direct: init, plan -out, show, show -json, apply <plan>, output -json;
-//   - api: a run in the default workspace of a namespace of its own (so the
-//     executor runs the direct arm's commands, plus `version -json` in each
-//     stage and init again in the apply stage);
+//   - direct: init, plan -out, show, show -json, apply <plan>, output -json,
+//     of one built-in terraform_data;
+//   - api: a run of it in the default workspace of a namespace of its own
+//     (the executor runs the direct arm's commands, plan and apply in one
+//     process, the engine's version on record);
 //   - api-ws: a run in a workspace of its own, as most runs are (the
-//     executor also runs workspace list and workspace new/select per stage).
+//     executor also selects or creates the workspace);
+//   - direct-provider and api-provider: the same with one resource of the
+//     test provider instead, its dependency lock file beside it, installed
+//     from a filesystem mirror through a plugin cache (the direct arm's
+//     own, and the server's, which is on by default).
 //
-// Reported: the medians in ms, overhead-ratio = api / direct (target ≤ 1.10)
-// and overhead-ratio-ws = api-ws / direct, the medians of the phases of the
-// api arm as a watch saw them, and, in the log, the median of each direct
-// command and the timeline of one more api run from its log lines.
+// Reported: the medians in ms, overhead-ratio = api / direct (target ≤ 1.10),
+// overhead-ratio-ws = api-ws / direct, overhead-ratio-provider =
+// api-provider / direct-provider (target ≤ 1.05), the medians of the phases
+// of the api arm as a watch saw them, and, in the log, the median of each
+// direct command and the timeline of one more api run from its log lines.
 func BenchmarkOrchestrationOverhead(b *testing.B) {
-	rs := startRunServer(b)
+	provider, err := harness.InstallTestProvider(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	lock, err := provider.LockFile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	withProvider := map[string]string{"main.tf": providerTF, ".terraform.lock.hcl": lock}
+	// The direct arm's plugin cache, kept across its runs as a user's is.
+	directEnv := append(provider.Env(), "TF_PLUGIN_CACHE_DIR="+b.TempDir())
+	rs := startRunServer(b, "--local-executor-env", provider.Env()[0])
 	defer rs.close(b)
 	ctx := boundedCtx(b, 20*time.Minute)
 	logLoad(b, "at the start")
 	n := samples(overheadIterations, b)
 
-	var direct, api, apiWS []time.Duration
+	var direct, api, apiWS, directProvider, apiProvider []time.Duration
 	var pending, planning, applying []time.Duration
 	var txns []int64
 	steps := map[string][]time.Duration{}
@@ -227,7 +257,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		run  func(measured bool) error
 	}{
 		{"direct", func(measured bool) error {
-			d, st, err := directRun(ctx, rs.Engine, trivialTF)
+			d, st, err := directRun(ctx, rs.Engine, inline(trivialTF), nil)
 			if err == nil && measured {
 				direct = append(direct, d)
 				for k, v := range st {
@@ -243,7 +273,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			d, seen, start, err := apiRun(ctx, rs, ns, "run", "", trivialTF, nil)
+			d, seen, start, err := apiRun(ctx, rs, ns, "run", "", inline(trivialTF), nil)
 			if err == nil && measured {
 				// The run's transactions: the etcd revision, which objects
 				// and artifacts share, once the run has ended.
@@ -264,9 +294,24 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		}},
 		{"api-ws", func(measured bool) error {
 			seq++
-			d, _, _, err := apiRun(ctx, rs, "overhead-ws", fmt.Sprintf("run-%d", seq), fmt.Sprintf("ws-%d", seq), trivialTF, nil)
+			d, _, _, err := apiRun(ctx, rs, "overhead-ws", fmt.Sprintf("run-%d", seq), fmt.Sprintf("ws-%d", seq), inline(trivialTF), nil)
 			if err == nil && measured {
 				apiWS = append(apiWS, d)
+			}
+			return err
+		}},
+		{"direct-provider", func(measured bool) error {
+			d, _, err := directRun(ctx, rs.Engine, withProvider, directEnv)
+			if err == nil && measured {
+				directProvider = append(directProvider, d)
+			}
+			return err
+		}},
+		{"api-provider", func(measured bool) error {
+			seq++
+			d, _, _, err := apiRun(ctx, rs, fmt.Sprintf("overhead-%d", seq), "run", "", withProvider, nil)
+			if err == nil && measured {
+				apiProvider = append(apiProvider, d)
 			}
 			return err
 		}},
@@ -294,6 +339,10 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	b.ReportMetric(ms(wm), "api-ws-median-ms")
 	b.ReportMetric(float64(am)/float64(dm), "overhead-ratio")
 	b.ReportMetric(float64(wm)/float64(dm), "overhead-ratio-ws")
+	dpm, apm := median(directProvider), median(apiProvider)
+	b.ReportMetric(ms(dpm), "direct-provider-median-ms")
+	b.ReportMetric(ms(apm), "api-provider-median-ms")
+	b.ReportMetric(float64(apm)/float64(dpm), "overhead-ratio-provider")
 	if len(pending) > 0 {
 		b.ReportMetric(ms(median(pending)), "api-to-planning-ms")
 		b.ReportMetric(ms(median(planning)), "api-planning-ms")
@@ -308,6 +357,8 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	detail(b, "direct (ms): %v", msList(direct))
 	detail(b, "api    (ms): %v", msList(api))
 	detail(b, "api-ws (ms): %v", msList(apiWS))
+	detail(b, "direct-provider (ms): %v", msList(directProvider))
+	detail(b, "api-provider    (ms): %v", msList(apiProvider))
 	names := make([]string, 0, len(steps))
 	for k := range steps {
 		names = append(names, k)
@@ -322,7 +373,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	// One more api run, unmeasured, whose log lines are timestamped as they
 	// arrive: where the time of a run goes.
 	var plan, apply <-chan []timedLine
-	d, seen, start, err := apiRun(ctx, rs, "overhead-timeline", "run", "", trivialTF, func() {
+	d, seen, start, err := apiRun(ctx, rs, "overhead-timeline", "run", "", inline(trivialTF), func() {
 		plan = collectLines(ctx, rs, "overhead-timeline", "run", "stage=plan")
 		apply = collectLines(ctx, rs, "overhead-timeline", "run", "stage=apply")
 	})
@@ -451,7 +502,7 @@ func cancelRun(ctx context.Context, b *testing.B, rs *runServer, namespace, name
 // startSlowRun creates a run whose apply sleeps, waits until the sleep runs,
 // and returns the run with its apply stage's token.
 func startSlowRun(ctx context.Context, rs *runServer, namespace, name string) (*v1alpha1.TerraformRun, string, error) {
-	created, err := rs.runs(namespace).Create(ctx, rs.autoRun(name, name, slowTF), metav1.CreateOptions{})
+	created, err := rs.runs(namespace).Create(ctx, rs.autoRun(name, name, inline(slowTF)), metav1.CreateOptions{})
 	if err != nil {
 		return nil, "", err
 	}
@@ -515,7 +566,7 @@ func BenchmarkLogFollowLatency(b *testing.B) {
 	// e2e.
 	const ns = "follow"
 	var followed <-chan []timedLine
-	if _, _, _, err := apiRun(ctx, rs, ns, "ticker", "ticker", tickTF(n), func() {
+	if _, _, _, err := apiRun(ctx, rs, ns, "ticker", "ticker", inline(tickTF(n)), func() {
 		followed = collectLines(ctx, rs, ns, "ticker", "stage=apply")
 	}); err != nil {
 		b.Fatal(err)
@@ -833,7 +884,7 @@ func BenchmarkLogThroughput(b *testing.B) {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	counted := make(chan floodCount, 1)
-	total, _, _, err := apiRun(ctx, rs, ns, "flood", "flood", floodTF(), func() {
+	total, _, _, err := apiRun(ctx, rs, ns, "flood", "flood", inline(floodTF()), func() {
 		go func() {
 			body, err := rs.follow(fctx, ns, "flood", "stage=apply")
 			if err != nil {
@@ -1051,7 +1102,7 @@ func concurrentRuns(b *testing.B, n int, args []string) {
 				}
 				states[name].created = time.Now()
 				mu.Unlock()
-				if _, err := runs.Create(ctx, rs.autoRun(name, fmt.Sprintf("ws-%03d", k), trivialTF), metav1.CreateOptions{}); err != nil {
+				if _, err := runs.Create(ctx, rs.autoRun(name, fmt.Sprintf("ws-%03d", k), inline(trivialTF)), metav1.CreateOptions{}); err != nil {
 					createErrs <- fmt.Errorf("create %s: %w", name, err)
 					return
 				}

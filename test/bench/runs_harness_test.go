@@ -96,18 +96,22 @@ func (rs *runServer) close(b *testing.B) {
 	_ = os.RemoveAll(rs.DataDir)
 }
 
-// autoRun is an Auto-approved run of the inline configuration tf.
-func (rs *runServer) autoRun(name, workspace, tf string) *v1alpha1.TerraformRun {
+// autoRun is an Auto-approved run of the inline configuration config (file
+// names and contents).
+func (rs *runServer) autoRun(name, workspace string, config map[string]string) *v1alpha1.TerraformRun {
 	return &v1alpha1.TerraformRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.TerraformRunSpec{
-			Source:    v1alpha1.Source{Inline: map[string]string{"main.tf": tf}},
+			Source:    v1alpha1.Source{Inline: config},
 			Workspace: workspace,
 			Approval:  v1alpha1.Approval{Mode: v1alpha1.ApprovalModeAuto},
 			Engine:    v1alpha1.Engine{Binary: v1alpha1.EngineBinary(rs.EngineName)},
 		},
 	}
 }
+
+// inline is the configuration of one file, main.tf, that holds tf.
+func inline(tf string) map[string]string { return map[string]string{"main.tf": tf} }
 
 func (rs *runServer) runs(namespace string) typedv1alpha1.TerraformRunInterface {
 	return rs.Client.TerrarunV1alpha1().TerraformRuns(namespace)

@@ -29,7 +29,7 @@ resource "terraform_data" "x" {
 
 // workspaceSpec is a workspace whose template sets variable v.
 func (rs *runServer) workspace(name, v string, suspend bool) *v1alpha1.TerraformWorkspace {
-	run := rs.autoRun("", name, workspaceBenchTF)
+	run := rs.autoRun("", name, inline(workspaceBenchTF))
 	spec := run.Spec
 	spec.Approval = v1alpha1.Approval{}
 	spec.Variables = []v1alpha1.Variable{{Name: "v", Value: v}}
