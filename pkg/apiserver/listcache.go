@@ -82,28 +82,29 @@ type cachedItem interface {
 // listItems returns the items of a list of runs or workspaces, or false for
 // anything else and for lists whose Items are nil (which encode as null).
 func listItems(obj runtime.Object) ([]cachedItem, bool) {
-	var items []cachedItem
 	switch list := obj.(type) {
 	case *v1alpha1.TerraformRunList:
-		if list.Items == nil {
-			return nil, false
-		}
-		items = make([]cachedItem, len(list.Items))
-		for i := range list.Items {
-			items[i] = &list.Items[i]
-		}
+		return pointers(list.Items)
 	case *v1alpha1.TerraformWorkspaceList:
-		if list.Items == nil {
-			return nil, false
-		}
-		items = make([]cachedItem, len(list.Items))
-		for i := range list.Items {
-			items[i] = &list.Items[i]
-		}
-	default:
+		return pointers(list.Items)
+	}
+	return nil, false
+}
+
+// pointers returns pointers to the elements of items, or false when items
+// is nil.
+func pointers[T any, P interface {
+	*T
+	cachedItem
+}](items []T) ([]cachedItem, bool) {
+	if items == nil {
 		return nil, false
 	}
-	return items, true
+	out := make([]cachedItem, len(items))
+	for i := range items {
+		out[i] = P(&items[i])
+	}
+	return out, true
 }
 
 // items returns the encodings of items, from the cache or made and kept.
