@@ -17,9 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
-	"github.com/terrarun/terrarun/pkg/apiserver"
 	"github.com/terrarun/terrarun/pkg/artifacts"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/test/internal/harness"
 	"github.com/terrarun/terrarun/test/internal/scale"
 )
@@ -81,7 +79,7 @@ func BenchmarkStoredRuns(b *testing.B) {
 
 	art := scale.NewArtifacts()
 	b.Logf("per run: %d bytes of artifacts and logs", art.Size())
-	b.Logf("%8s %10s %10s %10s %12s %12s %12s %12s %12s %12s %10s", "runs", "etcd-MiB", "rss-MiB", "anon-MiB", "list1k-p50", "list1k-p99", "pb-list-p50", "pb-list-p99", "watch-p50", "watch-p99", "store-s")
+	b.Logf("%8s %10s %10s %10s %12s %12s %12s %12s %12s %12s %12s %12s %10s", "runs", "etcd-MiB", "rss-MiB", "anon-MiB", "list1k-p50", "list1k-p99", "read-p99", "pb-list-p50", "pb-list-p99", "pb-read-p99", "watch-p50", "watch-p99", "store-s")
 	var (
 		stored  int
 		first   checkpoint
@@ -99,8 +97,9 @@ func BenchmarkStoredRuns(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("%8d %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %10.1f", stored, c.dbMiB, c.rssMiB, c.anonMiB,
-			ms(c.list[0]), ms(c.list[1]), ms(c.listProto[0]), ms(c.listProto[1]), ms(c.watch[0]), ms(c.watch[1]), time.Since(t0).Seconds())
+		b.Logf("%8d %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %12.1f %10.1f", stored, c.dbMiB, c.rssMiB, c.anonMiB,
+			ms(c.lists.JSONDecoded[0]), ms(c.lists.JSONDecoded[1]), ms(c.lists.JSONRead[1]), ms(c.lists.ProtobufDecoded[0]), ms(c.lists.ProtobufDecoded[1]), ms(c.lists.ProtobufRead[1]),
+			ms(c.watch[0]), ms(c.watch[1]), time.Since(t0).Seconds())
 		if cp == 1 {
 			first = c
 		}
@@ -172,8 +171,10 @@ func BenchmarkStoredRuns(b *testing.B) {
 	b.ReportMetric(perRun(first.rssMiB, last.rssMiB), "rss-KiB/run")
 	b.ReportMetric(last.anonMiB, "rss-anon-MiB")
 	b.ReportMetric(perRun(first.anonMiB, last.anonMiB), "rss-anon-KiB/run")
-	b.ReportMetric(ms(last.list[1]), "list1k-p99-ms")
-	b.ReportMetric(ms(last.listProto[1]), "list1k-protobuf-p99-ms")
+	b.ReportMetric(ms(last.lists.JSONDecoded[1]), "list1k-p99-ms")
+	b.ReportMetric(ms(last.lists.JSONRead[1]), "list1k-read-p99-ms")
+	b.ReportMetric(ms(last.lists.ProtobufDecoded[1]), "list1k-protobuf-p99-ms")
+	b.ReportMetric(ms(last.lists.ProtobufRead[1]), "list1k-protobuf-read-p99-ms")
 	b.ReportMetric(ms(last.watch[1]), "watch-p99-ms")
 	b.ReportMetric(ms(full[1]), "list-all-ms")
 	b.ReportMetric(compact.Seconds(), "compact-s")
@@ -184,7 +185,8 @@ func BenchmarkStoredRuns(b *testing.B) {
 type checkpoint struct {
 	runs                   int
 	dbMiB, rssMiB, anonMiB float64
-	list, listProto, watch [2]time.Duration // p50, p99
+	lists                  scale.Lists
+	watch                  [2]time.Duration // p50, p99
 }
 
 // etcdClient connects to the server's embedded etcd, with the client
@@ -213,10 +215,7 @@ func (s *server) etcdClient() (*clientv3.Client, string, error) {
 // protobuf, and 20 watch deliveries.
 func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	c := checkpoint{runs: runs}
-	proto, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(s.Config))
-	if err != nil {
-		return c, err
-	}
+	var err error
 	if c.dbMiB, err = s.etcdDBSize(); err != nil {
 		return c, err
 	}
@@ -225,7 +224,7 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 		return c, err
 	}
 	c.rssMiB, c.anonMiB = mem.VmRSS, mem.RssAnon
-	if c.list, c.listProto, err = scale.ListLatencies(ctx, s.Client, proto); err != nil {
+	if c.lists, err = scale.ListLatencies(ctx, s.Config); err != nil {
 		return c, err
 	}
 

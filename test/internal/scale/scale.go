@@ -18,11 +18,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -169,27 +172,39 @@ func storeRun(ctx context.Context, client versioned.Interface, store *artifacts.
 	return nil
 }
 
+// Lists are the p50 and p99 of LISTs of a 1,000-run namespace in each
+// format: Read until the body's last byte (the server's part), Decoded
+// into a TerraformRunList as a client does.
+type Lists struct {
+	JSONRead, JSONDecoded, ProtobufRead, ProtobufDecoded [2]time.Duration
+}
+
 // ListLatencies lists the first namespace (RunsPerNamespace runs) 20 times
-// in JSON (client) and 20 times in protobuf (proto), alternating, and
-// returns the p50 and p99 of each.
-func ListLatencies(ctx context.Context, client, proto versioned.Interface) (jsonP, protoP [2]time.Duration, err error) {
-	var list, listProto []time.Duration
-	for i := range 40 {
-		c, into := client, &list
-		if i%2 == 1 {
-			c, into = proto, &listProto
-		}
-		t0 := time.Now()
-		l, err := c.TerrarunV1alpha1().TerraformRuns(Namespace(1)).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return jsonP, protoP, err
-		}
-		*into = append(*into, time.Since(t0))
-		if len(l.Items) != RunsPerNamespace {
-			return jsonP, protoP, fmt.Errorf("LIST %s: %d runs, want %d", Namespace(1), len(l.Items), RunsPerNamespace)
-		}
+// in JSON and 20 times in protobuf, alternating, with cfg's credentials.
+func ListLatencies(ctx context.Context, cfg *rest.Config) (Lists, error) {
+	var l Lists
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return l, err
 	}
-	return P50P99(list), P50P99(listProto), nil
+	url := strings.TrimSuffix(cfg.Host, "/") + "/apis/terrarun.dev/v1alpha1/namespaces/" + Namespace(1) + "/terraformruns"
+	var reads, decodes [2][]time.Duration
+	for i := range 40 {
+		accept := []string{runtime.ContentTypeJSON, runtime.ContentTypeProtobuf}[i%2]
+		var list v1alpha1.TerraformRunList
+		read, decoded, _, err := harness.TimedGet(ctx, hc, url, accept, scheme.Codecs.UniversalDeserializer(), &list)
+		if err != nil {
+			return l, err
+		}
+		if len(list.Items) != RunsPerNamespace {
+			return l, fmt.Errorf("LIST %s in %s: %d runs, want %d", Namespace(1), accept, len(list.Items), RunsPerNamespace)
+		}
+		reads[i%2] = append(reads[i%2], read)
+		decodes[i%2] = append(decodes[i%2], decoded)
+	}
+	l.JSONRead, l.JSONDecoded = P50P99(reads[0]), P50P99(decodes[0])
+	l.ProtobufRead, l.ProtobufDecoded = P50P99(reads[1]), P50P99(decodes[1])
+	return l, nil
 }
 
 // P50P99 sorts d and returns its median and 99th percentile.
