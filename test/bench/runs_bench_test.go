@@ -202,7 +202,7 @@ func collectLines(ctx context.Context, rs *runServer, namespace, name, query str
 // from a filesystem mirror), which keeps a file in the working directory.
 const providerTF = harness.TestProviderRequirement + `
 resource "testing_file" "bench" {
-  path    = "bench.txt"
+  path    = "${abspath(path.root)}/bench.txt"
   content = "terrarun"
 }
 `

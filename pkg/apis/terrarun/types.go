@@ -153,6 +153,12 @@ type TerraformRunSpec struct {
 	Creator *Creator `json:"creator,omitempty"`
 }
 
+// LockFileName is the dependency lock file, which an inline configuration
+// may carry beside its *.tf files: with it, init installs the providers it
+// records (and may take them from a plugin cache) instead of the newest ones
+// that match.
+const LockFileName = ".terraform.lock.hcl"
+
 // Source is where the configuration comes from. Exactly one member must be set.
 type Source struct {
 	// inline maps file names to their contents. Only *.tf, *.tf.json and *.tfvars

@@ -315,6 +315,33 @@ func envValue(env []string, key string) (string, bool) {
 	return "", false
 }
 
+// TestStartWritesTheLockFile: an inline configuration may carry its
+// dependency lock file (validation accepts it), and the stage finds it
+// beside the configuration; other names that begin with a dot are refused.
+func TestStartWritesTheLockFile(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	ctx := context.Background()
+	const lock = "# This file is maintained automatically by \"terraform init\".\n"
+	run := newRun("team-a", "locked")
+	run.Spec.Source.Inline[".terraform.lock.hcl"] = lock
+	ex := plan(run)
+	name, err := e.Start(ctx, ex)
+	if err != nil {
+		t.Fatalf("starting a run whose inline source has a lock file: %v", err)
+	}
+	v.waitNotify("team-a/locked")
+	if got := v.report(name).Files[filepath.Join(e.workDirOf(ex), "source", ".terraform.lock.hcl")]; got.Content != lock || got.Mode != "600" {
+		t.Errorf("the stage's lock file: %+v, want mode 600 with %q", got, lock)
+	}
+
+	hidden := newRun("team-a", "hidden")
+	hidden.Spec.Source.Inline[".hidden.tf"] = "# not allowed"
+	if _, err := e.Start(ctx, plan(hidden)); err == nil || !strings.Contains(err.Error(), `invalid file name ".hidden.tf"`) {
+		t.Errorf("starting a run with the inline file .hidden.tf: %v, want it refused", err)
+	}
+}
+
 func TestStartSucceeds(t *testing.T) {
 	v := newTestEnv(t)
 	e := v.executor()

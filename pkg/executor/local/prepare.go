@@ -17,6 +17,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/sandbox"
@@ -310,7 +311,9 @@ func (e *Executor) writeFiles(p *proc, files map[string]string) (stage.Source, e
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if !safeSegment(name) || strings.HasPrefix(name, ".") {
+		// The names validation lets through; the dependency lock file is
+		// the only one that begins with a dot.
+		if !safeSegment(name) || strings.HasPrefix(name, ".") && name != terrarun.LockFileName {
 			return stage.Source{}, fmt.Errorf("source: invalid file name %q", name)
 		}
 		if err := writePrivate(filepath.Join(dir, name), []byte(files[name])); err != nil {

@@ -281,12 +281,6 @@ func validateSource(src *terrarun.Source, fldPath *field.Path) field.ErrorList {
 	return allErrs
 }
 
-// lockFileName is the dependency lock file, which an inline configuration may
-// carry beside its *.tf files: with it, init installs the providers it
-// records (and may take them from a plugin cache) instead of the newest ones
-// that match.
-const lockFileName = ".terraform.lock.hcl"
-
 // validateInline validates inline files: their names, their total size, and the
 // presence of at least one configuration file.
 func validateInline(files map[string]string, fldPath *field.Path) field.ErrorList {
@@ -299,10 +293,10 @@ func validateInline(files map[string]string, fldPath *field.Path) field.ErrorLis
 		switch {
 		case len(name) > maxInlineFileNameLength:
 			allErrs = append(allErrs, withHint(field.TooLong(keyPath, "", maxInlineFileNameLength), "use a shorter file name"))
-		case name == lockFileName:
+		case name == terrarun.LockFileName:
 		case !inlineFileNameRegexp.MatchString(name):
 			allErrs = append(allErrs, field.Invalid(keyPath, name,
-				"must be a plain file name (no directories, not starting with '.') ending in .tf, .tf.json or .tfvars, such as main.tf, or the dependency lock file "+lockFileName+"; use a configMap or git source for other layouts"))
+				"must be a plain file name (no directories, not starting with '.') ending in .tf, .tf.json or .tfvars, such as main.tf, or the dependency lock file "+terrarun.LockFileName+"; use a configMap or git source for other layouts"))
 		}
 		if strings.HasSuffix(name, ".tf") || strings.HasSuffix(name, ".tf.json") {
 			hasConfig = true
