@@ -241,7 +241,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	withProvider := map[string]string{"main.tf": providerTF, ".terraform.lock.hcl": lock}
 	// The direct arm's plugin cache, kept across its runs as a user's is.
 	directEnv := append(provider.Env(), "TF_PLUGIN_CACHE_DIR="+b.TempDir())
-	rs := startRunServer(b, "--local-executor-env", provider.Env()[0])
+	rs := startRunServer(b, "--local-executor-mount", provider.Dir, "--local-executor-env", provider.Env()[0])
 	defer rs.close(b)
 	ctx := boundedCtx(b, 20*time.Minute)
 	logLoad(b, "at the start")
