@@ -139,12 +139,26 @@ func dirExists(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// chownTree gives the tree at root, symbolic links not followed, to uid and gid.
-func chownTree(root string, uid, gid int) error {
-	return filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// chownTree gives the tree at dir, symbolic links not followed, to uid and
+// gid. Stages of the namespace run in it as that user meanwhile: one may
+// replace a directory of the tree by a link to a directory outside it between
+// the walk's reading of the directory and its descent into it, so every name
+// is resolved within the tree (os.Root), and the walk fails rather than hand
+// over a file outside. What the stages remove meanwhile (a state lock's
+// info file) is skipped.
+func chownTree(dir string, uid, gid int) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(path string, _ fs.DirEntry, err error) error {
+		if err == nil {
+			err = root.Lchown(path, uid, gid)
 		}
-		return os.Lchown(path, uid, gid)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
 	})
 }

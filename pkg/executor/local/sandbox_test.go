@@ -1,0 +1,91 @@
+package local
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// owner returns the uid that owns path (not following a symbolic link).
+func owner(t *testing.T, path string) int {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Sys().(*syscall.Stat_t).Uid)
+}
+
+// TestChownTreeStaysInside: the server (root) hands a namespace's state
+// directory to the stages' user at every stage start, while other stages of
+// the namespace run in it as that user. A stage that swaps a directory of
+// the tree for a symbolic link to a directory outside it, again and again,
+// must never get a file outside the tree handed to it (such as
+// /etc/passwd); the walk may fail instead. Files removed under the walk (as
+// a state lock's info file is) are no error.
+func TestChownTreeStaysInside(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("handing files to another user needs root; the server does it only as root")
+	}
+	base := t.TempDir()
+	tree, outside := filepath.Join(base, "state"), filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(tree, "ws"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := filepath.Join(outside, "passwd")
+	if err := os.WriteFile(secret, []byte("root:x:0:0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const stageUID = 65533
+
+	// The attacking stage: ws is a directory one moment and a link to
+	// outside the next; beside it, files come and go.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ws, aside := filepath.Join(tree, "ws"), filepath.Join(tree, "ws.aside")
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.WriteFile(filepath.Join(tree, "ws", ".terraform.tfstate.lock.info"), nil, 0o600)
+			_ = os.Rename(ws, aside)
+			_ = os.Symlink(outside, ws)
+			_ = os.Remove(ws)
+			_ = os.Rename(aside, ws)
+			_ = os.Remove(filepath.Join(tree, "ws", ".terraform.tfstate.lock.info"))
+		}
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	walks := 0
+	for time.Now().Before(deadline) && owner(t, secret) == 0 && owner(t, outside) == 0 {
+		if err := chownTree(tree, stageUID, stageUID); errors.Is(err, fs.ErrNotExist) {
+			close(stop)
+			<-done
+			t.Fatalf("handing the tree over while a stage removes files: %v", err)
+		}
+		walks++
+	}
+	close(stop)
+	<-done
+	if owner(t, secret) != 0 || owner(t, outside) != 0 {
+		t.Fatalf("after %d walks, a file outside the tree was handed to the stages' user: %s is owned by %d, %s by %d",
+			walks, secret, owner(t, secret), outside, owner(t, outside))
+	}
+	t.Logf("%d walks, nothing outside the tree handed over", walks)
+	if err := chownTree(tree, stageUID, stageUID); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner(t, filepath.Join(tree, "ws")); got != stageUID {
+		t.Errorf("the tree's directory ws is owned by %d, want %d", got, stageUID)
+	}
+}
