@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/metrics"
 )
@@ -38,6 +39,9 @@ type logKeys struct {
 	meta   string
 	chunks string // prefix of the chunk keys
 	index  string
+	// followers is the prefix of its followers' keys (followers.go), out of
+	// dir: a follower's own key does not wake the followers.
+	followers string
 }
 
 func (k logKeys) chunk(seq int64) string { return fmt.Sprintf("%s%016d", k.chunks, seq) }
@@ -65,11 +69,12 @@ func (s *Store) logKeys(run RunRef, stage string, attempt int32) (logKeys, error
 	st := url.PathEscape(stage)
 	dir := fmt.Sprintf("%slogs/%s/%010d/", base, st, attempt)
 	return logKeys{
-		what:   fmt.Sprintf("log of stage %q attempt %d of run %s", stage, attempt, run),
-		dir:    dir,
-		meta:   dir + "meta",
-		chunks: dir + "c/",
-		index:  fmt.Sprintf("%slog-index/%s/%010d", base, st, attempt),
+		what:      fmt.Sprintf("log of stage %q attempt %d of run %s", stage, attempt, run),
+		dir:       dir,
+		meta:      dir + "meta",
+		chunks:    dir + "c/",
+		index:     fmt.Sprintf("%slog-index/%s/%010d", base, st, attempt),
+		followers: fmt.Sprintf("%slog-followers/%s/%010d/", base, st, attempt),
 	}, nil
 }
 
@@ -408,6 +413,13 @@ func (s *Store) streamLog(ctx context.Context, keys logKeys, opts LogOptions, si
 		if cur.meta.Closed || !opts.Follow {
 			return nil
 		}
+	}
+	// Tell the log's writer that someone waits for its lines. Without that,
+	// the follow still gets every line, only later.
+	if unregister, err := s.registerFollower(ctx, keys); err != nil {
+		klog.ErrorS(err, "Following a log without telling its writer: its lines may come later, in larger batches")
+	} else {
+		defer unregister()
 	}
 	return s.follow(ctx, keys, next, rev, sink)
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"k8s.io/apiserver/pkg/storage/value"
 )
 
@@ -170,6 +171,10 @@ type Store struct {
 	logMetas map[string]cachedLogMeta    // log meta key -> last known meta
 
 	usage logUsage
+
+	// sessionMu guards sess, whose lease holds this store's followers' keys.
+	sessionMu sync.Mutex
+	sess      *concurrency.Session
 }
 
 // New returns a Store that keeps artifacts through client, configured by opts.

@@ -1229,8 +1229,13 @@ func TestEndLog(t *testing.T) {
 	if err := s.AppendLog(ctx, testRun, "plan", 1, []byte("Planning...\n")); err != nil {
 		t.Fatal(err)
 	}
+	followers, err := s.WatchLogFollowers(ctx, testRun, "plan", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	followed := make(chan string, 1)
 	go func() { followed <- streamAll(t, s, ctx, testRun, "plan", 1, LogOptions{Follow: true}) }()
+	<-followers.Arrived() // the follower's own key is written before EndLog is counted
 	before := revision()
 	if err := s.EndLog(ctx, testRun, "plan", 1, []byte("Plan: 1 to add.\n")); err != nil {
 		t.Fatal(err)

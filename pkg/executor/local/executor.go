@@ -407,7 +407,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	e.mu.Unlock()
 
-	e.recordPID(ctx, p, rec, cmd.Process.Pid)
+	klog.V(2).InfoS("Started a stage", "execution", name, "pid", cmd.Process.Pid)
 
 	go e.wait(p)
 	return name, nil
@@ -464,8 +464,8 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		Name:      name,
 		Reason:    executor.ReasonExecutorLost,
 		StartTime: rec.StartTime,
-		Message: fmt.Sprintf("process %s (pid %d) was started by a previous terrarun-apiserver "+
-			"(instance %s) and ended with it; its outcome is unknown", name, rec.PID, rec.Holder),
+		Message: fmt.Sprintf("process %s was started by a previous terrarun-apiserver "+
+			"(instance %s) and ended with it; its outcome is unknown", name, rec.Holder),
 	}, nil
 }
 

@@ -30,9 +30,8 @@ type proc struct {
 	// tmpDir is the TMPDIR of an unsandboxed stage, outside dir.
 	tmpDir string
 	id     executor.Identity
-	// createRev is the etcd revision that created the record, putRev the one
-	// of Start's last write to it.
-	createRev, putRev int64
+	// createRev is the etcd revision that created the record.
+	createRev int64
 	// secrets are values masked in the log tail.
 	secrets []string
 

@@ -83,12 +83,13 @@ func (e *Executor) persist(p *proc, st executor.Status) bool {
 // process: its Start failed after the record was created (or its client saw an
 // error for a transaction that did commit), and removing the record failed.
 // Every process that this instance starts stays in its table until its final
-// state is recorded, and its record carries its pid.
+// state is recorded (or its record is deleted), so a Running record of this
+// instance with no process in the table was never started.
 func (e *Executor) neverStarted(rec record) bool {
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()
-	return !closed && rec.Holder == e.holder && rec.State == executor.StateRunning && rec.PID == 0
+	return !closed && rec.Holder == e.holder && rec.State == executor.StateRunning
 }
 
 // claim records p as started by this instance with a create-if-absent
@@ -109,7 +110,7 @@ func (e *Executor) claim(ctx context.Context, p *proc, rec record) (bool, error)
 		return false, fmt.Errorf("recording execution %s: %w", p.name, err)
 	}
 	if resp.Succeeded {
-		p.createRev, p.putRev = resp.Header.Revision, resp.Header.Revision
+		p.createRev = resp.Header.Revision
 		return true, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -130,7 +131,7 @@ func (e *Executor) claim(ctx context.Context, p *proc, rec record) (bool, error)
 	if !tresp.Succeeded {
 		return false, nil
 	}
-	p.createRev, p.putRev = kvs[0].CreateRevision, tresp.Header.Revision
+	p.createRev = kvs[0].CreateRevision
 	return true, nil
 }
 
@@ -146,25 +147,5 @@ func (e *Executor) release(ctx context.Context, p *proc) {
 		Commit()
 	if err != nil {
 		klog.ErrorS(err, "Removing the record of an execution that did not start", "execution", p.name)
-	}
-}
-
-// recordPID adds the pid to p's record: it tells an operator which process it
-// is, and that a process was started (see neverStarted). Without it, the
-// record only stays more conservative.
-func (e *Executor) recordPID(ctx context.Context, p *proc, rec record, pid int) {
-	rec.PID = pid
-	val, err := json.Marshal(rec)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if _, err := e.opts.Etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", p.createRev),
-			clientv3.Compare(clientv3.ModRevision(p.key), "=", p.putRev)).
-		Then(clientv3.OpPut(p.key, string(val))).
-		Commit(); err != nil {
-		klog.ErrorS(err, "Recording the pid of an execution", "execution", p.name)
 	}
 }

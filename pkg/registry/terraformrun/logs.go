@@ -22,10 +22,19 @@ const (
 	// about the most that is appended at once.
 	logReadSize = 64 << 10
 	// logBatchDelay is how long the stream is collected after a batch's first
-	// byte before it is appended: followers see a line at most this much
-	// later.
+	// byte before it is appended while the log has a follower: followers see
+	// a line at most this much later.
 	logBatchDelay = 10 * time.Millisecond
+	// logWriteTimeout bounds a batch's append once the stream's request has
+	// ended: what the executor sent is kept even when it went away.
+	logWriteTimeout = 30 * time.Second
 )
+
+// logQuietBatchDelay is logBatchDelay while nobody follows the log: a read
+// sees a line at most this much later, and a stage's log costs a transaction a
+// second rather than one per burst of output. A follower's arrival sends what
+// is collected at once. A variable for tests.
+var logQuietBatchDelay = time.Second
 
 // LogsREST serves terraformruns/logs as text/plain, streamed and flushed, with
 // the query options of a TerraformRunLogOptions: stage (plan or apply;
@@ -222,10 +231,18 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 	// last batch closes the log in the same transaction (EndLog). One that
 	// breaks leaves the log open, and the controller closes it when the
 	// stage ends.
+	followers, err := r.artifacts.WatchLogFollowers(ctx, ref, string(stageName), attempt)
+	if err != nil {
+		return err
+	}
 	ended := false
 	for piece := range pieces {
 		batch := piece
-		timer := time.NewTimer(logBatchDelay)
+		delay := logQuietBatchDelay
+		if followers.Followed() {
+			delay = logBatchDelay
+		}
+		timer := time.NewTimer(delay)
 	collect:
 		for len(batch) < logReadSize {
 			select {
@@ -237,6 +254,8 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 				batch = append(batch, more...)
 			case <-timer.C:
 				break collect
+			case <-followers.Arrived():
+				break collect
 			}
 		}
 		timer.Stop()
@@ -244,7 +263,10 @@ func (r *LogsREST) append(ctx context.Context, run *terrarun.TerraformRun, stage
 		if end && ended && len(readErr) == 0 && ctx.Err() == nil {
 			write = r.artifacts.EndLog
 		}
-		if err := write(ctx, ref, string(stageName), attempt, batch); err != nil {
+		wctx, cancelWrite := context.WithTimeout(context.WithoutCancel(ctx), logWriteTimeout)
+		err := write(wctx, ref, string(stageName), attempt, batch)
+		cancelWrite()
+		if err != nil {
 			return closedErr(err)
 		}
 	}

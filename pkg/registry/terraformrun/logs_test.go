@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/artifacts"
 )
 
 func TestLogsWriteAndRead(t *testing.T) {
@@ -331,10 +332,15 @@ func TestLogsEnd(t *testing.T) {
 		return resp.Header.Revision
 	}
 	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", strings.NewReader("Initializing...\n")), http.StatusNoContent)
+	followers, err := env.artifacts.WatchLogFollowers(t.Context(), runRef(run), "plan", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() {
 		done <- connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1&follow=true", nil)
 	}()
+	<-followers.Arrived() // the follower's own key is written before the end is counted
 	before := revision()
 	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1&end=true", strings.NewReader("Plan: 1 to add.\n")), http.StatusNoContent)
 	if got := revision() - before; got != 1 {
@@ -365,4 +371,96 @@ func TestLogsEnd(t *testing.T) {
 	}
 
 	expectStatus(t, connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=2&end=true", nil), http.StatusUnprocessableEntity, "only the stage's executor ends its log")
+}
+
+// TestQuietLogsWaitForFollowers: a stream that nobody follows is kept until it
+// ends (here: the quiet delay is an hour), in one transaction; a follower's
+// arrival sends what is held at once, and while it follows, every line is
+// sent without waiting for the stream to end.
+func TestQuietLogsWaitForFollowers(t *testing.T) {
+	quiet := logQuietBatchDelay
+	logQuietBatchDelay = time.Hour
+	t.Cleanup(func() { logQuietBatchDelay = quiet })
+	env := newTestEnv(t)
+	run := env.createRun(t, "web", nil)
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+	revision := func() int64 {
+		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	stream := func(attempt int32) (*io.PipeWriter, chan *httptest.ResponseRecorder) {
+		pr, pw := io.Pipe()
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			done <- connect(t, env.storage.Logs, planStage, http.MethodPost, "web", fmt.Sprintf("stage=plan&attempt=%d", attempt), pr)
+		}()
+		return pw, done
+	}
+	write := func(w io.Writer, line string) {
+		t.Helper()
+		if _, err := io.WriteString(w, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Nobody follows: lines 50 ms apart are one transaction, at the end.
+	before := revision()
+	pw, done := stream(1)
+	var want strings.Builder
+	for i := range 10 {
+		line := fmt.Sprintf("quiet %d\n", i)
+		want.WriteString(line)
+		write(pw, line)
+		time.Sleep(50 * time.Millisecond)
+	}
+	pw.Close()
+	expectStatus(t, <-done, http.StatusNoContent)
+	// The log's first append also records the run's artifacts lease.
+	if got := revision() - before; got > 2 {
+		t.Errorf("10 lines nobody followed: %d transactions, want one (and the lease's)", got)
+	}
+	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1", nil)
+	expectStatus(t, w, http.StatusOK)
+	if w.Body.String() != want.String() {
+		t.Errorf("stored %q, want %q", w.Body.String(), want.String())
+	}
+
+	// A follower arrives while a line is held: it gets it, and then each
+	// line, while the stream is still open.
+	env.runningStage(t, run, planStage, terrarun.StagePlan, 2)
+	pw, done = stream(2)
+	write(pw, "held\n")
+	lines := make(chan string, 16)
+	fctx, stopFollow := context.WithCancel(t.Context())
+	defer stopFollow()
+	go func() {
+		defer close(lines)
+		_ = env.artifacts.StreamLog(fctx, runRef(run), "plan", 2, artifacts.LogOptions{Follow: true}, lineWriter(lines))
+	}()
+	for _, line := range []string{"held\n", "followed 1\n", "followed 2\n"} {
+		if line != "held\n" {
+			write(pw, line)
+		}
+		select {
+		case got := <-lines:
+			if got != line {
+				t.Fatalf("followed %q, want %q", got, line)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the follower did not get %q while the stream was open", line)
+		}
+	}
+	pw.Close()
+	expectStatus(t, <-done, http.StatusNoContent)
+}
+
+// lineWriter sends every write to a channel.
+type lineWriter chan<- string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w <- string(p)
+	return len(p), nil
 }
