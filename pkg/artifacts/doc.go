@@ -14,12 +14,13 @@
 // With <run> = <prefix><namespace>/<name>/<uid>/ (each segment escaped with
 // url.PathEscape):
 //
-//	<run>lease                              etcd lease ID of the run (hex, plain)
+//	<run>lease                              etcd lease ID of a run first written by an older server (hex, plain)
 //	<run><kind>/meta                        artifact metadata: generation, chunk count, size, sha256
 //	<run><kind>/<generation>/<index>        artifact chunk, index zero-padded to 10 digits
 //	<run>logs/<stage>/<attempt>/meta        log metadata: chunk count, size, truncated, closed
 //	<run>logs/<stage>/<attempt>/c/<seq>     log chunk, seq zero-padded to 16 digits
 //	<run>log-index/<stage>/<attempt>        empty marker listing the attempts that have a log
+//	<run>log-followers/<stage>/<attempt>/<id>  empty marker of a follower of the log, on its store's session lease
 //
 // and, for the log budgets, outside the runs' keys (a namespace cannot be
 // named "_log-usage"):
@@ -54,6 +55,13 @@
 // after the initial read, so that nothing is missed or repeated and no polling
 // takes place.
 //
+// A follower also records itself under the log's followers prefix while it
+// follows, on a lease that its store keeps alive (15 s). WatchLogFollowers
+// tells the log's writer, on whichever replica, whether anyone follows: the
+// API server collects a log nobody follows for up to a second before it
+// appends, and one that is followed for 10 ms, and sends what it holds at
+// once when a follower arrives.
+//
 // # Size limits
 //
 // Every kind and every log has a size limit (see Limits). Content beyond the
@@ -78,15 +86,16 @@
 // authenticated data, so the encryption configured for the server with
 // --encryption-provider-config applies to the artifacts, and a value cannot be
 // moved to another key without failing authentication. Only the lease ID, the
-// empty log index markers and the logs' sizes are stored in plain; they hold
-// no run data.
+// empty log index and follower markers and the logs' sizes are stored in
+// plain; they hold no run data.
 //
 // # Retention
 //
 // All keys of a run are attached to one etcd lease per run, with a TTL of
-// Options.Retention counted from the first write of the run. The lease is
-// created on the first write and its ID is recorded under <run>lease with a
-// create-if-absent transaction, so that concurrent writers share one lease.
-// When the lease expires etcd deletes every key of the run. DeleteRun removes
-// the run's keys at once and revokes the lease.
+// Options.Retention counted from the first write of the run. The lease's ID
+// is a hash of the run's key prefix, which holds its UID: the first writer
+// grants it, and every other writer, on any replica, finds it granted, with no
+// key or transaction to record it. When the lease expires etcd deletes every
+// key of the run. DeleteRun removes the run's keys at once and revokes the
+// lease (and the one recorded under <run>lease by an older server).
 package artifacts

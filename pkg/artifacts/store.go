@@ -3,6 +3,8 @@ package artifacts
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -276,10 +279,18 @@ func isLeaseNotFound(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
 }
 
-// lease returns the lease of the run whose keys start with base, creating it
-// on first use. Concurrent writers share one lease: its ID is recorded with a
-// create-if-absent transaction, and a writer that loses the race revokes the
-// lease it granted and uses the winner's.
+// runLeaseID is the ID of the lease of the run whose keys start with base: a
+// hash of base, which holds the run's UID, so that every writer of the run,
+// on any replica, grants or finds the same lease without a key to record it.
+// etcd's own IDs begin with its member's ID, and a collision of two runs'
+// IDs has the odds of a 63-bit hash's.
+func runLeaseID(base string) clientv3.LeaseID {
+	sum := sha256.Sum256([]byte(base))
+	return clientv3.LeaseID(max(int64(binary.BigEndian.Uint64(sum[:8])>>1), 1))
+}
+
+// lease returns the lease of the run whose keys start with base, granting it
+// on first use; a writer that finds it granted by another uses it.
 func (s *Store) lease(ctx context.Context, base string) (clientv3.LeaseID, error) {
 	s.mu.Lock()
 	id, ok := s.leases[base]
@@ -287,59 +298,19 @@ func (s *Store) lease(ctx context.Context, base string) (clientv3.LeaseID, error
 	if ok {
 		return id, nil
 	}
-	key := base + "lease"
-	for {
-		resp, err := s.client.Get(ctx, key)
-		if err != nil {
-			return 0, fmt.Errorf("artifacts: reading lease of %s: %w", base, err)
-		}
-		if len(resp.Kvs) > 0 {
-			return s.cacheLease(base, resp.Kvs[0].Value)
-		}
-		ttl := int64(math.Ceil(s.retention.Seconds()))
-		grant, err := s.client.Grant(ctx, ttl)
-		if err != nil {
-			return 0, fmt.Errorf("artifacts: granting lease for %s: %w", base, err)
-		}
-		txn, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID))).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		if err != nil || !txn.Succeeded {
-			s.revokeQuietly(ctx, grant.ID)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("artifacts: recording lease of %s: %w", base, err)
-		}
-		if txn.Succeeded {
-			s.mu.Lock()
-			if len(s.leases) >= cacheMaxEntries {
-				clear(s.leases)
-			}
-			s.leases[base] = grant.ID
-			s.mu.Unlock()
-			return grant.ID, nil
-		}
-		if kvs := txn.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			return s.cacheLease(base, kvs[0].Value)
-		}
-		// The winner's lease vanished in between; try again.
-	}
-}
-
-func (s *Store) cacheLease(base string, v []byte) (clientv3.LeaseID, error) {
-	n, err := strconv.ParseInt(string(v), 16, 64)
-	if err != nil {
-		return 0, fmt.Errorf("artifacts: invalid lease ID %q under %slease: %w", v, base, err)
+	id = runLeaseID(base)
+	ttl := int64(math.Ceil(s.retention.Seconds()))
+	_, err := clientv3.RetryLeaseClient(s.client).LeaseGrant(ctx, &etcdserverpb.LeaseGrantRequest{ID: int64(id), TTL: ttl})
+	if err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseExist) {
+		return 0, fmt.Errorf("artifacts: granting the lease of %s: %w", base, err)
 	}
 	s.mu.Lock()
 	if len(s.leases) >= cacheMaxEntries {
 		clear(s.leases)
 	}
-	s.leases[base] = clientv3.LeaseID(n)
+	s.leases[base] = id
 	s.mu.Unlock()
-	return clientv3.LeaseID(n), nil
+	return id, nil
 }
 
 func (s *Store) forgetLease(base string, id clientv3.LeaseID) {
@@ -382,11 +353,17 @@ func (s *Store) DeleteRun(ctx context.Context, run RunRef) error {
 		}
 	}
 	s.mu.Unlock()
+	leases := []clientv3.LeaseID{runLeaseID(base)}
+	// A run first written by an older server has its lease's ID under its
+	// lease key.
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		if n, perr := strconv.ParseInt(string(kvs[0].Value), 16, 64); perr == nil {
-			if _, err := s.client.Revoke(ctx, clientv3.LeaseID(n)); err != nil && !isLeaseNotFound(err) {
-				return fmt.Errorf("artifacts: revoking the lease of run %s: %w", run, err)
-			}
+			leases = append(leases, clientv3.LeaseID(n))
+		}
+	}
+	for _, id := range leases {
+		if _, err := s.client.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+			return fmt.Errorf("artifacts: revoking the lease of run %s: %w", run, err)
 		}
 	}
 	return nil

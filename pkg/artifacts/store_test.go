@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -479,8 +480,8 @@ func TestLeaseRetention(t *testing.T) {
 		if err := s.AppendLog(ctx, testRun, "plan", 0, []byte("hello\n")); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(keys(t, cli, "/short/")); n != 16 { // lease, plan meta + 10 chunks, log meta + chunk + index + usage
-			t.Fatalf("%d keys, want 16", n)
+		if n := len(keys(t, cli, "/short/")); n != 15 { // plan meta + 10 chunks, log meta + chunk + index + usage
+			t.Fatalf("%d keys, want 15", n)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for len(keys(t, cli, "/short/")) > 0 {
@@ -532,18 +533,30 @@ func TestDeleteRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lease := keys(t, cli, s.runBase(testRun)+"lease")
-	if len(lease) != 1 {
-		t.Fatal("no lease key")
-	}
-	if err := s.DeleteRun(ctx, testRun); err != nil {
+	// A run first written by an older server has its lease recorded under
+	// its lease key, with an ID that etcd chose: DeleteRun revokes it too.
+	older := testRun
+	older.UID = "4f1c9a6e-0000-4000-8000-000000000003"
+	grant, err := cli.Grant(ctx, 3600)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if kv := keys(t, cli, s.runBase(testRun)); len(kv) != 0 {
-		t.Fatalf("%d keys left after DeleteRun", len(kv))
+	if _, err := cli.Put(ctx, s.runBase(older)+"lease", strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
 	}
-	resp, err := cli.Get(ctx, s.runBase(recreated)+"lease")
-	if err != nil || len(resp.Kvs) != 1 {
+	if _, err := s.Put(ctx, older, Outputs, strings.NewReader("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []RunRef{testRun, older} {
+		if err := s.DeleteRun(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+		if kv := keys(t, cli, s.runBase(run)); len(kv) != 0 {
+			t.Fatalf("%d keys left after DeleteRun", len(kv))
+		}
+	}
+	resp, err := cli.Get(ctx, s.runBase(recreated), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatal("the other run's keys were touched")
 	}
 	ls, err := cli.Leases(ctx)

@@ -241,14 +241,15 @@ resources:
 		}); len(leak) > 0 {
 			t.Errorf("plan, source or log text is stored in plain under %q", leak)
 		}
-		// Every value of a run is sealed, but for the lease ID, the empty
-		// markers that list the attempts with a log, and the logs' sizes
+		// Every value of a run is sealed, but for the lease ID (of runs
+		// written by older servers), the empty markers that list the
+		// attempts with a log and their followers, and the logs' sizes
 		// (pkg/artifacts).
 		plain := keysWith(kvs, func(k string, v []byte) bool {
 			switch {
 			case strings.HasPrefix(k, artifactsPrefix):
 				rest := strings.TrimPrefix(k, artifactsPrefix)
-				if strings.HasSuffix(rest, "/lease") || strings.Contains(rest, "/log-index/") && len(v) == 0 {
+				if strings.HasSuffix(rest, "/lease") || (strings.Contains(rest, "/log-index/") || strings.Contains(rest, "/log-followers/")) && len(v) == 0 {
 					return false
 				}
 				if _, err := strconv.ParseUint(string(v), 10, 63); err == nil && strings.HasPrefix(rest, "_log-usage/") {
