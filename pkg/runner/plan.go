@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -124,20 +123,26 @@ func (r *runner) plan(ctx context.Context) error {
 		return err
 	}
 
+	// The plan's text and its JSON are two reads of the plan file: the
+	// engine makes them at once, on a handle of its own for the text.
 	var text string
-	err = r.quietly(tf, io.Discard, func() (err error) {
-		text, err = tf.ShowPlanFileRaw(ctx, r.planPath)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s show: %w", r.engine, err)
-	}
+	textErr := make(chan error, 1)
+	go func() {
+		showTF, err := r.quietTerraform(tf.WorkingDir())
+		if err == nil {
+			text, err = showTF.ShowPlanFileRaw(ctx, r.planPath)
+		}
+		textErr <- err
+	}()
 	var rawJSON bytes.Buffer
 	var plan *tfjson.Plan
 	err = r.quietly(tf, &rawJSON, func() (err error) {
 		plan, err = tf.ShowPlanFile(ctx, r.planPath)
 		return err
 	})
+	if terr := <-textErr; terr != nil {
+		return fmt.Errorf("%s show: %w", r.engine, terr)
+	}
 	if err != nil {
 		return fmt.Errorf("%s show -json: %w", r.engine, err)
 	}

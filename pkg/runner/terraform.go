@@ -14,8 +14,31 @@ import (
 )
 
 // newTerraform returns a tfexec handle for dir whose output goes to the
-// redacted log.
+// redacted log, and logs the engine's version.
 func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terraform, error) {
+	tf, err := r.quietTerraform(dir)
+	if err != nil {
+		return nil, err
+	}
+	// Learn the version now, quietly: tfexec asks for it before some
+	// commands and would print its JSON. With a record, the shim answers.
+	v, _, err := tf.Version(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s version: %w", r.engine, err)
+	}
+	tf.SetStdout(r.out)
+	if r.recorded {
+		r.logf("terrarun: %s %s (version on record)", r.engine, v.String())
+	} else {
+		r.logf("terrarun: %s %s", r.engine, v.String())
+	}
+	return tf, nil
+}
+
+// quietTerraform returns a tfexec handle for dir with the stage's
+// environment, whose stdout is discarded and whose stderr goes to the
+// redacted log.
+func (r *runner) quietTerraform(dir string) (*tfexec.Terraform, error) {
 	tf, err := tfexec.NewTerraform(dir, r.execPath)
 	if err != nil {
 		return nil, err
@@ -41,18 +64,6 @@ func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terrafor
 	}
 	tf.SetStdout(io.Discard)
 	tf.SetStderr(r.out)
-	// Learn the version now, quietly: tfexec asks for it before some
-	// commands and would print its JSON. With a record, the shim answers.
-	v, _, err := tf.Version(ctx, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s version: %w", r.engine, err)
-	}
-	tf.SetStdout(r.out)
-	if r.recorded {
-		r.logf("terrarun: %s %s (version on record)", r.engine, v.String())
-	} else {
-		r.logf("terrarun: %s %s", r.engine, v.String())
-	}
 	return tf, nil
 }
 
