@@ -106,6 +106,16 @@ type testEnv struct {
 	etcd       *clientv3.Client
 }
 
+// revision is etcd's revision: each transaction raises it by one.
+func (e *testEnv) revision(t *testing.T) int64 {
+	t.Helper()
+	resp, err := e.etcd.Get(t.Context(), "/revision-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
 // newTestEnv starts an etcd and builds the storage of terraformruns on it.
 func newTestEnv(t *testing.T) *testEnv {
 	return newTestEnvWithArtifacts(t, artifacts.Options{})

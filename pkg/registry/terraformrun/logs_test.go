@@ -81,14 +81,7 @@ func TestLogsAreBatched(t *testing.T) {
 	for i := range lines {
 		fmt.Fprintf(&want, "line %05d of the plan\n", i)
 	}
-	revision := func() int64 {
-		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
-	before := revision()
+	before := env.revision(t)
 	pr, pw := io.Pipe()
 	go func() {
 		for line := range strings.Lines(want.String()) {
@@ -99,7 +92,7 @@ func TestLogsAreBatched(t *testing.T) {
 		pw.Close()
 	}()
 	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", pr), http.StatusNoContent)
-	txns := revision() - before
+	txns := env.revision(t) - before
 	t.Logf("%d lines (%d bytes) stored in %d transactions", lines, want.Len(), txns)
 	if txns > lines/100 {
 		t.Errorf("%d lines cost %d etcd transactions, want at most %d", lines, txns, lines/100)
@@ -324,13 +317,6 @@ func TestLogsEnd(t *testing.T) {
 	env := newTestEnv(t)
 	run := env.createRun(t, "web", nil)
 	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
-	revision := func() int64 {
-		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
 	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1", strings.NewReader("Initializing...\n")), http.StatusNoContent)
 	followers, err := env.artifacts.WatchLogFollowers(t.Context(), runRef(run), "plan", 1)
 	if err != nil {
@@ -341,9 +327,9 @@ func TestLogsEnd(t *testing.T) {
 		done <- connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1&follow=true", nil)
 	}()
 	<-followers.Arrived() // the follower's own key is written before the end is counted
-	before := revision()
+	before := env.revision(t)
 	expectStatus(t, connect(t, env.storage.Logs, planStage, http.MethodPost, "web", "stage=plan&attempt=1&end=true", strings.NewReader("Plan: 1 to add.\n")), http.StatusNoContent)
-	if got := revision() - before; got != 1 {
+	if got := env.revision(t) - before; got != 1 {
 		t.Errorf("a last line and the log's end: %d transactions, want 1", got)
 	}
 	select {
@@ -384,13 +370,6 @@ func TestQuietLogsWaitForFollowers(t *testing.T) {
 	env := newTestEnv(t)
 	run := env.createRun(t, "web", nil)
 	env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
-	revision := func() int64 {
-		resp, err := env.etcd.Get(t.Context(), "/revision-probe")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
 	stream := func(attempt int32) (*io.PipeWriter, chan *httptest.ResponseRecorder) {
 		pr, pw := io.Pipe()
 		done := make(chan *httptest.ResponseRecorder, 1)
@@ -407,7 +386,7 @@ func TestQuietLogsWaitForFollowers(t *testing.T) {
 	}
 
 	// Nobody follows: lines 50 ms apart are one transaction, at the end.
-	before := revision()
+	before := env.revision(t)
 	pw, done := stream(1)
 	var want strings.Builder
 	for i := range 10 {
@@ -418,7 +397,7 @@ func TestQuietLogsWaitForFollowers(t *testing.T) {
 	}
 	pw.Close()
 	expectStatus(t, <-done, http.StatusNoContent)
-	if got := revision() - before; got != 1 {
+	if got := env.revision(t) - before; got != 1 {
 		t.Errorf("10 lines nobody followed: %d transactions, want 1", got)
 	}
 	w := connect(t, env.storage.Logs, alice, http.MethodGet, "web", "stage=plan&attempt=1", nil)
