@@ -85,10 +85,31 @@ type carriedApply struct {
 // have approved: the approved plan file it serves must be this one.
 func (r *runner) carryApply(ctx context.Context, log *stageLog) error {
 	c := r.carry
+	// The wait for the grant goes out with the result, not after its answer:
+	// the server holds it until the controller grants the apply.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	type grant struct {
+		body io.ReadCloser
+		err  error
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		body, err := r.client.AwaitApply(waitCtx)
+		granted <- grant{body, err}
+	}()
 	if err := r.client.PutPlan(ctx, r.spec.Attempt, []PlanPart{{v1alpha1.PlanPartResult, c.result}}); err != nil {
+		stopWaiting()
+		if g := <-granted; g.body != nil {
+			g.body.Close()
+		}
 		return err
 	}
-	if err := r.download(ctx, r.client.AwaitApply, r.planPath, "plan file", c.file); err != nil {
+	await := func(context.Context) (io.ReadCloser, error) {
+		g := <-granted
+		return g.body, g.err
+	}
+	if err := r.download(ctx, await, r.planPath, "plan file", c.file); err != nil {
 		return err
 	}
 	r.spec.Stage, r.spec.Attempt = v1alpha1.StageApply, 1
