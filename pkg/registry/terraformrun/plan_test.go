@@ -322,6 +322,24 @@ func TestPlanWait(t *testing.T) {
 		}
 	})
 
+	t.Run("from a version of the run that is no longer in the history", func(t *testing.T) {
+		// The run was last written before the history that watches start
+		// from (compacted here; a replica's watch cache that started later
+		// in a cluster): the wait starts from the run as it is.
+		run := env.createRun(t, "idle", nil)
+		env.runningStage(t, run, planStage, terrarun.StagePlan, 1)
+		env.createRun(t, "busy", nil)
+		env.createRun(t, "busier", nil)
+		if _, err := env.etcd.Compact(t.Context(), env.revision(t)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- connect(t, env.storage.Plan, alice, http.MethodGet, "idle", "wait=true", nil) }()
+		time.Sleep(200 * time.Millisecond)
+		uploadPlan(t, env, "idle")
+		expectStatus(t, <-done, http.StatusOK)
+	})
+
 	t.Run("until the plan stage fails", func(t *testing.T) {
 		run := env.createRun(t, "broken", nil)
 		env.runningStage(t, run, planStage, terrarun.StagePlan, 1)

@@ -102,25 +102,41 @@ func phaseOrPending(run *terrarun.TerraformRun) terrarun.RunPhase {
 }
 
 // watchUntil watches the run from its resourceVersion until done holds for
-// it, and returns it then. A deletion ends the watch with a Gone error.
+// it, and returns it then. A deletion ends the watch with a Gone error. When
+// that version has left the watch's history (the run was last written before
+// this replica's watch cache began, or before a compaction), it watches from
+// the run as it is now instead.
 func (w statusWriter) watchUntil(ctx context.Context, run *terrarun.TerraformRun, done func(*terrarun.TerraformRun) bool) (*terrarun.TerraformRun, error) {
+	rv := run.ResourceVersion
 	for !done(run) {
 		wi, err := w.store.Watch(ctx, &metainternalversion.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", run.Name),
-			ResourceVersion: run.ResourceVersion,
+			ResourceVersion: rv,
 		})
-		if err != nil {
+		for err == nil && !done(run) {
+			var next *terrarun.TerraformRun
+			if next, err = nextRunEvent(ctx, wi); err == nil {
+				run = next
+			}
+		}
+		if wi != nil {
+			wi.Stop()
+		}
+		switch {
+		case err == nil:
+		case apierrors.IsResourceExpired(err) && rv != anyVersion:
+			// Its first event is the run as it is now.
+			rv = anyVersion
+		default:
 			return nil, err
 		}
-		next, err := nextRunEvent(ctx, wi)
-		wi.Stop()
-		if err != nil {
-			return nil, err
-		}
-		run = next
 	}
 	return run, nil
 }
+
+// anyVersion is the resourceVersion of a watch that starts with the object
+// as it is now.
+const anyVersion = "0"
 
 func isFinal(p terrarun.RunPhase) bool {
 	switch p {
