@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -49,10 +50,16 @@ func (e *Executor) baseSandbox() sandbox.Config {
 		return false
 	}
 	c.Mounts = sandbox.SystemMounts()
+	mounted := func(path string) bool {
+		return slices.ContainsFunc(c.Mounts, func(m sandbox.Mount) bool { return m.Source == path && m.Target == "" })
+	}
 	for _, kv := range e.env {
 		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
 			for _, d := range filepath.SplitList(path) {
-				if filepath.IsAbs(d) && filepath.Clean(d) == d && d != "/" && !hidden(d) {
+				// A directory that is on PATH twice, or is a system mount
+				// already, is mounted once: every mount costs the stage's
+				// start two system calls.
+				if filepath.IsAbs(d) && filepath.Clean(d) == d && d != "/" && !hidden(d) && !mounted(d) {
 					c.Mounts = append(c.Mounts, sandbox.Mount{Source: d, Optional: true})
 				}
 			}

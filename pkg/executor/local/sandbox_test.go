@@ -107,3 +107,35 @@ func TestChownTreeStaysInside(t *testing.T) {
 		t.Errorf("the tree's directory ws is owned by %d, want %d", got, stageUID)
 	}
 }
+
+// TestBaseSandboxMountsPathOnce: a directory on the stages' PATH is mounted
+// once, however often PATH names it and when it is a system mount already,
+// and a directory the sandbox masks is not mounted at all.
+func TestBaseSandboxMountsPathOnce(t *testing.T) {
+	work := t.TempDir()
+	e := &Executor{
+		opts: Options{WorkRoot: work, StateRoot: t.TempDir(), ExecutorBinary: "/opt/terrarun/terrarun-executor"},
+		env:  []string{"HOME=/nonexistent", "PATH=/usr/local/bin:/opt/tools/bin:/usr/local/bin:/bin:/opt/tools/bin:" + filepath.Join(work, "bin") + ":relative"},
+	}
+	seen := map[string]int{}
+	for _, m := range e.baseSandbox().Mounts {
+		if m.Target == "" {
+			seen[m.Source]++
+		}
+	}
+	for path, n := range seen {
+		if n != 1 {
+			t.Errorf("%s is mounted %d times, want once", path, n)
+		}
+	}
+	for _, path := range []string{"/usr/local/bin", "/opt/tools/bin", "/bin", "/opt/terrarun/terrarun-executor"} {
+		if seen[path] == 0 {
+			t.Errorf("%s is not mounted", path)
+		}
+	}
+	for _, path := range []string{filepath.Join(work, "bin"), "relative"} {
+		if seen[path] != 0 {
+			t.Errorf("%s is mounted", path)
+		}
+	}
+}
