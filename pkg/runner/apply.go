@@ -70,8 +70,8 @@ func (r *runner) apply(ctx context.Context) error {
 
 // carriedApply is what a plan stage that goes on to apply keeps for it.
 type carriedApply struct {
-	// result is the plan's Result document, uploaded last: it records the plan.
-	result []byte
+	// parts are the plan's, to upload; the last, its result, records the plan.
+	parts []PlanPart
 	// tf is the engine that made the plan, initialized in dir.
 	tf  *tfexec.Terraform
 	dir string
@@ -80,12 +80,14 @@ type carriedApply struct {
 	attempt int32
 }
 
-// carryApply records the plan, waits until the server grants this process
-// the run's apply stage, and applies the plan it made, which the server must
-// have approved: the approved plan file it serves must be this one.
-func (r *runner) carryApply(ctx context.Context, log *stageLog) error {
+// carryApply uploads the plan, which records it and ends the plan stage,
+// ends the plan stage's log, waits until the server grants this process the
+// run's apply stage, and applies the plan it made, which the server must
+// have approved: the approved plan file it serves must be this one. parent
+// is Run's context, ctx the stage's.
+func (r *runner) carryApply(parent, ctx context.Context, log *stageLog) error {
 	c := r.carry
-	// The wait for the grant goes out with the result, not after its answer:
+	// The wait for the grant goes out with the plan, not after its answer:
 	// the server holds it until the controller grants the apply.
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
@@ -98,13 +100,18 @@ func (r *runner) carryApply(ctx context.Context, log *stageLog) error {
 		body, err := r.client.AwaitApply(waitCtx)
 		granted <- grant{body, err}
 	}()
-	if err := r.client.PutPlan(ctx, r.spec.Attempt, []PlanPart{{v1alpha1.PlanPartResult, c.result}}); err != nil {
+	if err := r.client.PutPlan(ctx, r.spec.Attempt, c.parts); err != nil {
 		stopWaiting()
 		if g := <-granted; g.body != nil {
 			g.body.Close()
 		}
-		return err
+		return err // in the plan stage's log, which is still open
 	}
+	// The plan is recorded: its stage has succeeded, and its log ends while
+	// the controller grants the apply. The controller closes a log that
+	// cannot be ended (the stream refused once the stage is complete); the
+	// grant decides whether this process goes on.
+	_ = r.end(parent, ctx, log, nil)
 	await := func(context.Context) (io.ReadCloser, error) {
 		g := <-granted
 		return g.body, g.err

@@ -184,6 +184,17 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case sub == "plan" && r.Method == http.MethodGet:
 		format := q.Get("format")
+		if q.Get("wait") == "true" {
+			// As the server, which holds the wait until the apply is
+			// granted: here, once the plan is recorded.
+			for f.part(v1alpha1.PlanPartResult) == nil {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}
 		f.mu.Lock()
 		b, ok := f.serve[format]
 		if !ok {

@@ -176,14 +176,13 @@ func (r *runner) plan(ctx context.Context) error {
 		{v1alpha1.PlanPartJSON, redactedJSON},
 		{v1alpha1.PlanPartResult, resultJSON},
 	}
-	if r.spec.ApplyAfterPlan && result.HasChanges {
-		// The result, which records the plan, is uploaded once this stage's
-		// log has ended (carryApply).
-		r.carry = &carriedApply{result: resultJSON, tf: tf, dir: tfDir, file: digestOf(planFile), attempt: r.spec.Attempt}
-		parts = parts[:len(parts)-1]
-	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if r.spec.ApplyAfterPlan && result.HasChanges {
+		// Uploaded with the wait for the apply grant (carryApply).
+		r.carry = &carriedApply{parts: parts, tf: tf, dir: tfDir, file: digestOf(planFile), attempt: r.spec.Attempt}
+		return nil
 	}
 	return r.client.PutPlan(ctx, r.spec.Attempt, parts)
 }

@@ -161,11 +161,9 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		err = r.run(runCtx)
 	}
 	if err == nil && r.carry != nil {
-		// The plan stage ends here, and this process goes on with the
-		// apply stage once the server grants it.
-		if err = r.end(ctx, runCtx, log, nil); err == nil {
-			err = r.carryApply(runCtx, log)
-		}
+		// This process goes on with the apply stage once the server
+		// grants it.
+		err = r.carryApply(ctx, runCtx, log)
 	}
 	return r.end(ctx, runCtx, log, err)
 }

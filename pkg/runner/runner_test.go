@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -962,8 +963,23 @@ output "x" {
 	plan.Workspace = "carried"
 	plan.Backend.Config["workspace_dir"] = filepath.Join(h.stateDir, "ws")
 	plan.ApplyAfterPlan = true
+	// The plan stage succeeds when its plan is recorded: its log must not
+	// say so before.
+	var uploads atomic.Int32
+	h.srv.intercept = func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/plan") {
+			uploads.Add(1)
+			if log := h.srv.log(v1alpha1.StagePlan, 1); strings.Contains(log, "succeeded") {
+				t.Errorf("the plan log ended before the plan was uploaded:\n%s", log)
+			}
+		}
+		return false
+	}
 	if err := h.run(context.Background(), plan); err != nil {
 		t.Fatalf("run: %v\n%s", err, h.stdout.String())
+	}
+	if n := uploads.Load(); n != 1 {
+		t.Errorf("the plan went up in %d requests, want one", n)
 	}
 	planLog, applyLog := h.srv.log(v1alpha1.StagePlan, 1), h.srv.log(v1alpha1.StageApply, 1)
 	if !strings.HasSuffix(planLog, "terrarun: stage plan attempt 1 succeeded\n") {

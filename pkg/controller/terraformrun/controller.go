@@ -68,8 +68,10 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 	exec      executor.Executor
 	artifacts *artifacts.Store
-	opts      Options
-	slots     slots
+	// logs closes stage logs: artifacts, when there are.
+	logs  logCloser
+	opts  Options
+	slots slots
 }
 
 // New returns a controller for the runs of informer.
@@ -96,6 +98,9 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		artifacts: store,
 		opts:      opts,
 		slots:     slots{admitted: map[string]bool{}, written: map[string]time.Time{}},
+	}
+	if store != nil {
+		c.logs = store
 	}
 	if err := informer.Informer().AddIndexers(cache.Indexers{stateIndex: stateIndexFunc}); err != nil {
 		return nil, err
@@ -401,8 +406,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	if stageName == v1alpha1.StagePlan && executor.AppliesAfterPlan(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
 		switch {
 		case status.State == executor.StateRunning:
-			// The plan is recorded and its execution waits to apply it.
-			c.completeStage(ctx, run, st, executor.Status{State: executor.StateSucceeded}, executor.ReasonCompleted)
+			// The plan is recorded and its execution waits to apply it. It
+			// ends the plan's log itself, with the line that says so; the
+			// apply stage's end closes it otherwise (closeLogs).
+			c.endStage(run, st, executor.Status{State: executor.StateSucceeded}, executor.ReasonCompleted)
 			return c.planned(ctx, run, st.Job)
 		case status.State != executor.StateSucceeded && !status.Startable():
 			// It ended after recording its plan and before it was granted
@@ -633,8 +640,14 @@ func (c *Controller) applied(ctx context.Context, run *v1alpha1.TerraformRun) (t
 	return 0, c.writeStatus(ctx, run, v1alpha1.ReasonApplied, msg)
 }
 
-// completeStage records how a stage ended and closes its log, so followers end.
+// completeStage records how a stage ended and closes its logs, so followers end.
 func (c *Controller) completeStage(ctx context.Context, run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus, status executor.Status, reason string) {
+	c.endStage(run, st, status, reason)
+	c.closeLogs(ctx, run, st)
+}
+
+// endStage records how a stage ended.
+func (c *Controller) endStage(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus, status executor.Status, reason string) {
 	now := metav1.NewTime(c.opts.Clock.Now())
 	if status.CompletionTime != nil {
 		now = metav1.NewTime(*status.CompletionTime)
@@ -650,12 +663,31 @@ func (c *Controller) completeStage(ctx context.Context, run *v1alpha1.TerraformR
 	default:
 		metrics.ExecutorFailures.WithLabelValues(string(st.Name), reason).Inc()
 	}
-	if c.artifacts == nil {
+}
+
+// logCloser closes the log of a run's stage attempt, so that its followers
+// end; closing a closed log is no error.
+type logCloser interface {
+	CloseLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32) error
+}
+
+// closeLogs closes the log of the ended stage st and, when st is an apply
+// stage carried by a plan stage's execution, that plan stage's log too,
+// which the execution ends itself unless it was lost first. Closing an ended
+// log writes nothing.
+func (c *Controller) closeLogs(ctx context.Context, run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) {
+	if c.logs == nil {
 		return
 	}
 	ref := artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
-	if err := c.artifacts.CloseLog(ctx, ref, string(st.Name), st.Attempt); err != nil {
-		klog.FromContext(ctx).Error(err, "Closing a stage log", "run", klog.KObj(run), "stage", st.Name, "attempt", st.Attempt)
+	closeLog := func(stageName v1alpha1.StageName, attempt int32) {
+		if err := c.logs.CloseLog(ctx, ref, string(stageName), attempt); err != nil {
+			klog.FromContext(ctx).Error(err, "Closing a stage log", "run", klog.KObj(run), "stage", stageName, "attempt", attempt)
+		}
+	}
+	closeLog(st.Name, st.Attempt)
+	if ex, carried := c.execution(run, st); carried {
+		closeLog(ex.Stage, ex.Attempt)
 	}
 }
 

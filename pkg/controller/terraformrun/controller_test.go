@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/fake"
 	"github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
@@ -413,6 +415,7 @@ type harness struct {
 	ctrl    *Controller
 	indexer cache.Indexer
 	applied atomic.Int32
+	logs    closedLogs
 }
 
 type harnessOption func(*Options)
@@ -441,7 +444,27 @@ func newHarness(t *testing.T, run *v1alpha1.TerraformRun, hopts ...harnessOption
 		o(&opts)
 	}
 	h.ctrl, h.indexer = newManualController(t, h.cs, &fakeExec{w: h.world}, opts)
+	h.ctrl.logs = &h.logs
 	return h
+}
+
+// closedLogs records the stage logs a controller closes, as "stage/attempt".
+type closedLogs struct {
+	mu     sync.Mutex
+	closed []string
+}
+
+func (l *closedLogs) CloseLog(_ context.Context, _ artifacts.RunRef, stage string, attempt int32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = append(l.closed, fmt.Sprintf("%s/%d", stage, attempt))
+	return nil
+}
+
+func (l *closedLogs) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.closed)
 }
 
 // newManualController builds a controller whose informer is never started:
@@ -1872,8 +1895,10 @@ func TestSyncStageHeldBeforeStart(t *testing.T) {
 // automatically approved run goes on to apply (executor.AppliesAfterPlan).
 // Once its plan is recorded, the controller approves it and records the
 // apply stage under the plan execution's name, starts nothing, and ends the
-// run when that execution ends. A manually approved run's plan stage ends
-// only with its execution.
+// run when that execution ends. The plan's log is the execution's to end
+// (after its plan is recorded); the controller closes it with the apply's,
+// whether the execution ended it or was lost first. A manually approved run's
+// plan stage ends only with its execution.
 func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -1905,6 +1930,9 @@ func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
 			if len(applies) != 1 || applies[0].Job != planJob1 {
 				t.Fatalf("apply stages = %+v, want attempt 1 carried by %s", applies, planJob1)
 			}
+			if closed := h.logs.list(); len(closed) != 0 {
+				t.Errorf("closed logs %v while the plan execution runs on, want none", closed)
+			}
 			h.mustSync() // still running: nothing changes, nothing starts
 			if got := h.get().Status.Phase; got != v1alpha1.RunPhaseApplying || h.world.calls(applyJob1) != 0 || h.world.realStarts(planJob1) != 1 {
 				t.Fatalf("phase %s, apply start calls %d, plan starts %d", got, h.world.calls(applyJob1), h.world.realStarts(planJob1))
@@ -1922,6 +1950,9 @@ func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
 			}
 			if h.world.calls(applyJob1) != 0 || len(stagesOf(run, v1alpha1.StageApply)) != 1 {
 				t.Errorf("an apply execution was started (%d calls) or recorded again: %+v", h.world.calls(applyJob1), run.Status.Stages)
+			}
+			if closed := h.logs.list(); !slices.Equal(closed, []string{"apply/1", "plan/1"}) {
+				t.Errorf("closed logs %v, want the apply's and the carrier plan's", closed)
 			}
 		})
 	}
