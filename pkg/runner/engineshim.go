@@ -35,8 +35,9 @@ func (r *runner) engineRecord() *engineversion.Record {
 // answers `version -json`, which terraform-exec asks of every new handle
 // before its first command, from the record, and execs the engine for every
 // other command, so that the engine keeps the shim's process and gets its
-// signals. It costs a shell's start per command where asking would cost an
-// engine's. It returns "" when there is no shell to run it.
+// signals. It costs a shell's start where asking would cost an engine's,
+// until retireEngineShim replaces it. It returns "" when there is no shell
+// to run it.
 func (r *runner) writeEngineShim(rec *engineversion.Record) (string, error) {
 	if _, err := os.Stat(shell); err != nil {
 		return "", nil
@@ -54,4 +55,24 @@ exec %s "$@"
 		return "", fmt.Errorf("writing the engine shim: %w", err)
 	}
 	return p, nil
+}
+
+// retireEngineShim puts a symbolic link to the engine in the shim's place
+// once the stage's engine handle has its version: the commands that follow
+// start the engine without a shell first. The runner's later handles (the
+// plan text's) run no command that terraform-exec asks a version for, and one
+// that did would only get the engine's own answer. A shim that cannot be
+// replaced stays, and answers as before.
+func (r *runner) retireEngineShim() {
+	if !r.recorded {
+		return
+	}
+	link := r.execPath + ".link"
+	_ = os.Remove(link)
+	if err := os.Symlink(r.binary, link); err != nil {
+		return
+	}
+	if err := os.Rename(link, r.execPath); err != nil {
+		_ = os.Remove(link)
+	}
 }

@@ -72,6 +72,10 @@ func TestEngineVersionOnRecord(t *testing.T) {
 	if err := h.run(ctx, carried); err != nil {
 		t.Fatalf("plan and apply: %v\n%s", err, h.srv.allLogs())
 	}
+	// Once the version is known, the commands start the engine itself.
+	if target, err := os.Readlink(filepath.Join(carried.WorkDir, ".terrarun", "engine")); err != nil || target != bin {
+		t.Errorf("the engine shim after the stage: %q, %v; want a link to %s", target, err, bin)
+	}
 	plan := h.spec(v1alpha1.StagePlan, 2)
 	plan.EngineVersion = &rec
 	if err := h.run(ctx, plan); err != nil {

@@ -28,6 +28,7 @@ func (r *runner) newTerraform(ctx context.Context, dir string) (*tfexec.Terrafor
 	}
 	tf.SetStdout(r.out)
 	if r.recorded {
+		r.retireEngineShim()
 		r.logf("terrarun: %s %s (version on record)", r.engine, v.String())
 	} else {
 		r.logf("terrarun: %s %s", r.engine, v.String())
