@@ -97,7 +97,7 @@ func (r *runner) carryApply(parent, ctx context.Context, log *stageLog) error {
 	}
 	granted := make(chan grant, 1)
 	go func() {
-		body, err := r.client.AwaitApply(waitCtx)
+		body, err := r.client.AwaitApply(waitCtx, c.file)
 		granted <- grant{body, err}
 	}()
 	if err := r.client.PutPlan(ctx, r.spec.Attempt, c.parts); err != nil {
@@ -182,11 +182,23 @@ func (r *runner) downloadPlanFile(ctx context.Context, want string) error {
 }
 
 // download writes the plan part that get downloads to path (0600), and
-// removes it and fails unless its digest is want.
+// removes it and fails unless its digest is want. When get returns no body
+// (the server says the approved part is the one with digest want, which
+// path holds), it checks that path still does.
 func (r *runner) download(ctx context.Context, get func(context.Context) (io.ReadCloser, error), path, what, want string) error {
 	body, err := get(ctx)
 	if err != nil {
 		return err
+	}
+	if body == nil {
+		got, err := fileDigest(path)
+		if err != nil {
+			return fmt.Errorf("reading the %s: %w", what, err)
+		}
+		if !strings.EqualFold(got, want) {
+			return fmt.Errorf("refusing to apply: %w: the %s is now %s, the approved plan's is %s", ErrDigestMismatch, what, got, want)
+		}
+		return nil
 	}
 	defer body.Close()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -206,4 +218,19 @@ func (r *runner) download(ctx context.Context, get func(context.Context) (io.Rea
 		return fmt.Errorf("refusing to apply: %w: the downloaded %s is %s, the approved plan's is %s", ErrDigestMismatch, what, got, want)
 	}
 	return nil
+}
+
+// fileDigest returns the digest of the file at path, as digestOf would of its
+// content.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

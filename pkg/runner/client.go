@@ -44,8 +44,9 @@ type Client interface {
 	GetPlan(ctx context.Context, format string) (io.ReadCloser, error)
 	// AwaitApply waits until the server grants this plan stage the run's
 	// apply stage (stage.Spec.ApplyAfterPlan), and downloads the approved
-	// plan file then.
-	AwaitApply(ctx context.Context) (io.ReadCloser, error)
+	// plan file then; it returns a nil body, and downloads nothing, when
+	// the server says that file is the one with digest have.
+	AwaitApply(ctx context.Context, have string) (io.ReadCloser, error)
 	// PutOutputs uploads the JSON of `terraform output -json`.
 	PutOutputs(ctx context.Context, attempt int32, r io.Reader) error
 }
@@ -245,9 +246,10 @@ func retryable(code int) bool {
 	return false
 }
 
-// do sends a request with a replayable body, retrying transient failures.
-// The response's body must be closed.
-func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Values, body []byte, contentType string) (*http.Response, error) {
+// do sends a request with a replayable body and header's fields besides the
+// usual ones, retrying transient failures, and returns a 2xx response, or a
+// 304 to a request with If-None-Match. The response's body must be closed.
+func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Values, body []byte, contentType string, header http.Header) (*http.Response, error) {
 	backoff := c.Backoff
 	for try := 0; ; try++ {
 		var rd io.Reader
@@ -263,6 +265,9 @@ func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Value
 			cancel()
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
 		resp, err := c.hc.Do(req)
 		var fail error
 		switch {
@@ -272,7 +277,8 @@ func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Value
 				return nil, netError(op, err)
 			}
 			fail = netError(op, err)
-		case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		case resp.StatusCode >= 200 && resp.StatusCode < 300,
+			resp.StatusCode == http.StatusNotModified && req.Header.Get("If-None-Match") != "":
 			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 			return resp, nil
 		default:
@@ -312,7 +318,7 @@ func (c *HTTPClient) upload(ctx context.Context, op, sub string, q url.Values, r
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	resp, err := c.do(ctx, op, http.MethodPost, sub, q, body, contentType)
+	resp, err := c.do(ctx, op, http.MethodPost, sub, q, body, contentType, nil)
 	if err != nil {
 		return err
 	}
@@ -369,7 +375,7 @@ func (c *HTTPClient) PutOutputs(ctx context.Context, attempt int32, r io.Reader)
 
 // GetPlan implements Client.
 func (c *HTTPClient) GetPlan(ctx context.Context, format string) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, "download plan "+format, http.MethodGet, "plan", url.Values{"format": {format}}, nil, "")
+	resp, err := c.do(ctx, "download plan "+format, http.MethodGet, "plan", url.Values{"format": {format}}, nil, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -377,10 +383,15 @@ func (c *HTTPClient) GetPlan(ctx context.Context, format string) (io.ReadCloser,
 }
 
 // AwaitApply implements Client.
-func (c *HTTPClient) AwaitApply(ctx context.Context) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, "wait for the apply stage", http.MethodGet, "plan", url.Values{"format": {v1alpha1.PlanFormatFile}, "wait": {"true"}}, nil, "")
+func (c *HTTPClient) AwaitApply(ctx context.Context, have string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, "wait for the apply stage", http.MethodGet, "plan", url.Values{"format": {v1alpha1.PlanFormatFile}, "wait": {"true"}}, nil, "",
+		http.Header{"If-None-Match": {strconv.Quote(have)}})
 	if err != nil {
 		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotModified {
+		resp.Body.Close()
+		return nil, nil
 	}
 	return resp.Body, nil
 }

@@ -39,6 +39,7 @@ type fakeServer struct {
 	logStreams int
 	parts      map[string][]byte
 	partOrder  []string
+	downloads  map[string]int // plan downloads with a body, by format
 	outputs    []byte
 	requests   []string
 	protoMajor int
@@ -58,8 +59,9 @@ func newFakeServer(t *testing.T) *fakeServer {
 		token: "test-token-0123456789",
 		base:  "/apis/terrarun.dev/v1alpha1/namespaces/ns1/terraformruns/run1/",
 		logs:  map[string]*bytes.Buffer{},
-		parts: map[string][]byte{},
-		serve: map[string][]byte{},
+		parts:     map[string][]byte{},
+		downloads: map[string]int{},
+		serve:     map[string][]byte{},
 	}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.handle))
 	f.srv.EnableHTTP2 = true
@@ -205,6 +207,14 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the run has no plan "+format)
 			return
 		}
+		if etag := strconv.Quote(digestOf(b)); r.Header.Get("If-None-Match") == etag {
+			w.Header().Set("ETag", etag)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		f.mu.Lock()
+		f.downloads[format]++
+		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(b)
 	case sub == "outputs" && r.Method == http.MethodPost:

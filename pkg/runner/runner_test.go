@@ -981,6 +981,9 @@ output "x" {
 	if n := uploads.Load(); n != 1 {
 		t.Errorf("the plan went up in %d requests, want one", n)
 	}
+	if n := h.srv.downloads[v1alpha1.PlanFormatFile]; n != 0 {
+		t.Errorf("the plan file it made came back %d times", n)
+	}
 	planLog, applyLog := h.srv.log(v1alpha1.StagePlan, 1), h.srv.log(v1alpha1.StageApply, 1)
 	if !strings.HasSuffix(planLog, "terrarun: stage plan attempt 1 succeeded\n") {
 		t.Errorf("plan log:\n%s", planLog)
@@ -993,5 +996,30 @@ output "x" {
 	}
 	if v := string(h.outputs()["x"].Value); v != `"v"` {
 		t.Errorf("output x = %s", v)
+	}
+
+	// Its plan file changed on disk after the upload (by the run's own
+	// code, say): the carried apply is refused, and applies nothing.
+	h.srv.intercept = func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodGet && r.URL.Query().Get("wait") == "true" {
+			if err := os.WriteFile(filepath.Join(plan.WorkDir, ".terrarun", "plan.tfplan"), []byte("tampered"), 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	again := h.spec(v1alpha1.StagePlan, 2)
+	again.Workspace, again.ApplyAfterPlan = "carried-again", true
+	again.Backend.Config["workspace_dir"] = filepath.Join(h.stateDir, "ws")
+	plan = again
+	h.srv.mu.Lock()
+	h.srv.parts = map[string][]byte{} // the wait is for the new plan
+	h.srv.mu.Unlock()
+	err := h.run(context.Background(), again)
+	if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "the plan file is now") {
+		t.Errorf("with its plan file changed, the carried apply ended with %v, want ErrDigestMismatch for the file on disk", err)
+	}
+	if log := h.srv.log(v1alpha1.StageApply, 1); strings.Count(log, "Apply complete!") != 1 {
+		t.Errorf("the changed plan file was applied:\n%s", log)
 	}
 }

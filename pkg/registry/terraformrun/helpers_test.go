@@ -252,6 +252,13 @@ type typedBody struct {
 	contentType string
 }
 
+// headerBody is a request body with header fields of the request, for
+// connect.
+type headerBody struct {
+	io.Reader
+	header http.Header
+}
+
 func connect(t *testing.T, c rest.Connecter, u user.Info, method, name, query string, body io.Reader) *httptest.ResponseRecorder {
 	t.Helper()
 	return connectContext(t, context.Background(), c, u, method, name, query, body)
@@ -274,6 +281,11 @@ func connectContext(t *testing.T, parent context.Context, c rest.Connecter, u us
 	req := httptest.NewRequest(method, "/apis/terrarun.dev/v1alpha1/namespaces/"+testNamespace+"/terraformruns/"+name+"/"+subresource+"?"+query, body)
 	if tb, ok := body.(typedBody); ok {
 		req.Header.Set("Content-Type", tb.contentType)
+	}
+	if hb, ok := body.(headerBody); ok {
+		for k, v := range hb.header {
+			req.Header[k] = v
+		}
 	}
 	ctx := requestContext(u, verb, subresource)
 	ctx, cancel := context.WithCancel(ctx)

@@ -10,6 +10,8 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,10 +97,10 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 			// The plan stage of an automatically approved run asks for
 			// the apply stage it is to carry: wait until the controller
 			// grants it.
-			return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 				granted, err := r.waitForApply(ctx, run)
 				if err == nil {
-					err = r.serve(ctx, granted, format, w)
+					err = r.serve(ctx, granted, format, w, req)
 				}
 				if err != nil {
 					responder.Error(err)
@@ -109,8 +111,8 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 	if !hasPlan(run) && !opts.Wait {
 		return nil, notFound(name, "plan", fmt.Sprintf("run %q has no plan yet (it is %s); add ?wait=true to wait for it", name, phaseOrPending(run)))
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if err := r.serve(ctx, run, format, w); err != nil {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if err := r.serve(ctx, run, format, w, req); err != nil {
 			responder.Error(err)
 		}
 	}), nil
@@ -163,13 +165,24 @@ func hasPlan(run *terrarun.TerraformRun) bool {
 }
 
 // serve writes the plan of run in format, after waiting for it if the run has
-// none yet; it returns an error only before it writes anything.
-func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format planFormat, w http.ResponseWriter) error {
+// none yet; it returns an error only before it writes anything. The part's
+// recorded digest is its entity tag: a request whose If-None-Match names it
+// is answered 304, without the part (as an Auto run's plan stage, which
+// holds the plan file it made, asks for the approved one).
+func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format planFormat, w http.ResponseWriter, req *http.Request) error {
 	if !hasPlan(run) {
 		var err error
 		if run, err = r.waitForPlan(ctx, run); err != nil {
 			return err
 		}
+	}
+	want := partDigest(run.Status.Plan, format.kind)
+	etag := strconv.Quote(want)
+	if want != "" && etagMatches(req.Header.Get("If-None-Match"), etag) {
+		w.Header().Set("ETag", etag)
+		w.Header().Set("X-Terrarun-Plan-Digest", run.Status.Plan.Digest)
+		w.WriteHeader(http.StatusNotModified)
+		return nil
 	}
 	rc, meta, err := r.artifacts.Get(ctx, runRef(run), format.kind)
 	if err != nil {
@@ -178,7 +191,7 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 			run.Name, shortDigest(run.Status.Plan.Digest), format.kind))
 	}
 	defer rc.Close()
-	if want := partDigest(run.Status.Plan, format.kind); meta.SHA256 != want {
+	if meta.SHA256 != want {
 		// Only a part replaced since the plan was recorded gets here: what
 		// approvers read must be what they approve.
 		return conflict(run.Name, "the stored %s is %s, not the %s recorded with plan %s: refusing to serve it; create a new run to plan again",
@@ -192,9 +205,24 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 	w.Header().Set("Content-Type", format.contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Terrarun-Plan-Digest", run.Status.Plan.Digest)
+	if want != "" {
+		w.Header().Set("ETag", etag)
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, rc)
 	return nil
+}
+
+// etagMatches says whether the If-None-Match header value header names the
+// strong entity tag etag, or any ("*"). Weak tags (W/"…") never match: a
+// plan part is the same only byte for byte.
+func etagMatches(header, etag string) bool {
+	for tag := range strings.SplitSeq(header, ",") {
+		if tag = strings.TrimSpace(tag); tag == "*" || tag == etag {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFor watches the run until done holds for it, within planWaitTimeout,

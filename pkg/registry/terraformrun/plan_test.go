@@ -430,6 +430,26 @@ func TestCarriedApply(t *testing.T) {
 		expectStatus(t, w, http.StatusForbidden, "not the run's current apply stage")
 	})
 
+	t.Run("granted to a carrier that holds the approved plan file", func(t *testing.T) {
+		setup("held", auto)
+		env.setStatus(t, "held", grant)
+		plan := env.getRun(t, "held").Status.Plan
+		ifNoneMatch := func(etag string) io.Reader {
+			return headerBody{strings.NewReader(""), http.Header{"If-None-Match": {etag}}}
+		}
+		// Its own plan file is the approved one: not sent again.
+		w := connect(t, env.storage.Plan, planStage, http.MethodGet, "held", "format=file&wait=true", ifNoneMatch(`"`+plan.Parts.File+`"`))
+		if w.Code != http.StatusNotModified || w.Body.Len() != 0 || w.Header().Get("ETag") != `"`+plan.Parts.File+`"` || w.Header().Get("X-Terrarun-Plan-Digest") != plan.Digest {
+			t.Errorf("answered %d %q %v, want 304 without a body, the file's digest as ETag and the plan's", w.Code, w.Body.String(), w.Header())
+		}
+		// Another file is not the approved one: the approved file is sent.
+		w = connect(t, env.storage.Plan, planStage, http.MethodGet, "held", "format=file&wait=true", ifNoneMatch(`"`+plan.Parts.Text+`", W/"`+plan.Parts.File+`"`))
+		expectStatus(t, w, http.StatusOK)
+		if w.Body.String() != testPlan["file"] || w.Header().Get("ETag") != `"`+plan.Parts.File+`"` {
+			t.Errorf("served %q %v", w.Body.String(), w.Header())
+		}
+	})
+
 	t.Run("granted", func(t *testing.T) {
 		run := setup("auto", auto)
 		done := make(chan *httptest.ResponseRecorder)
