@@ -55,10 +55,10 @@ type fakeServer struct {
 func newFakeServer(t *testing.T) *fakeServer {
 	t.Helper()
 	f := &fakeServer{
-		t:     t,
-		token: "test-token-0123456789",
-		base:  "/apis/terrarun.dev/v1alpha1/namespaces/ns1/terraformruns/run1/",
-		logs:  map[string]*bytes.Buffer{},
+		t:         t,
+		token:     "test-token-0123456789",
+		base:      "/apis/terrarun.dev/v1alpha1/namespaces/ns1/terraformruns/run1/",
+		logs:      map[string]*bytes.Buffer{},
 		parts:     map[string][]byte{},
 		downloads: map[string]int{},
 		serve:     map[string][]byte{},

@@ -179,7 +179,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	} else {
-		cfg, err := e.stageSandbox(p, run)
+		cfg, err := e.stageSandbox(p, run, spec.Workspace)
 		if err != nil {
 			logFile.Close()
 			return nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
@@ -96,34 +97,73 @@ func (e *Executor) checkSandbox() error {
 // stageSandbox is the sandbox of execution p of run: the base sandbox with
 // p's work directory, its namespace's state directory and its creator's
 // plugin cache read-write. They are handed to the stages' user.
-func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun) (sandbox.Config, error) {
-	ns := run.Namespace
+func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun, workspace string) (sandbox.Config, error) {
 	c := e.baseSandbox()
 	c.Root = p.dir + ".root"
 	c.Dir = p.dir
-	owned := []string{p.dir}
+	nsState := filepath.Join(e.opts.StateRoot, run.Namespace)
+	// The trees the stage writes, and in each what the server made in it
+	// for this stage (backend: the workspace's state directory).
+	owned := []struct {
+		dir  string
+		made []string
+	}{{dir: p.dir}, {nsState, []string{filepath.Join(nsState, workspace)}}, {dir: e.pluginCache(run)}}
 	// Its tmp directory is also at sandboxTmp: TMPDIR stays short, whatever
 	// the length of the namespace and run names, so that the Unix sockets of
 	// provider plugins (made in TMPDIR) fit their 108 bytes.
 	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true},
 		sandbox.Mount{Source: filepath.Join(p.dir, "tmp"), Target: sandboxTmp, Writable: true})
-	for _, d := range []string{filepath.Join(e.opts.StateRoot, ns), e.pluginCache(run)} {
-		if d != "" && dirExists(d) {
-			owned = append(owned, d)
-			c.Mounts = append(c.Mounts, sandbox.Mount{Source: d, Writable: true})
+	for _, o := range owned[1:] {
+		if o.dir != "" && dirExists(o.dir) {
+			c.Mounts = append(c.Mounts, sandbox.Mount{Source: o.dir, Writable: true})
 		}
 	}
 	if err := os.Mkdir(c.Root, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return c, err
 	}
 	if !c.UserNamespace {
-		for _, d := range owned {
-			if err := chownTree(d, int(c.UID), int(c.GID)); err != nil {
-				return c, fmt.Errorf("handing %s to the stages' user: %w", d, err)
+		for _, o := range owned {
+			if o.dir == "" || !dirExists(o.dir) {
+				continue
+			}
+			if err := handOver(o.dir, int(c.UID), int(c.GID), o.made...); err != nil {
+				return c, fmt.Errorf("handing %s to the stages' user: %w", o.dir, err)
 			}
 		}
 	}
 	return c, nil
+}
+
+// handOver gives the tree at dir to uid and gid. A tree whose root is theirs
+// already holds only what the stages made, which is theirs, what an earlier
+// hand-over gave them, and what the server made in it since: of that, the
+// paths made, which the server made for this stage, are given alone (any
+// other is another stage's to be given). Any other tree (new, or the stages'
+// user has changed) is given whole (chownTree): a walk that costs a system
+// call for every file of every workspace of a namespace, at every stage.
+func handOver(dir string, uid, gid int, made ...string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid || int(st.Gid) != gid {
+		return chownTree(dir, uid, gid)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, m := range made {
+		rel, err := filepath.Rel(dir, m)
+		if err != nil || rel == "." || !filepath.IsLocal(rel) {
+			continue
+		}
+		if err := root.Lchown(rel, uid, gid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // pluginCache is the provider plugin cache of run, shared with the runs of

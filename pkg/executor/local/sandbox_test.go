@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -137,5 +138,74 @@ func TestBaseSandboxMountsPathOnce(t *testing.T) {
 		if seen[path] != 0 {
 			t.Errorf("%s is mounted", path)
 		}
+	}
+}
+
+// TestHandOver: the state tree of a namespace is walked whole only when its
+// root is not the stages' user's yet (new, or the user changed); otherwise
+// only what the server made for the stage is handed over, and the rest,
+// which the stages made, is not walked at every stage start.
+func TestHandOver(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("handing files to another user needs root")
+	}
+	const stageUID, otherUID = 65533, 65534
+	tree := filepath.Join(t.TempDir(), "state")
+	for _, d := range []string{"a", "b"} {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tree, d, "terraform.tfstate"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := func() map[string]int {
+		got := map[string]int{}
+		for _, p := range []string{".", "a", "a/terraform.tfstate", "b", "b/terraform.tfstate", "c"} {
+			if _, err := os.Lstat(filepath.Join(tree, p)); err == nil {
+				got[p] = owner(t, filepath.Join(tree, p))
+			}
+		}
+		return got
+	}
+	all := func(uid int) map[string]int {
+		want := owners()
+		for p := range want {
+			want[p] = uid
+		}
+		return want
+	}
+
+	// A new tree is given whole.
+	if err := handOver(tree, stageUID, stageUID, filepath.Join(tree, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := owners(), all(stageUID); !maps.Equal(got, want) {
+		t.Fatalf("a new tree: owners %v, want %v", got, want)
+	}
+
+	// The server makes c for a stage; a file the server left in b (which no
+	// stage makes) shows that the rest is not walked again.
+	if err := os.Mkdir(filepath.Join(tree, "c"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(tree, "b", "terraform.tfstate"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := handOver(tree, stageUID, stageUID, filepath.Join(tree, "c")); err != nil {
+		t.Fatal(err)
+	}
+	want := all(stageUID)
+	want["b/terraform.tfstate"] = 0
+	if got := owners(); !maps.Equal(got, want) {
+		t.Errorf("a tree that is the stages' already: owners %v, want %v", got, want)
+	}
+
+	// The stages' user changed: the tree is given whole again.
+	if err := handOver(tree, otherUID, otherUID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := owners(), all(otherUID); !maps.Equal(got, want) {
+		t.Errorf("after the stages' user changed: owners %v, want %v", got, want)
 	}
 }
