@@ -50,7 +50,13 @@ if [ "$#" -eq 2 ] && [ "$1" = version ] && [ "$2" = -json ]; then
 fi
 exec %s "$@"
 `, shell, r.engine, shellQuote(string(rec.JSON())), shellQuote(r.binary))
-	p := filepath.Join(r.privateDir, "engine")
+	// Named as the engine: its processes show as the engine's (argv[0]),
+	// once the script gives way to a link (retireEngineShim).
+	dir := filepath.Join(r.privateDir, "engine")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("writing the engine shim: %w", err)
+	}
+	p := filepath.Join(dir, filepath.Base(r.binary))
 	if err := os.WriteFile(p, []byte(script), 0o700); err != nil {
 		return "", fmt.Errorf("writing the engine shim: %w", err)
 	}

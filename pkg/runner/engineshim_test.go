@@ -73,7 +73,7 @@ func TestEngineVersionOnRecord(t *testing.T) {
 		t.Fatalf("plan and apply: %v\n%s", err, h.srv.allLogs())
 	}
 	// Once the version is known, the commands start the engine itself.
-	if target, err := os.Readlink(filepath.Join(carried.WorkDir, ".terrarun", "engine")); err != nil || target != bin {
+	if target, err := os.Readlink(filepath.Join(carried.WorkDir, ".terrarun", "engine", filepath.Base(bin))); err != nil || target != bin {
 		t.Errorf("the engine shim after the stage: %q, %v; want a link to %s", target, err, bin)
 	}
 	plan := h.spec(v1alpha1.StagePlan, 2)
