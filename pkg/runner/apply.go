@@ -107,6 +107,7 @@ func (r *runner) carryApply(parent, ctx context.Context, log *stageLog) error {
 		}
 		return err // in the plan stage's log, which is still open
 	}
+	c.parts = nil // the apply does not need them in memory
 	// The plan is recorded: its stage has succeeded, and its log ends while
 	// the controller grants the apply. The controller closes a log that
 	// cannot be ended (the stream refused once the stage is complete); the
