@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -428,7 +429,22 @@ func TestAutoRunInOneProcess(t *testing.T) {
 	if strings.Contains(planLog+applyLog, dbPassword) {
 		t.Error("the secret value appears in the logs")
 	}
+	// The plan went up in one request, and the carried apply's wait for the
+	// plan file was answered 304: the file it made did not come back.
+	planRequests := map[string]string{}
+	for _, line := range strings.Split(mustKubectl(t, e.Kubeconfig, "get", "--raw", "/metrics"), "\n") {
+		if m := planRequestLine.FindStringSubmatch(line); m != nil {
+			planRequests[m[2]+" "+m[1]] = m[3]
+		}
+	}
+	if want := map[string]string{"POST 204": "1", "GET 304": "1"}; !maps.Equal(planRequests, want) {
+		t.Errorf("requests to the plan subresource by verb and code: %v, want %v", planRequests, want)
+	}
 }
+
+// planRequestLine matches apiserver_request_total for the runs' plan
+// subresource: code, verb and count.
+var planRequestLine = regexp.MustCompile(`^apiserver_request_total\{code="(\d+)",.*resource="terraformruns",.*subresource="plan",verb="(\w+)".*\} (\d+)$`)
 
 func applyStages(run *v1alpha1.TerraformRun) int {
 	n := 0
