@@ -141,15 +141,11 @@ func TestBaseSandboxMountsPathOnce(t *testing.T) {
 	}
 }
 
-// TestHandOver: the state tree of a namespace is walked whole only when its
-// root is not the stages' user's yet (new, or the user changed); otherwise
-// only what the server made for the stage is handed over, and the rest,
-// which the stages made, is not walked at every stage start.
-func TestHandOver(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("TestHandOver gives files to uid 65533 and 65534 and back to 0, which only root may do; make test runs as root, as CI does")
-	}
-	const stageUID, otherUID = 65533, 65534
+// handOverTree makes a namespace's state tree of two workspaces, each with a
+// state file, and returns its path and a function that reports the owner of
+// each of its entries.
+func handOverTree(t *testing.T) (string, func() map[string]int) {
+	t.Helper()
 	tree := filepath.Join(t.TempDir(), "state")
 	for _, d := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(tree, d), 0o700); err != nil {
@@ -159,7 +155,7 @@ func TestHandOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	owners := func() map[string]int {
+	return tree, func() map[string]int {
 		got := map[string]int{}
 		for _, p := range []string{".", "a", "a/terraform.tfstate", "b", "b/terraform.tfstate", "c"} {
 			if _, err := os.Lstat(filepath.Join(tree, p)); err == nil {
@@ -168,6 +164,56 @@ func TestHandOver(t *testing.T) {
 		}
 		return got
 	}
+}
+
+// TestHandOver: a namespace's state tree that is the stages' user's already
+// is not walked again at a stage's start: only what the server made for the
+// stage is handed over. Every hand-over shows in a file's change time, also
+// one to the owner it had, so the test runs as any user (as root, the stages'
+// user is another).
+func TestHandOver(t *testing.T) {
+	stageUID := os.Getuid()
+	if stageUID == 0 {
+		stageUID = 65533
+	}
+	tree, owners := handOverTree(t)
+	if err := chownTree(tree, stageUID, stageUID); err != nil {
+		t.Fatal(err)
+	}
+	// The server makes c for the stage (as root: root's until handed over).
+	made := filepath.Join(tree, "c")
+	if err := os.Mkdir(made, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stagesMade := []string{".", "a", "a/terraform.tfstate", "b", "b/terraform.tfstate"}
+	before := map[string]syscall.Timespec{}
+	for _, p := range stagesMade {
+		before[p] = changeTime(t, filepath.Join(tree, p))
+	}
+	madeChanged := changeTime(t, made)
+	time.Sleep(10 * time.Millisecond) // change times are the clock's ticks
+
+	if err := handOver(tree, stageUID, stageUID, made); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range stagesMade {
+		if changeTime(t, filepath.Join(tree, p)) != before[p] {
+			t.Errorf("%s was handed over again: the tree was walked", p)
+		}
+	}
+	if changeTime(t, made) == madeChanged || owners()["c"] != stageUID {
+		t.Errorf("the directory the server made was not handed over: owner %d", owners()["c"])
+	}
+}
+
+// TestHandOverWholeTree: a tree whose root is not the stages' user's (new,
+// or that user changed) is given to them whole.
+func TestHandOverWholeTree(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("this test gives a tree to uid 65533 and then 65534, which only root may do; make test runs as root, as CI does (TestHandOver and TestChownTreeStaysInside run as any user)")
+	}
+	const stageUID, otherUID = 65533, 65534
+	tree, owners := handOverTree(t)
 	all := func(uid int) map[string]int {
 		want := owners()
 		for p := range want {
@@ -175,32 +221,13 @@ func TestHandOver(t *testing.T) {
 		}
 		return want
 	}
-
-	// A new tree is given whole.
+	// A new tree (root's) is given whole.
 	if err := handOver(tree, stageUID, stageUID, filepath.Join(tree, "a")); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := owners(), all(stageUID); !maps.Equal(got, want) {
 		t.Fatalf("a new tree: owners %v, want %v", got, want)
 	}
-
-	// The server makes c for a stage; a file the server left in b (which no
-	// stage makes) shows that the rest is not walked again.
-	if err := os.Mkdir(filepath.Join(tree, "c"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Lchown(filepath.Join(tree, "b", "terraform.tfstate"), 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := handOver(tree, stageUID, stageUID, filepath.Join(tree, "c")); err != nil {
-		t.Fatal(err)
-	}
-	want := all(stageUID)
-	want["b/terraform.tfstate"] = 0
-	if got := owners(); !maps.Equal(got, want) {
-		t.Errorf("a tree that is the stages' already: owners %v, want %v", got, want)
-	}
-
 	// The stages' user changed: the tree is given whole again.
 	if err := handOver(tree, otherUID, otherUID); err != nil {
 		t.Fatal(err)
