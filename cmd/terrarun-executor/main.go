@@ -78,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	spec, err := readSpec(*stageFile)
 	if err != nil {
 		fmt.Fprintf(stdout, "terrarun: stage ? attempt ? failed: %v\n", err)
-		terminationMessage(err)
+		terminationMessage(err.Error())
 		return exitFailed
 	}
 
@@ -87,14 +87,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	err = runStage(ctx, spec, stdout, *grace)
 	fmt.Fprint(stdout, stage.EndLine(spec.Stage, spec.Attempt, err))
+	// The termination message is always the executor's own, on success
+	// too: the run's code may have written the file (a secret, say), and the
+	// kubelet copies it into the pod's status.
 	switch {
 	case err == nil:
+		terminationMessage(fmt.Sprintf("stage %s attempt %d succeeded", spec.Stage, spec.Attempt))
 		return exitOK
 	case errors.Is(err, runner.ErrCanceled):
-		terminationMessage(err)
+		terminationMessage(err.Error())
 		return exitCanceled
 	default:
-		terminationMessage(err)
+		terminationMessage(err.Error())
 		return exitFailed
 	}
 }
@@ -106,17 +110,17 @@ var terminationLog = "/dev/termination-log"
 // maxTerminationMessage is the most the kubelet keeps of it.
 const maxTerminationMessage = 4096
 
-// terminationMessage leaves why the stage failed where the kubelet reads
-// it, so that the run's status says why and not only the exit code. It
-// writes only where the kubelet has mounted the file: never elsewhere (a
-// local stage has none). The runner's errors are already redacted.
-func terminationMessage(err error) {
+// terminationMessage leaves how the stage ended where the kubelet reads it,
+// so that the run's status says why a stage failed and not only the exit
+// code. It writes only where the kubelet has mounted the file: never
+// elsewhere (a local stage has none). The runner's errors are already
+// redacted.
+func terminationMessage(msg string) {
 	f, openErr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
 	if openErr != nil {
 		return
 	}
 	defer f.Close()
-	msg := err.Error()
 	if len(msg) > maxTerminationMessage {
 		msg = msg[:maxTerminationMessage-3] + "..."
 	}

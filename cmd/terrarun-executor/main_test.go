@@ -81,6 +81,9 @@ func TestFailures(t *testing.T) {
 // binary re-executed with TERRARUN_EXECUTOR_MAIN=1 is terrarun-executor.
 func TestMain(m *testing.M) {
 	if os.Getenv("TERRARUN_EXECUTOR_MAIN") == "1" {
+		if l := os.Getenv("TERRARUN_TEST_TERMINATION_LOG"); l != "" {
+			terminationLog = l
+		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -190,7 +193,7 @@ func TestSignal(t *testing.T) {
 		b, _ := json.Marshal(spec)
 		specFile := write(string(spec.Stage)+".json", string(b))
 		cmd := exec.Command(os.Args[0], "--stage-file", specFile, "--grace-period", "10s")
-		cmd.Env = append(os.Environ(), "TERRARUN_EXECUTOR_MAIN=1")
+		cmd.Env = append(os.Environ(), "TERRARUN_EXECUTOR_MAIN=1", "TERRARUN_TEST_TERMINATION_LOG="+terminationLog)
 		var stdout bytes.Buffer
 		cmd.Stdout = &stdout
 		if err := cmd.Start(); err != nil {
@@ -207,9 +210,16 @@ func TestSignal(t *testing.T) {
 		return cmd.ProcessState.ExitCode(), stdout.String()
 	}
 
+	// The run's code wrote a secret where the kubelet reads the termination
+	// message from, which it copies into the pod's status.
+	terminationLog = write("termination-log", "planted: hunter2")
+	t.Cleanup(func() { terminationLog = "/dev/termination-log" })
 	code, out := runProgram(spec, "")
 	if code != 0 || !strings.HasSuffix(out, "terrarun: stage plan attempt 1 succeeded\n") {
 		t.Fatalf("plan: exit %d\n%s", code, out)
+	}
+	if msg, err := os.ReadFile(terminationLog); err != nil || string(msg) != "stage plan attempt 1 succeeded" {
+		t.Errorf("the termination message of a stage that succeeded is %q (%v), not the executor's own", msg, err)
 	}
 	if !strings.Contains(out, "1 to add") {
 		t.Errorf("stdout lacks terraform's output:\n%s", out)

@@ -205,3 +205,56 @@ func keyBody(pem string) string {
 	}
 	return longest
 }
+
+// TestStagePlantsInItsDirectory attacks the server through the files of a
+// stage's own work directory, which the stage may rewrite: a failing stage
+// replaces executor.log, where the server once read the tail of its output,
+// by a link to the server's CA key and to another namespace's secret value
+// file, and another by a FIFO. Neither key nor value appears in the run's
+// status or Events; the FIFO's run ends as a failure instead of holding its
+// slot forever, and with one slot on the server, a run started after it
+// succeeds.
+func TestStagePlantsInItsDirectory(t *testing.T) {
+	e := newRunEnv(t, "--max-concurrent-stages=1")
+	caKey := filepath.Join(e.DataDir, "pki", "ca.key")
+	secretValue := fmt.Sprintf("team-b-secret-%d", time.Now().UnixNano())
+	e.secret(t, "team-b", "db", "password", secretValue)
+	secretFile := filepath.Join(e.DataDir, "values", "team-b", "secrets", "db", "password")
+
+	// $HOME is the stage's work directory. The script ends the stage with a
+	// failure, so that the server reports why.
+	plant := func(name, how string) {
+		e.create(t, runManifest(name, inline(map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "rm -f $HOME/executor.log && ` + how + `; exit 1"
+  }
+}`}, "  approval:\n    mode: Auto\n")))
+	}
+	plant("link-key", "ln -s "+caKey+" $HOME/executor.log")
+	plant("link-secret", "ln -s "+secretFile+" $HOME/executor.log")
+	plant("fifo", "mkfifo $HOME/executor.log")
+	e.create(t, runManifest("after", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  approval:\n    mode: Auto\n")))
+
+	key, err := os.ReadFile(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"link-key", "link-secret", "fifo"} {
+		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+		if run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(run.Status.Message, "exit status 1") {
+			t.Errorf("run %s: %s: %q, want Failed with local-exec's exit status", name, run.Status.Phase, run.Status.Message)
+		}
+	}
+	if after := e.waitPhase(t, "after", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded); after.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Errorf("the run after the attacks: %s: %s", after.Status.Phase, after.Status.Message)
+	}
+	status := mustKubectl(t, e.Kubeconfig, "get", "tfr", "-o", "json")
+	events := mustKubectl(t, e.Kubeconfig, "get", "events", "-o", "json")
+	for what, secret := range map[string]string{"the CA key": keyBody(string(key)), "team-b's secret": secretValue} {
+		for where, content := range map[string]string{"the runs' status": status, "the Events": events} {
+			if strings.Contains(content, secret) {
+				t.Errorf("%s appears in %s", what, where)
+			}
+		}
+	}
+}

@@ -237,7 +237,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	config.OpenAPIV3Config.Info.Version = "v1alpha1"
 	config.FeatureGate = utilfeature.DefaultFeatureGate
 	config.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(terraformrun.WithActionResult(h, apiserver.Codecs), c)
+		return genericapiserver.DefaultBuildHandlerChain(apiserver.WithBoundedYAML(terraformrun.WithActionResult(h, apiserver.Codecs), c.MaxRequestBodyBytes), c)
 	}
 	config.EffectiveVersion = serverVersion{compatibility.DefaultBuildEffectiveVersion()}
 	setLongRunning(config)

@@ -30,8 +30,11 @@ const (
 	deadlineGrace = 30 * time.Second
 	// forgetGrace is how long a stage of a deleted run gets between SIGTERM and SIGKILL.
 	forgetGrace = 10 * time.Second
-	// logTailBytes of executor.log are kept in the message of a failed execution.
+	// logTailBytes of a stage's output are kept in the message of a failed execution.
 	logTailBytes = 2048
+	// outputWaitDelay bounds the wait for a stage's output pipe to close
+	// once its process has exited.
+	outputWaitDelay = 5 * time.Second
 	// persistFor bounds the retries of recording a final state in etcd.
 	persistFor = 5 * time.Minute
 	// cleanupTimeout bounds etcd writes that must happen even when the caller's context ended.
@@ -352,7 +355,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		return name, nil // recorded already: adopted, never started twice
 	}
 
-	cmd, logFile, err := e.prepare(ctx, p, ex)
+	cmd, err := e.prepare(ctx, p, ex)
 	if err == nil {
 		e.mu.Lock()
 		switch {
@@ -376,9 +379,6 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		}
 	}
 	// The child has its own descriptors.
-	if logFile != nil {
-		logFile.Close()
-	}
 	if cmd != nil {
 		for _, f := range cmd.ExtraFiles {
 			f.Close()

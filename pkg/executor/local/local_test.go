@@ -1092,21 +1092,35 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestLogTail(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "log")
-	var b strings.Builder
+func TestOutputTail(t *testing.T) {
+	secrets := []string{"topsecret"}
+	tail := newOutputTail(100, secrets)
 	for i := range 200 {
-		b.WriteString("line " + strconv.Itoa(i) + " password=topsecret\n")
+		// Written in pieces that cut lines and secrets.
+		line := "line " + strconv.Itoa(i) + " password=topsecret\n"
+		tail.Write([]byte(line[:7]))
+		tail.Write([]byte(line[7:]))
 	}
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
+	got := tail.String(100, secrets)
+	if len(got) > 100 || !strings.HasPrefix(got, "line ") || !strings.HasSuffix(got, "line 199 password=***") || strings.Contains(got, "topsecret") {
+		t.Errorf("tail = %q", got)
 	}
-	tail := logTail(p, 100, []string{"topsecret"})
-	if len(tail) > 100 || !strings.HasPrefix(tail, "line ") || !strings.HasSuffix(tail, "line 199 password=***") || strings.Contains(tail, "topsecret") {
-		t.Errorf("tail = %q", tail)
+	if len(tail.buf) > 100+len("topsecret") {
+		t.Errorf("the tail keeps %d bytes, more than its limit and the longest secret", len(tail.buf))
 	}
-	if logTail(filepath.Join(t.TempDir(), "none"), 100, nil) != "" {
-		t.Error("tail of a missing file")
+	whole := newOutputTail(100, nil)
+	whole.Write([]byte("first\nsecond\n"))
+	if got := whole.String(100, nil); got != "first\nsecond" {
+		t.Errorf("an output shorter than the limit is kept whole: %q", got)
+	}
+	big := newOutputTail(10, nil)
+	big.Write([]byte(strings.Repeat("x", 50) + "\nlast"))
+	if got := big.String(10, nil); got != "last" {
+		t.Errorf("one write longer than the limit: %q", got)
+	}
+	var none *outputTail
+	if none.String(100, nil) != "" {
+		t.Error("tail of a stage that never started")
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -28,27 +26,27 @@ import (
 var gitCredentialKeys = []string{"host", "username", "password", "identity", "known_hosts", "ca.crt"}
 
 // prepare creates p's work directory with everything the stage needs, and
-// returns the command to start, with its log file open. The caller closes
-// the log file and the command's ExtraFiles once it started. On error, the
-// caller removes the directory and revokes the token.
-func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) (*exec.Cmd, *os.File, error) {
+// returns the command to start, its output going to p.output. The caller
+// closes the command's ExtraFiles once it started. On error, the caller
+// removes the directory and revokes the token.
+func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) (*exec.Cmd, error) {
 	run := ex.Run
 	ns := run.Namespace
 	dir := p.dir
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// A directory left by an execution that failed to start is stale: the
 	// record, which this Start now holds, did not exist.
 	if err := os.RemoveAll(dir); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, sub := range []string{"tmp", "work"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 
@@ -60,14 +58,14 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		spec.Binary, spec.EngineVersion = path, rec
 	}
 	if !safeSegment(spec.Workspace) {
-		return nil, nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
+		return nil, fmt.Errorf("invalid workspace %q", spec.Workspace)
 	}
 
 	// Source: the plan stage only; the apply stage downloads the planned configuration.
 	if ex.Stage == v1alpha1.StagePlan {
 		src, err := e.writeSource(ctx, p, run)
 		if err != nil {
-			return nil, nil, referenceError(err)
+			return nil, referenceError(err)
 		}
 		spec.Source = src
 	}
@@ -82,21 +80,21 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			ref := v.ValueFrom.SecretKeyRef
 			val, err := e.values.SecretValue(ctx, ns, ref.Name, ref.Key)
 			if err != nil {
-				return nil, nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
+				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
 			}
 			p.addSecret(val)
 			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			sv.Secret = true
 		case v.ValueFrom.ConfigMapKeyRef != nil:
 			ref := v.ValueFrom.ConfigMapKeyRef
 			val, err := e.values.ConfigMapValue(ctx, ns, ref.Name, ref.Key)
 			if err != nil {
-				return nil, nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
+				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
 			}
 			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		case v.ValueFrom.RunOutput != nil:
 			// Another run's output is a secret, as every output is: a
@@ -106,16 +104,16 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 			if ex.Stage == v1alpha1.StagePlan {
 				val, ok := ex.Inputs[v.Name]
 				if !ok {
-					return nil, nil, fmt.Errorf("variable %q: the value of output %q of run %q was not resolved", v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
+					return nil, fmt.Errorf("variable %q: the value of output %q of run %q was not resolved", v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
 				}
 				p.addSecret(val)
 				var err error
 				if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-					return nil, nil, err
+					return nil, err
 				}
 			}
 		default:
-			return nil, nil, fmt.Errorf("variable %q: valueFrom names no source", v.Name)
+			return nil, fmt.Errorf("variable %q: valueFrom names no source", v.Name)
 		}
 		spec.Variables = append(spec.Variables, sv)
 	}
@@ -123,7 +121,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	// Backend.
 	backend, err := e.backend(ctx, p, run, spec.Workspace)
 	if err != nil {
-		return nil, nil, referenceError(err)
+		return nil, referenceError(err)
 	}
 	spec.Backend = backend
 
@@ -132,7 +130,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	// another creator executes (see executor.PluginCacheKey).
 	if cache := e.pluginCache(run); cache != "" {
 		if err := os.MkdirAll(cache, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("creating the plugin cache: %w", err)
+			return nil, fmt.Errorf("creating the plugin cache: %w", err)
 		}
 		spec.PluginCacheDir = cache
 	}
@@ -142,27 +140,23 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	// children, which run as the stage's user, cannot read it.
 	tok, err := e.tokens.Issue(p.id)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tokenFile := filepath.Join(dir, "token")
 	if err := writePrivate(tokenFile, []byte(tok)); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	spec.TokenFD = tokenFD
 
 	stageFile := filepath.Join(dir, "stage.json")
 	js, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := writePrivate(stageFile, append(js, '\n')); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
-	logFile, err := os.OpenFile(filepath.Join(dir, "executor.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, nil, err
-	}
 	args := []string{e.opts.ExecutorBinary, "--stage-file", stageFile}
 	var cmd *exec.Cmd
 	tmpDir := sandboxTmp
@@ -171,8 +165,7 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		// temporary directory: under the work directory, TMPDIR could be
 		// too long for provider plugins' Unix sockets.
 		if tmpDir, err = os.MkdirTemp("", "terrarun-stage-"); err != nil {
-			logFile.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		p.tmpDir = tmpDir
 		cmd = exec.Command(args[0], args[1:]...)
@@ -181,24 +174,27 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	} else {
 		cfg, err := e.stageSandbox(p, run, spec.Workspace)
 		if err != nil {
-			logFile.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		cfg.Hide = []string{tokenFile}
 		cfg.ExtraFiles = 1
 		// Hidden, and the server's besides, not handed to the stage's user.
 		if err := os.Lchown(tokenFile, os.Getuid(), os.Getgid()); err != nil {
-			logFile.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		if cmd, err = sandbox.Command(e.opts.ExecutorBinary, cfg, args); err != nil {
-			logFile.Close()
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	cmd.Env = append(append([]string(nil), e.env...), "HOME="+dir, "TMPDIR="+tmpDir)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
+	// Its output comes through a pipe the server made, and is read by the
+	// server as it comes: a path the stage can write is never opened.
+	p.output = newOutputTail(logTailBytes, p.secrets)
+	cmd.Stdout = p.output
+	cmd.Stderr = p.output
+	// A process that outlives the stage and keeps the pipe open (a daemon,
+	// unsandboxed) does not hold up the stage's end.
+	cmd.WaitDelay = outputWaitDelay
 	// Its own process group, so that a kill reaches terraform and its
 	// providers (in a sandbox, the end of its init ends them all).
 	cmd.SysProcAttr.Setpgid = true
@@ -207,11 +203,10 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
 	tf, err := os.Open(tokenFile)
 	if err != nil {
-		logFile.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	cmd.ExtraFiles = []*os.File{tf}
-	return cmd, logFile, nil
+	return cmd, nil
 }
 
 // tokenFD is the descriptor on which a stage gets its token: the first of
@@ -333,8 +328,8 @@ func (e *Executor) backend(ctx context.Context, p *proc, run *v1alpha1.Terraform
 	}
 	b := run.Spec.Backend
 	if b == nil {
-		if err := os.MkdirAll(filepath.Join(nsState, workspace), 0o700); err != nil {
-			return stage.Backend{}, fmt.Errorf("creating the state directory: %w", err)
+		if err := e.makeStateDir(ns, workspace); err != nil {
+			return stage.Backend{}, err
 		}
 		return stage.Backend{Type: "local", Config: defaults}, nil
 	}
@@ -358,8 +353,8 @@ func (e *Executor) backend(ctx context.Context, p *proc, run *v1alpha1.Terraform
 			}
 		}
 		if filled {
-			if err := os.MkdirAll(filepath.Join(nsState, workspace), 0o700); err != nil {
-				return stage.Backend{}, fmt.Errorf("creating the state directory: %w", err)
+			if err := e.makeStateDir(ns, workspace); err != nil {
+				return stage.Backend{}, err
 			}
 		}
 	}
@@ -374,6 +369,26 @@ func (e *Executor) backend(ctx context.Context, p *proc, run *v1alpha1.Terraform
 		}
 	}
 	return out, nil
+}
+
+// makeStateDir makes the state directory of a namespace's workspace,
+// <StateRoot>/<namespace>/<workspace>. The namespace's directory is the
+// stages': every name in it is resolved within it (os.Root), so a link a
+// stage left there leads nowhere outside.
+func (e *Executor) makeStateDir(namespace, workspace string) error {
+	nsState := filepath.Join(e.opts.StateRoot, namespace)
+	if err := os.Mkdir(nsState, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	root, err := os.OpenRoot(nsState)
+	if err != nil {
+		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	defer root.Close()
+	if err := root.MkdirAll(workspace, 0o700); err != nil {
+		return fmt.Errorf("creating the state directory of workspace %q: %w", workspace, err)
+	}
+	return nil
 }
 
 func writeVariable(dir, name string, val []byte) (string, error) {
@@ -399,48 +414,4 @@ func writePrivate(path string, data []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-// logTail returns about the last limit bytes of a log file, from a line start
-// when possible, as valid UTF-8, with the given secret values masked.
-func logTail(path string, limit int64, secrets []string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	// Read a little more so that a secret cut at the start is still masked.
-	extra := int64(0)
-	for _, s := range secrets {
-		extra = max(extra, int64(len(s)))
-	}
-	off := fi.Size() - limit - extra
-	if off < 0 {
-		off = 0
-	}
-	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "***")
-	}
-	if int64(len(s)) > limit {
-		s = s[int64(len(s))-limit:]
-		off = 1 // cut
-	}
-	if off > 0 {
-		if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
-			s = s[i+1:]
-		}
-		for len(s) > 0 && !utf8.RuneStart(s[0]) {
-			s = s[1:]
-		}
-	}
-	return strings.TrimRight(strings.ToValidUTF8(s, "\uFFFD"), "\n")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -32,8 +31,10 @@ type proc struct {
 	id     executor.Identity
 	// createRev is the etcd revision that created the record.
 	createRev int64
-	// secrets are values masked in the log tail.
+	// secrets are values masked in the output's tail.
 	secrets []string
+	// output is the tail of the stage's stdout and stderr; nil until prepared.
+	output *outputTail
 
 	cmd    *exec.Cmd // nil until started
 	status executor.Status
@@ -145,7 +146,7 @@ func (e *Executor) wait(p *proc) {
 	}
 	if st.State == executor.StateFailed {
 		st.Message = summary
-		if tail := logTail(filepath.Join(p.dir, "executor.log"), logTailBytes, p.secrets); tail != "" {
+		if tail := p.output.String(logTailBytes, p.secrets); tail != "" {
 			if failure := stage.FailureIn(tail); failure != "" && st.Reason == executor.ReasonError {
 				// The first line says why, not only the exit code.
 				st.Message += ": " + failure

@@ -11,9 +11,11 @@ import (
 // MemStatus is the resident set of a process, from /proc/<pid>/status.
 type MemStatus struct {
 	VmRSS, RssAnon, RssFile float64 // MiB
+	// VmHWM is the peak of VmRSS since the process started.
+	VmHWM float64 // MiB
 }
 
-// ReadMem reads VmRSS, RssAnon and RssFile of pid.
+// ReadMem reads VmRSS, RssAnon, RssFile and VmHWM of pid.
 func ReadMem(pid int) (MemStatus, error) {
 	var m MemStatus
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -34,6 +36,8 @@ func ReadMem(pid int) (MemStatus, error) {
 			dst = &m.RssAnon
 		case "RssFile":
 			dst = &m.RssFile
+		case "VmHWM":
+			dst = &m.VmHWM
 		default:
 			continue
 		}
@@ -48,8 +52,8 @@ func ReadMem(pid int) (MemStatus, error) {
 		*dst = kb / 1024
 		found++
 	}
-	if found != 3 {
-		return m, fmt.Errorf("/proc/%d/status lacks VmRSS, RssAnon or RssFile", pid)
+	if found != 4 {
+		return m, fmt.Errorf("/proc/%d/status lacks VmRSS, RssAnon, RssFile or VmHWM", pid)
 	}
 	return m, nil
 }

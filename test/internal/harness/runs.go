@@ -117,6 +117,16 @@ func StageToken(ctx context.Context, dataDir string, run *v1alpha1.TerraformRun,
 // executor does, or with cfg's own credentials when token is empty. It
 // returns the status code and the body of the answer.
 func RequestAs(ctx context.Context, cfg *rest.Config, token, method, path string, body io.Reader) (int, string, error) {
+	return request(ctx, cfg, token, method, path, "", body)
+}
+
+// RequestAsContentType POSTs body to path as the user of cfg with the
+// Content-Type contentType, and returns the status code and the body.
+func RequestAsContentType(ctx context.Context, cfg *rest.Config, contentType, path string, body io.Reader) (int, string, error) {
+	return request(ctx, cfg, "", http.MethodPost, path, contentType, body)
+}
+
+func request(ctx context.Context, cfg *rest.Config, token, method, path, contentType string, body io.Reader) (int, string, error) {
 	c := rest.CopyConfig(cfg)
 	if token != "" {
 		c = rest.AnonymousClientConfig(c)
@@ -129,6 +139,9 @@ func RequestAs(ctx context.Context, cfg *rest.Config, token, method, path string
 	req, err := http.NewRequestWithContext(ctx, method, c.Host+path, body)
 	if err != nil {
 		return 0, "", err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
