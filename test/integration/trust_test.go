@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -63,5 +65,44 @@ func TestAliasBodyIsBoundedBeforeExpansion(t *testing.T) {
 	// times their size.
 	if grew := after.VmHWM - before.VmHWM; grew > 256 {
 		t.Errorf("the server's peak resident set grew by %.0f MiB (from %.0f to %.0f MiB) for three 1 MiB bodies", grew, before.VmHWM, after.VmHWM)
+	}
+}
+
+// TestPluginEscapesTerminalSequences: a run's code prints sequences that
+// retitle the terminal, write its clipboard (OSC 52), clear the screen and
+// move the cursor, then fails. kubectl terrarun logs and wait print none of
+// them raw; logs --raw does, as the stage wrote them. And outputs, refused
+// to a viewer, says why as the other commands do.
+func TestPluginEscapesTerminalSequences(t *testing.T) {
+	e := newRunEnv(t)
+	e.create(t, runManifest("escapes", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "printf 'title\\033]0;pwned\\007 clip\\033]52;c;ZXZpbA==\\007 clear\\033[2J\\033[H c1\\302\\233' ; exit 1"
+  }
+}`}, "  approval:\n    mode: Auto\n")))
+	e.waitPhase(t, "escapes", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+
+	raw, code := plugin(t, e.Kubeconfig, "", "logs", "escapes", "--stage", "apply", "--raw")
+	if code != 0 || !strings.Contains(raw, "\x1b]52;c;ZXZpbA==\x07") {
+		t.Fatalf("logs --raw: exit %d; the stage's sequences are not in its log:\n%q", code, raw)
+	}
+	logs, _ := plugin(t, e.Kubeconfig, "", "logs", "escapes", "--stage", "apply")
+	wait, code := plugin(t, e.Kubeconfig, "", "wait", "escapes")
+	if code != 1 || !strings.Contains(wait, `\x1b]52;c;ZXZpbA==\x07`) {
+		t.Errorf("wait on the failed run: exit %d, want 1 with the message's sequences escaped:\n%q", code, wait)
+	}
+	for what, out := range map[string]string{"logs": logs, "wait": wait} {
+		if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f }); i >= 0 {
+			t.Errorf("kubectl terrarun %s printed a control character: %q", what, out[max(0, i-20):min(len(out), i+20)])
+		}
+	}
+	if !strings.Contains(logs, `\x1b]0;pwned\x07`) || !strings.Contains(logs, `\u009b`) {
+		t.Errorf("logs does not show the escaped sequences:\n%s", logs)
+	}
+
+	viewer := e.mint(t, "vic", "terrarun:viewers")
+	out, code := plugin(t, viewer, "", "outputs", "escapes")
+	if code != 1 || !strings.Contains(out, "forbidden") || !strings.Contains(out, "terraformruns/outputs") {
+		t.Errorf("outputs as a viewer: exit %d, want 1 with the server's reason:\n%s", code, out)
 	}
 }

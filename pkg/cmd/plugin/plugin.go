@@ -51,9 +51,9 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
-// ExitCode is the process exit code for err: the code of a run's final phase,
+// exitCode is the process exit code for err: the code of a run's final phase,
 // or 1.
-func ExitCode(err error) int {
+func exitCode(err error) int {
 	var e *exitError
 	if errors.As(err, &e) {
 		return e.code
@@ -62,8 +62,10 @@ func ExitCode(err error) int {
 }
 
 type options struct {
-	flags   *genericclioptions.ConfigFlags
-	streams genericiooptions.IOStreams
+	flags *genericclioptions.ConfigFlags
+	// streams write what came from a run terminal-safe (terminalWriter);
+	// raw are the process's own, for logs --raw.
+	streams, raw genericiooptions.IOStreams
 }
 
 // command is a subcommand that runs with a client of the server and the
@@ -96,9 +98,21 @@ func (o *options) client() (versioned.Interface, string, error) {
 	return cs, ns, err
 }
 
-// NewCommand returns the kubectl-terrarun command.
-func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+// Run runs kubectl-terrarun with the process's arguments on streams, and
+// returns its exit code. What it prints of a run, errors included, has its
+// control characters escaped.
+func Run(streams genericiooptions.IOStreams) int {
+	if err := newCommand(streams).Execute(); err != nil {
+		fmt.Fprintf(newTerminalWriter(streams.ErrOut), "error: %v\n", err)
+		return exitCode(err)
+	}
+	return ExitSucceeded
+}
+
+// newCommand returns the kubectl-terrarun command.
+func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	safe := genericiooptions.IOStreams{In: streams.In, Out: newTerminalWriter(streams.Out), ErrOut: newTerminalWriter(streams.ErrOut)}
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: safe, raw: streams}
 	root := &cobra.Command{
 		Use:   "kubectl-terrarun",
 		Short: "Plan, review, approve and follow TerraformRuns",
@@ -198,7 +212,7 @@ func (o *options) planCommand() *cobra.Command {
 }
 
 func (o *options) logsCommand() *cobra.Command {
-	var follow bool
+	var follow, raw bool
 	var stage string
 	var attempt int32
 	cmd := o.command("logs RUN [-f] [--stage plan|apply] [--attempt N]", "Print a stage's log (the latest stage's by default); -f follows it until the stage ends", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
@@ -212,11 +226,16 @@ func (o *options) logsCommand() *cobra.Command {
 		if attempt > 0 {
 			req = req.Param("attempt", fmt.Sprint(attempt))
 		}
-		return copyStream(ctx, o.streams.Out, req.Stream)
+		out := o.streams.Out
+		if raw {
+			out = o.raw.Out
+		}
+		return copyStream(ctx, out, req.Stream)
 	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "Follow the log until the stage ends.")
 	cmd.Flags().StringVar(&stage, "stage", "", "plan or apply; default: the latest stage.")
 	cmd.Flags().Int32Var(&attempt, "attempt", 0, "The stage's attempt; default: the latest.")
+	cmd.Flags().BoolVar(&raw, "raw", false, "Print the log as the stage wrote it, control characters included (by default they are escaped: a run's code could otherwise drive your terminal).")
 	return cmd
 }
 
@@ -228,7 +247,13 @@ func copyStream(ctx context.Context, out io.Writer, open func(context.Context) (
 		return err
 	}
 	defer rc.Close()
-	if _, err := io.Copy(out, rc); err != nil && ctx.Err() == nil {
+	_, err = io.Copy(out, rc)
+	if f, ok := out.(interface{ Flush() error }); ok {
+		if ferr := f.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil
@@ -242,11 +267,13 @@ func signalContextFrom(ctx context.Context) (context.Context, context.CancelFunc
 func (o *options) outputsCommand() *cobra.Command {
 	return o.command("outputs RUN", "Print a run's outputs as JSON, sensitive values included (needs get on terraformruns/outputs)", cobra.ExactArgs(1),
 		func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
-			body, err := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
-				SubResource("outputs").DoRaw(ctx)
-			if err != nil {
+			res := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
+				SubResource("outputs").Do(ctx)
+			// Error, not Raw's error: it is the server's own Status, which says why.
+			if err := res.Error(); err != nil {
 				return err
 			}
+			body, _ := res.Raw()
 			var v any
 			if err := json.Unmarshal(body, &v); err != nil {
 				return fmt.Errorf("the server's outputs are not JSON: %w", err)
