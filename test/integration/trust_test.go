@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
@@ -105,4 +108,37 @@ func TestPluginEscapesTerminalSequences(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "forbidden") || !strings.Contains(out, "terraformruns/outputs") {
 		t.Errorf("outputs as a viewer: exit %d, want 1 with the server's reason:\n%s", code, out)
 	}
+}
+
+// TestWorkspaceRunNamesSquatted: another user creates plain runs named like
+// a workspace's next runs. The workspace does not retry in silence while
+// Ready still describes its older generation: it is Stalled and not Ready,
+// with a reason that names the run and its creator, and once the runs are
+// deleted it creates its own and applies the current spec.
+func TestWorkspaceRunNamesSquatted(t *testing.T) {
+	e := newRunEnv(t)
+	e.create(t, workspaceManifest("sq", workspaceTF, "  approval:\n    mode: Auto\n"))
+	e.readyAt(t, "sq", "sq-1")
+	for _, name := range []string{"sq-2", "sq-3"} {
+		path := filepath.Join(t.TempDir(), name+".yaml")
+		writeFile(t, path, runManifest(name, inline(map[string]string{"main.tf": `resource "terraform_data" "squat" {}`}, "  operation: Plan\n")))
+		mustKubectl(t, e.bob, "create", "-f", path)
+	}
+	e.patchWorkspace(t, "sq", `{"spec":{"template":{"variables":[{"name":"greeting","value":"b"}]}}}`)
+	got := e.waitWorkspace(t, "sq", "Stalled on the taken name", func(ws *v1alpha1.TerraformWorkspace) bool {
+		c := meta.FindStatusCondition(ws.Status.Conditions, v1alpha1.WorkspaceConditionStalled)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "RunNameTaken"
+	})
+	stalled := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.WorkspaceConditionStalled)
+	if !strings.Contains(stalled.Message, "sq-2") || !strings.Contains(stalled.Message, "bob") {
+		t.Errorf("Stalled: %q, want the run and its creator named", stalled.Message)
+	}
+	if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.WorkspaceConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.ObservedGeneration != got.Generation {
+		t.Errorf("Ready while the current spec waits on a taken name: %+v (generation %d)", ready, got.Generation)
+	}
+	if events := mustKubectl(t, e.Kubeconfig, "get", "events", "--field-selector", "involvedObject.name=sq"); !strings.Contains(events, "RunNameTaken") {
+		t.Errorf("no RunNameTaken Event:\n%s", events)
+	}
+	mustKubectl(t, e.Kubeconfig, "delete", "tfr", "sq-2", "sq-3")
+	e.readyAt(t, "sq", "sq-2")
 }

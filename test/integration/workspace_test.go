@@ -200,6 +200,21 @@ func TestWorkspace(t *testing.T) {
 		if out, err := kubectl(t, e.Kubeconfig, "label", "tfr", ws+"-4", "terrarun.dev/workspace-"); err == nil {
 			t.Errorf("a workspace's run taken out of its history: %s", out)
 		}
+		// Nor rewrite how a run came to be: a Destroy trigger on an Apply
+		// run made the controller take it for the workspace's destroy, and
+		// release a destroyOnDelete workspace without destroying anything.
+		for _, annotation := range []string{v1alpha1.AnnotationTrigger + "=Destroy", v1alpha1.AnnotationSpecHash + "=forged", v1alpha1.AnnotationRerunRequest + "=99", "sub.terrarun.dev/anything=x"} {
+			key, _, _ := strings.Cut(annotation, "=")
+			if out, err := kubectl(t, e.Kubeconfig, "annotate", "--overwrite", "tfr", ws+"-4", annotation); err == nil || !strings.Contains(out, "metadata.annotations["+key+"]") {
+				t.Errorf("kubectl annotate %s on a workspace's run: %v\n%s", annotation, err, out)
+			}
+		}
+		if out, err := kubectl(t, e.Kubeconfig, "annotate", "tfr", "bystander", v1alpha1.AnnotationTrigger+"=Destroy"); err == nil || !strings.Contains(out, "metadata.annotations["+v1alpha1.AnnotationTrigger+"]") {
+			t.Errorf("a trigger annotated on a plain run: %v\n%s", err, out)
+		}
+		if out, err := kubectl(t, e.Kubeconfig, "annotate", "tfr", "bystander", "example.com/note=fine"); err != nil {
+			t.Errorf("an annotation of another domain: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("superseded", func(t *testing.T) {

@@ -1,6 +1,8 @@
 package terrarun
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -228,6 +230,14 @@ const (
 	// destroyOnDelete, removes it without destroying what it manages.
 	AnnotationAbandonResources = "terrarun.dev/abandon-resources"
 )
+
+// ServerKey says whether a label or annotation key is in terrarun's own
+// domain (terrarun.dev/, or a subdomain of it): on a run, only the server
+// sets, changes or removes such a key.
+func ServerKey(key string) bool {
+	domain, _, ok := strings.Cut(key, "/")
+	return ok && (domain == GroupName || strings.HasSuffix(domain, "."+GroupName))
+}
 
 // Trigger says why a workspace created a run.
 type Trigger string

@@ -43,17 +43,19 @@ const (
 
 // Reasons of the workspace's conditions.
 const (
-	ReasonApplied             = "Applied"
-	ReasonRunning             = "RunInProgress"
-	ReasonWaiting             = "WaitingForRun"
-	ReasonRunFailed           = "RunFailed"
-	ReasonSuspended           = "Suspended"
-	ReasonNoChanges           = "NoChanges"
-	ReasonChangesFound        = "ChangesFound"
-	ReasonSuperseded          = "Superseded"
-	ReasonDestroyRunning      = "DestroyInProgress"
-	ReasonDestroyFailed       = "DestroyFailed"
-	ReasonRunCreateFailed     = "RunCreateFailed"
+	ReasonApplied         = "Applied"
+	ReasonRunning         = "RunInProgress"
+	ReasonWaiting         = "WaitingForRun"
+	ReasonRunFailed       = "RunFailed"
+	ReasonSuspended       = "Suspended"
+	ReasonNoChanges       = "NoChanges"
+	ReasonChangesFound    = "ChangesFound"
+	ReasonSuperseded      = "Superseded"
+	ReasonDestroyRunning  = "DestroyInProgress"
+	ReasonDestroyFailed   = "DestroyFailed"
+	ReasonRunCreateFailed = "RunCreateFailed"
+	// ReasonRunNameTaken: the workspace's next run name is another's run.
+	ReasonRunNameTaken        = "RunNameTaken"
 	ReasonDependencyNotReady  = "DependencyNotReady"
 	ReasonConfigMapUnreadable = "ConfigMapUnreadable"
 )
@@ -116,7 +118,7 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 	if _, err := runs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueWorkspaceOf,
 		UpdateFunc: func(_, obj any) { c.enqueueWorkspaceOf(obj) },
-		DeleteFunc: c.enqueueWorkspaceOf,
+		DeleteFunc: c.enqueueWorkspaceOfDeleted,
 	}); err != nil {
 		return nil, err
 	}
@@ -162,6 +164,25 @@ func (c *Controller) enqueueWorkspaceOf(obj any) {
 	}
 	if ws := run.Labels[v1alpha1.LabelWorkspace]; ws != "" {
 		c.queue.Add(run.Namespace + "/" + ws)
+	}
+}
+
+// enqueueWorkspaceOfDeleted enqueues the workspace of a deleted run and, for
+// a run that was no workspace's but was named like one's run,
+// <workspace>-<n>, that workspace: the run held it up (nameTaken).
+func (c *Controller) enqueueWorkspaceOfDeleted(obj any) {
+	c.enqueueWorkspaceOf(obj)
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	run, ok := obj.(*v1alpha1.TerraformRun)
+	if !ok || run.Labels[v1alpha1.LabelWorkspace] != "" {
+		return
+	}
+	if i := strings.LastIndexByte(run.Name, '-'); i > 0 && seq(run.Name[:i], run.Name) > 0 {
+		if _, err := c.workspaces.TerraformWorkspaces(run.Namespace).Get(run.Name[:i]); err == nil {
+			c.queue.Add(run.Namespace + "/" + run.Name[:i])
+		}
 	}
 }
 
@@ -438,6 +459,9 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 		}
 		run, err := r.createRun(ctx, op, why)
 		if err != nil {
+			// Ready says what holds the current spec up, not what an older
+			// generation did.
+			r.setReady(hash)
 			return 0, err
 		}
 		st.CurrentRun = run.Name
@@ -608,7 +632,7 @@ func (r *reconciler) setReady(hash string) {
 		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonSuspended, "The current spec is not applied, and the workspace is suspended.")
 	case meta.IsStatusConditionTrue(st.Conditions, v1alpha1.WorkspaceConditionStalled) && st.CurrentRun == "":
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.WorkspaceConditionStalled)
-		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonRunFailed, c.Message)
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
 	default:
 		msg := "The current spec is not applied yet."
 		if st.CurrentRun != "" {
@@ -652,8 +676,7 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 	created, err := r.c.client.TerrarunV1alpha1().TerraformRuns(ws.Namespace).Create(ctx, run, metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			// Created by an earlier sync whose run the cache does not show yet.
-			return nil, err
+			return nil, r.nameTaken(ctx, run.Name, why, err)
 		}
 		// Refused (by admission, say): said in status, which sync writes
 		// with the error, and retried with backoff, as rights may change.
@@ -669,6 +692,27 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 	r.h = append(r.h, created)
 	r.c.opts.Recorder.Eventf(ws, "Normal", "RunCreated", "Created run %s (%s, %s)", created.Name, op, why)
 	return created, nil
+}
+
+// nameTaken explains why the workspace's next run, name, already exists:
+// an earlier sync created it and the cache does not show it yet (err is
+// returned, and the sync retried), or someone else took the name. Then the
+// workspace is Stalled with a reason that names the run, until it is
+// deleted.
+func (r *reconciler) nameTaken(ctx context.Context, name string, why v1alpha1.Trigger, err error) error {
+	existing, getErr := r.c.client.TerrarunV1alpha1().TerraformRuns(r.ws.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if getErr != nil || metav1.IsControlledBy(existing, r.ws) {
+		return err
+	}
+	creator := "someone else"
+	if c := existing.Spec.Creator; c != nil && c.Username != "" {
+		creator = c.Username
+	}
+	msg := fmt.Sprintf("Could not create run %s (%s): a run of that name, created by %s, exists and is not this workspace's; delete it (kubectl delete tfr %s -n %s), and the workspace creates its run",
+		name, why, creator, name, r.ws.Namespace)
+	r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonRunNameTaken, msg)
+	r.c.opts.Recorder.Event(r.ws, "Warning", ReasonRunNameTaken, msg)
+	return fmt.Errorf("%s: %w", msg, err)
 }
 
 // discard discards a plan that waits for approval.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -108,22 +109,18 @@ func (s runStrategy) Validate(ctx context.Context, obj runtime.Object) field.Err
 }
 
 // checkWorkspaceMarks refuses a change, by anyone but the server, of what
-// makes a run part of a workspace's history: the terrarun.dev/workspace
-// label and an ownerReference to a TerraformWorkspace. The workspace
-// controller trusts its history (its last apply's outputs reach the
-// workspace's status, its outputs Secret and its dependents) and deletes
-// the runs of a workspace that is gone, so only the runs it creates may
-// carry them. oldRun is nil on create.
+// makes a run part of a workspace's history and says how it came to be:
+// every label and annotation of terrarun's own domain (terrarun.dev/ and
+// its subdomains: the workspace, the trigger, the spec hash, the rerun
+// request it serves, the ConfigMaps' digest) and an ownerReference to a
+// TerraformWorkspace. The workspace controller trusts its history (its last
+// apply's outputs reach the workspace's status, its outputs Secret and its
+// dependents; a Destroy run's success releases the workspace's finalizer)
+// and deletes the runs of a workspace that is gone, so only the runs it
+// creates may carry them. oldRun is nil on create.
 func checkWorkspaceMarks(ctx context.Context, run, oldRun *terrarun.TerraformRun) field.ErrorList {
 	if u, _ := genericapirequest.UserFrom(ctx); terrarun.CreatesOnBehalf(u) {
 		return nil
-	}
-	label := func(r *terrarun.TerraformRun) (string, bool) {
-		if r == nil {
-			return "", false
-		}
-		v, ok := r.Labels[terrarun.LabelWorkspace]
-		return v, ok
 	}
 	owners := func(r *terrarun.TerraformRun) []metav1.OwnerReference {
 		if r == nil {
@@ -138,14 +135,35 @@ func checkWorkspaceMarks(ctx context.Context, run, oldRun *terrarun.TerraformRun
 		return refs
 	}
 	const msg = "is set by the server on the runs a TerraformWorkspace creates, and cannot be set, changed or removed otherwise; to run again, rerun the workspace"
-	var allErrs field.ErrorList
-	newValue, newOK := label(run)
-	oldValue, oldOK := label(oldRun)
-	if newValue != oldValue || newOK != oldOK {
-		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "labels").Key(terrarun.LabelWorkspace), msg))
+	var oldLabels, oldAnnotations map[string]string
+	if oldRun != nil {
+		oldLabels, oldAnnotations = oldRun.Labels, oldRun.Annotations
 	}
+	allErrs := serverKeysChanged(field.NewPath("metadata", "labels"), run.Labels, oldLabels, msg)
+	allErrs = append(allErrs, serverKeysChanged(field.NewPath("metadata", "annotations"), run.Annotations, oldAnnotations, msg)...)
 	if !apiequality.Semantic.DeepEqual(owners(run), owners(oldRun)) {
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("metadata", "ownerReferences"), "an ownerReference to a TerraformWorkspace "+msg))
+	}
+	return allErrs
+}
+
+// serverKeysChanged refuses each key of terrarun's own domain that differs
+// between m and old (set, changed or removed).
+func serverKeysChanged(path *field.Path, m, old map[string]string, msg string) field.ErrorList {
+	var allErrs field.ErrorList
+	keys := sets.New[string]()
+	for k := range m {
+		keys.Insert(k)
+	}
+	for k := range old {
+		keys.Insert(k)
+	}
+	for _, k := range sets.List(keys) {
+		v, ok := m[k]
+		ov, oldOK := old[k]
+		if terrarun.ServerKey(k) && (v != ov || ok != oldOK) {
+			allErrs = append(allErrs, field.Forbidden(path.Key(k), msg))
+		}
 	}
 	return allErrs
 }
