@@ -75,11 +75,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	spec, err := readSpec(*stageFile)
+	spec, raw, err := readSpec(*stageFile)
 	if err != nil {
 		fmt.Fprintf(stdout, "terrarun: stage ? attempt ? failed: %v\n", err)
 		terminationMessage(err.Error())
 		return exitFailed
+	}
+	// Before anything of the stage is used: is it what terrarun wrote?
+	if err := stage.VerifyBinding(os.Getenv(stage.BindingEnv), raw, spec); err != nil {
+		fmt.Fprint(stdout, stage.EndLine(spec.Stage, spec.Attempt, err))
+		terminationMessage(err.Error())
+		return stage.ExitForged
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -135,14 +141,15 @@ func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time
 	return runner.Run(ctx, spec, client, stdout, runner.WithGracePeriod(grace))
 }
 
-func readSpec(file string) (stage.Spec, error) {
+// readSpec reads the stage file, and returns it decoded and as it was read.
+func readSpec(file string) (stage.Spec, []byte, error) {
 	var spec stage.Spec
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return spec, fmt.Errorf("reading the stage file: %w", err)
+		return spec, nil, fmt.Errorf("reading the stage file: %w", err)
 	}
 	if err := json.Unmarshal(b, &spec); err != nil {
-		return spec, fmt.Errorf("decoding the stage file: %w", err)
+		return spec, nil, fmt.Errorf("decoding the stage file: %w", err)
 	}
-	return spec, nil
+	return spec, b, nil
 }

@@ -250,3 +250,30 @@ func TestSignal(t *testing.T) {
 		t.Errorf("terraform was not interrupted:\n%s", srv.log())
 	}
 }
+
+// TestForgedStage: a stage whose files are not those its pod's binding
+// names ends with stage.ExitForged before anything runs, and says why where
+// the kubelet reads it.
+func TestForgedStage(t *testing.T) {
+	dir := t.TempDir()
+	specFile := filepath.Join(dir, "stage.json")
+	if err := os.WriteFile(specFile, []byte(`{"server":"https://127.0.0.1:1","namespace":"ns","name":"r","stage":"plan","attempt":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	terminationLog = filepath.Join(dir, "termination-log")
+	t.Cleanup(func() { terminationLog = "/dev/termination-log" })
+	if err := os.WriteFile(terminationLog, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(stage.BindingEnv, stage.BindingDigest([]byte(`{"what":"terrarun wrote"}`), nil))
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--stage-file", specFile}, &stdout, &stderr); code != stage.ExitForged {
+		t.Errorf("exit %d, want %d", code, stage.ExitForged)
+	}
+	if !strings.Contains(stdout.String(), "terrarun: stage plan attempt 1 failed: the stage is not the one terrarun built") {
+		t.Errorf("stdout: %q", stdout.String())
+	}
+	if msg, _ := os.ReadFile(terminationLog); !strings.Contains(string(msg), "not the one terrarun built") {
+		t.Errorf("termination message %q", msg)
+	}
+}

@@ -76,6 +76,10 @@ type Spec struct {
 	EngineVersion *engineversion.Record `json:"engineVersion,omitempty"`
 	// WorkDir is an empty, private directory the executor may use.
 	WorkDir string `json:"workDir"`
+	// Bound lists the files, besides the stage file, that terrarun wrote for
+	// this stage into Secrets of its own (inline sources, the CA, values of
+	// other runs' outputs): BindingEnv's digest covers them.
+	Bound []string `json:"bound,omitempty"`
 
 	// Operation is Apply, Destroy or Plan (the run's spec.operation).
 	Operation string `json:"operation"`

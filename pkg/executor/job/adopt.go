@@ -80,8 +80,9 @@ func withKey(m map[string][]byte, key string, value []byte) map[string][]byte {
 // volumes, service account or security settings. Fields the API server
 // defaults are compared only where terrarun sets them, and those of options
 // that may change while a stage runs only where they could not come from
-// terrarun (withoutOptions).
-func checkJob(existing, built *batchv1.Job, run *v1alpha1.TerraformRun) error {
+// terrarun (withoutOptions, withoutBindingVariant, with secret the built
+// stage Secret).
+func checkJob(existing, built *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun) error {
 	if err := checkOwned(&existing.ObjectMeta, "Job", string(run.UID)); err != nil {
 		return err
 	}
@@ -89,6 +90,7 @@ func checkJob(existing, built *batchv1.Job, run *v1alpha1.TerraformRun) error {
 	// containers in order, which a plugin cache turned on or off shifts.
 	got, want := existing.Spec.Template.Spec.DeepCopy(), built.Spec.Template.Spec.DeepCopy()
 	withoutOptions(got, want, run)
+	withoutBindingVariant(got, want, secret)
 	got = withoutDefaults(got, want)
 	if equality.Semantic.DeepEqual(got, want) {
 		return nil
@@ -172,6 +174,79 @@ func withoutOptions(got, want *corev1.PodSpec, run *v1alpha1.TerraformRun) {
 	for _, spec := range []*corev1.PodSpec{got, want} {
 		withoutPluginCache(spec, run)
 	}
+}
+
+// withoutBindingVariant takes the binding of got (stage.BindingEnv) as
+// want's when want cannot know it, or when it is the binding of the same
+// stage with the other plugin cache setting (the options changed since got
+// was built; sameButPluginCache): a Job rebuilt without the other runs'
+// outputs its stage reads cannot know their digest, and the created Job's
+// stands.
+func withoutBindingVariant(got, want *corev1.PodSpec, secret *corev1.Secret) {
+	w, g := bindingEnv(want), bindingEnv(got)
+	if w == nil || g == nil || w.Value == g.Value {
+		return
+	}
+	if w.Value == bindingUnknown || slices.Contains(pluginCacheBindings(want, secret), g.Value) {
+		w.Value = g.Value
+	}
+}
+
+// pluginCacheBindings are the bindings of the stage that spec and its stage
+// Secret describe with the plugin cache on and off.
+func pluginCacheBindings(spec *corev1.PodSpec, secret *corev1.Secret) []string {
+	var st stage.Spec
+	if secret == nil || json.Unmarshal(secret.Data[StageKey], &st) != nil {
+		return nil
+	}
+	// The files terrarun wrote into the stage Secret, where the pod mounts them.
+	mounts := map[string]string{}
+	for i := range spec.Containers {
+		for _, m := range spec.Containers[i].VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+	}
+	files := map[string][]byte{}
+	for _, v := range spec.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != secret.Name {
+			continue
+		}
+		for _, item := range v.Secret.Items {
+			files[mounts[v.Name]+"/"+item.Path] = secret.Data[item.Key]
+		}
+	}
+	bound := map[string][]byte{}
+	for _, p := range st.Bound {
+		content, ok := files[p]
+		if !ok {
+			return nil // another Secret's file (other runs' outputs)
+		}
+		bound[p] = content
+	}
+	var out []string
+	for _, dir := range []string{"", pluginCacheDir} {
+		st.PluginCacheDir = dir
+		if js, err := json.Marshal(st); err == nil {
+			out = append(out, stage.BindingDigest(js, bound))
+		}
+	}
+	return out
+}
+
+// bindingEnv is the stage.BindingEnv variable of spec's executor container.
+func bindingEnv(spec *corev1.PodSpec) *corev1.EnvVar {
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if c.Name != ContainerName {
+			continue
+		}
+		for j := range c.Env {
+			if c.Env[j].Name == stage.BindingEnv {
+				return &c.Env[j]
+			}
+		}
+	}
+	return nil
 }
 
 // tokenProjection returns the projection of the executor's token in spec.

@@ -88,6 +88,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	if len(opts.CABundle) > 0 {
 		st.CAFile = CAFile
 		b.secret.Data[CAKey] = opts.CABundle
+		b.bind(CAFile, opts.CABundle)
 	}
 
 	// The stage Secret: stage.json and ca.crt. Inline sources add items below.
@@ -120,7 +121,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	if ex.Stage == v1alpha1.StagePlan && readsRunOutputs(spec.Variables) {
 		inputs = inputsSecretName(name)
 	}
-	if err := b.addVariables(spec.Variables, inputs, &st); err != nil {
+	if err := b.addVariables(spec.Variables, inputs, ex.Inputs, &st); err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	b.addBackend(run, st.Workspace, &st.Backend)
@@ -133,11 +134,21 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		st.PluginCacheDir = pluginCacheDir
 	}
 
+	st.Bound = slices.Sorted(maps.Keys(b.bound))
 	stageJSON, err := json.Marshal(st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: encoding the stage: %w", run.Namespace, run.Name, err)
 	}
 	b.secret.Data[StageKey] = stageJSON
+	// What the executor checks before it uses anything: the stage's Secrets
+	// may be replaced under their names before the kubelet mounts them, the
+	// pod template may not. Unknown (bindingUnknown) when the other runs'
+	// outputs that the stage reads are not at hand: Status rebuilds the Job
+	// to compare it with the one Start created, and checkJob takes its value.
+	binding := bindingUnknown
+	if !b.unknownInputs {
+		binding = stage.BindingDigest(stageJSON, b.bound)
+	}
 
 	b.addVolume(corev1.Volume{Name: volumeWork, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, WorkDir)
 	b.addVolume(corev1.Volume{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, TmpDir)
@@ -215,6 +226,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 						Env: []corev1.EnvVar{
 							{Name: "HOME", Value: WorkDir},
 							{Name: "TMPDIR", Value: TmpDir},
+							{Name: stage.BindingEnv, Value: binding},
 						},
 						WorkingDir:   WorkDir,
 						Resources:    resources,
@@ -293,6 +305,23 @@ type podBuilder struct {
 	secret  *corev1.Secret
 	volumes []corev1.Volume
 	mounts  []corev1.VolumeMount
+	// bound maps the path of every file that terrarun writes for the stage
+	// into its own Secrets to its content (stage.Spec.Bound).
+	bound map[string][]byte
+	// unknownInputs is set when the stage reads other runs' outputs that the
+	// Execution does not hold.
+	unknownInputs bool
+}
+
+// bindingUnknown is the value of stage.BindingEnv in a Job rebuilt without
+// the other runs' outputs its stage reads.
+const bindingUnknown = "unknown"
+
+func (b *podBuilder) bind(path string, content []byte) {
+	if b.bound == nil {
+		b.bound = map[string][]byte{}
+	}
+	b.bound[path] = content
 }
 
 func (b *podBuilder) addVolume(v corev1.Volume, mountPath string) {
@@ -320,6 +349,7 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 				return fmt.Errorf("inline file %q: duplicate key %q", file, key)
 			}
 			b.secret.Data[key] = []byte(src.Inline[file])
+			b.bind(SourceDir+"/"+file, []byte(src.Inline[file]))
 			items = append(items, corev1.KeyToPath{Key: key, Path: file})
 		}
 		b.addVolume(corev1.Volume{Name: volumeSource, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
@@ -350,8 +380,8 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 // read from a Secret or ConfigMap as a file: one volume per Secret or
 // ConfigMap, at VariablesDir/<volume>, one item per variable, named after it.
 // Variables read from run outputs are keys of the Secret inputs (none in the
-// apply stage).
-func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, st *stage.Spec) error {
+// apply stage), whose values are inputValues.
+func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, inputValues map[string][]byte, st *stage.Spec) error {
 	type source struct {
 		secret bool
 		name   string
@@ -410,6 +440,13 @@ func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, st *s
 		}
 		out.File = VariablesDir + "/" + vol.Name + "/" + v.Name
 		out.Secret = src.secret
+		if src.name == inputs && src.secret {
+			if val, ok := inputValues[v.Name]; ok {
+				b.bind(out.File, val)
+			} else {
+				b.unknownInputs = true
+			}
+		}
 		st.Variables = append(st.Variables, out)
 	}
 	return nil

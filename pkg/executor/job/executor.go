@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // jobNameLabel is set by the Job controller on the pods of a Job.
@@ -88,7 +89,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing Job %s/%s: %w", job.Namespace, job.Name, err)
 		}
-		if err := checkJob(existing, job, ex.Run); err != nil {
+		if err := checkJob(existing, job, secret, ex.Run); err != nil {
 			return "", err
 		}
 	}
@@ -119,7 +120,7 @@ func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.
 	if ex.Run == nil {
 		return nil, fmt.Errorf("no run")
 	}
-	built, _, err := BuildJob(ex, e.opts)
+	built, secret, err := BuildJob(ex, e.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func (e *Executor) getJob(ctx context.Context, ex executor.Execution) (*batchv1.
 	if err != nil {
 		return nil, fmt.Errorf("getting Job %s/%s: %w", ex.Run.Namespace, name, err)
 	}
-	if err := checkJob(job, built, ex.Run); err != nil {
+	if err := checkJob(job, built, secret, ex.Run); err != nil {
 		return nil, err
 	}
 	return job, nil
@@ -229,6 +230,12 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 				if terminated.Message != "" {
 					st.Message = terminated.Message
 				}
+			case terminated != nil && terminated.ExitCode == stage.ExitForged:
+				// terrarun-executor found that what it was handed is not what
+				// terrarun wrote (a stage Secret replaced under its name): it
+				// ran nothing, and the stage is not trusted.
+				return executor.Status{State: executor.StateUnknown, Name: job.Name, Reason: executor.ReasonForged,
+					Message: fmt.Sprintf("its executor refused to run it: %s", terminated.Message)}, nil
 			case terminated != nil && terminated.ExitCode != 0:
 				st.Reason = executor.ReasonError
 				st.Message = fmt.Sprintf("terrarun-executor exited with code %d", terminated.ExitCode)

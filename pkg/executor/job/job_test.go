@@ -628,3 +628,38 @@ func TestBuildJobDeterministic(t *testing.T) {
 		t.Errorf("BuildJob is not deterministic:\n%s\n%s", ja, jb)
 	}
 }
+
+// TestStageBinding: the executor container's stage.BindingEnv is the digest
+// of the stage file and of every file terrarun writes for the stage into
+// its Secrets, as the pod mounts them; the executor checks it before it uses
+// anything (stage.VerifyBinding).
+func TestStageBinding(t *testing.T) {
+	job, secret, err := BuildJob(executor.Execution{Run: testRun(), Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec stage.Spec
+	if err := json.Unmarshal(secret.Data[StageKey], &spec); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{CAFile: []byte(testCA)}
+	for _, name := range []string{"main.tf", "outputs.tf", "variables.tf", "vars.tfvars"} {
+		files[SourceDir+"/"+name] = []byte(testRun().Spec.Source.Inline[name])
+	}
+	if len(spec.Bound) != len(files) {
+		t.Fatalf("stage.Bound = %v, want the CA and the inline files", spec.Bound)
+	}
+	env := bindingEnv(&job.Spec.Template.Spec)
+	if env == nil || env.Value != stage.BindingDigest(secret.Data[StageKey], files) {
+		t.Fatalf("%s = %+v, want the digest of the stage file and its bound files", stage.BindingEnv, env)
+	}
+	// A Job whose binding names other content is not terrarun's.
+	forged := job.DeepCopy()
+	bindingEnv(&forged.Spec.Template.Spec).Value = stage.BindingDigest([]byte("{}"), nil)
+	if err := checkJob(forged, job, secret, testRun()); err == nil || !strings.Contains(err.Error(), "containers differs") {
+		t.Errorf("a Job with another binding: %v, want it refused", err)
+	}
+	if err := checkJob(job, job, secret, testRun()); err != nil {
+		t.Errorf("the Job itself: %v", err)
+	}
+}
