@@ -62,6 +62,9 @@ func TestStageSecretSwapped(t *testing.T) {
 
 	for _, run := range []struct{ name, phase string }{{"swap-manual", "AwaitingApproval"}, {"swap-auto", "Succeeded"}} {
 		got := waitPhase(t, ns, run.name, 5*time.Minute, run.phase, "Failed")
+		if got != run.phase {
+			t.Errorf("run %s is %s, want %s: %s", run.name, got, run.phase, mustAs(t, "admin", "get", "tfr", run.name, "-n", ns, "-o", "jsonpath={.status.message}"))
+		}
 		stages := mustAs(t, "admin", "get", "tfr", run.name, "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}={.reason}{"\n"}{end}`)
 		if !strings.Contains(stages, "plan-1=ExecutorForged") {
 			t.Errorf("run %s (%s): stages %q, want plan attempt 1 ended ExecutorForged", run.name, got, stages)

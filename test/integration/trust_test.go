@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +143,69 @@ func TestWorkspaceRunNamesSquatted(t *testing.T) {
 	}
 	mustKubectl(t, e.Kubeconfig, "delete", "tfr", "sq-2", "sq-3")
 	e.readyAt(t, "sq", "sq-2")
+}
+
+// TestRequestersDoNotApprove: separation of duties follows who asked for a
+// run, not only who the server recorded as its creator. alice sets up a
+// workspace; carol, who may edit and approve, asks for its rerun and then
+// deletes it: she may approve neither the rerun's run nor the Destroy run,
+// whose spec.requestedBy names her; bob may. A client cannot name
+// requesters itself.
+func TestRequestersDoNotApprove(t *testing.T) {
+	e := newRunEnv(t)
+	alice, _ := e.user(t, "alice")
+	carol, _ := e.user(t, "carol")
+	tf := `resource "terraform_data" "x" {
+  triggers_replace = timestamp()
+}
+`
+	path := filepath.Join(t.TempDir(), "ws.yaml")
+	writeFile(t, path, workspaceManifest("owned", tf, "  destroyOnDelete: true\n"))
+	mustKubectl(t, alice, "create", "-f", path)
+	approveAs := func(user, run string) (string, error) {
+		digest := e.waitPhase(t, run, 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval).Status.Plan.Digest
+		body := filepath.Join(t.TempDir(), "approval.json")
+		writeFile(t, body, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+digest+`"}`)
+		return kubectl(t, user, "create", "--raw", raw(run, "approve"), "-f", body)
+	}
+	if out, err := approveAs(e.bob, "owned-1"); err != nil {
+		t.Fatalf("bob approves alice's first run: %v\n%s", err, out)
+	}
+	e.readyAt(t, "owned", "owned-1")
+
+	rerun := filepath.Join(t.TempDir(), "rerun.json")
+	writeFile(t, rerun, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformWorkspaceRerun"}`)
+	mustKubectl(t, carol, "create", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformworkspaces/owned/rerun", "-f", rerun)
+	for _, c := range []struct{ run, verb string }{{"owned-2", "rerun"}, {"owned-3", "delete"}} {
+		if c.verb == "delete" {
+			mustKubectl(t, carol, "delete", "tfws", "owned", "--wait=false")
+		}
+		run := e.waitPhase(t, c.run, 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+		if !slices.Equal(run.Spec.RequestedBy, []string{"carol"}) || run.Spec.Creator.Username != "alice" {
+			t.Errorf("run %s after carol's %s: creator %s, requestedBy %v; want alice and [carol]", c.run, c.verb, run.Spec.Creator.Username, run.Spec.RequestedBy)
+		}
+		if out, err := approveAs(carol, c.run); err == nil || !strings.Contains(out, "separation of duties: carol requested this run") {
+			t.Errorf("carol approves run %s that her %s made: %v\n%s", c.run, c.verb, err, out)
+		}
+		if out, err := approveAs(e.bob, c.run); err != nil {
+			t.Fatalf("bob approves run %s: %v\n%s", c.run, err, out)
+		}
+		if c.verb == "rerun" {
+			e.waitPhase(t, c.run, 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+		}
+	}
+	// The Destroy run applied; the workspace and its runs go.
+	if err := harness.Poll(ctxT(t), 200*time.Millisecond, 3*time.Minute, "the deleted workspace and its runs to be gone", func(context.Context) bool {
+		_, err := kubectl(t, e.Kubeconfig, "get", "tfws", "owned")
+		return err != nil && len(e.runsOf(t, "owned")) == 0
+	}); err != nil {
+		t.Error(err)
+	}
+
+	// Nobody names requesters for the server.
+	forged := filepath.Join(t.TempDir(), "forged.yaml")
+	writeFile(t, forged, runManifest("forged-requesters", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  requestedBy: [mallory]\n")))
+	if out, err := kubectl(t, carol, "create", "-f", forged); err == nil || !strings.Contains(out, "spec.requestedBy") {
+		t.Errorf("a run created with spec.requestedBy: %v\n%s", err, out)
+	}
 }

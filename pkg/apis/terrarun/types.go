@@ -151,6 +151,15 @@ type TerraformRunSpec struct {
 	// and it can never change afterwards.
 	// +optional
 	Creator *Creator `json:"creator,omitempty"`
+
+	// requestedBy names the users whose request made the server create this
+	// run besides its creator, for the runs a TerraformWorkspace creates: who
+	// deleted the workspace (its Destroy run) and who asked for its rerun.
+	// The server sets it at creation and nothing else can; with separation of
+	// duties on, none of them may approve the run, as its creator may not.
+	// +optional
+	// +listType=atomic
+	RequestedBy []string `json:"requestedBy,omitempty"`
 }
 
 // LockFileName is the dependency lock file, which an inline configuration

@@ -175,6 +175,16 @@ type TerraformWorkspaceStatus struct {
 	// +optional
 	// +listType=atomic
 	Outputs []OutputStatus `json:"outputs,omitempty"`
+	// rerunRequestedBy is the user who asked for the last rerun; written only
+	// by the rerun subresource. The rerun's run names them in
+	// spec.requestedBy.
+	// +optional
+	RerunRequestedBy string `json:"rerunRequestedBy,omitempty"`
+	// deletionRequestedBy is the user who deleted the workspace, recorded
+	// when the delete starts its destroy; the Destroy run names them in
+	// spec.requestedBy.
+	// +optional
+	DeletionRequestedBy string `json:"deletionRequestedBy,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

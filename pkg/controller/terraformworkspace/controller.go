@@ -673,6 +673,18 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 		},
 		Spec: runSpec(ws, op, r.lastApplied),
 	}
+	// Who asked for it, besides the spec's editor (its creator): they may
+	// not approve it either.
+	var requester string
+	switch {
+	case why == v1alpha1.TriggerRerun:
+		requester = ws.Status.RerunRequestedBy
+	case op == v1alpha1.OperationDestroy:
+		requester = ws.Status.DeletionRequestedBy
+	}
+	if requester != "" && (run.Spec.Creator == nil || run.Spec.Creator.Username != requester) {
+		run.Spec.RequestedBy = []string{requester}
+	}
 	created, err := r.c.client.TerrarunV1alpha1().TerraformRuns(ws.Namespace).Create(ctx, run, metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {

@@ -15,7 +15,7 @@ import (
 )
 
 // Hash is the hash of what a run with spec makes terraform do: the spec
-// after defaulting, whatever its operation and creator, for a git source
+// after defaulting, whatever its operation, creator and requesters, for a git source
 // the revision its ref resolved to (revision may be empty before any run has
 // resolved it), and the digest of the ConfigMaps it reads (configMaps). A
 // workspace's desired hash is Hash of its runs' spec, the newest revision
@@ -25,7 +25,7 @@ import (
 func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
 	spec = *spec.DeepCopy()
 	spec.Operation = v1alpha1.OperationApply
-	spec.Creator = nil
+	spec.Creator, spec.RequestedBy = nil, nil
 	if spec.Source.Git == nil {
 		revision = "" // an inline or ConfigMap source is in the spec
 	}

@@ -178,23 +178,25 @@ func withoutOptions(got, want *corev1.PodSpec, run *v1alpha1.TerraformRun) {
 
 // withoutBindingVariant takes the binding of got (stage.BindingEnv) as
 // want's when want cannot know it, or when it is the binding of the same
-// stage with the other plugin cache setting (the options changed since got
-// was built; sameButPluginCache): a Job rebuilt without the other runs'
-// outputs its stage reads cannot know their digest, and the created Job's
-// stands.
+// stage as an earlier build of it wrote it (bindingVariants): a Job rebuilt
+// without the other runs' outputs its stage reads cannot know their digest,
+// and the created Job's stands.
 func withoutBindingVariant(got, want *corev1.PodSpec, secret *corev1.Secret) {
 	w, g := bindingEnv(want), bindingEnv(got)
 	if w == nil || g == nil || w.Value == g.Value {
 		return
 	}
-	if w.Value == bindingUnknown || slices.Contains(pluginCacheBindings(want, secret), g.Value) {
+	if w.Value == bindingUnknown || slices.Contains(bindingVariants(want, secret), g.Value) {
 		w.Value = g.Value
 	}
 }
 
-// pluginCacheBindings are the bindings of the stage that spec and its stage
-// Secret describe with the plugin cache on and off.
-func pluginCacheBindings(spec *corev1.PodSpec, secret *corev1.Secret) []string {
+// bindingVariants are the bindings of the stage that spec and its stage
+// Secret describe as an earlier build of it may have written them: with the
+// plugin cache on or off (the options changed since; sameButPluginCache),
+// and without the plan's digest and parts, which a plan stage that carries
+// its apply is rebuilt with once its plan is recorded.
+func bindingVariants(spec *corev1.PodSpec, secret *corev1.Secret) []string {
 	var st stage.Spec
 	if secret == nil || json.Unmarshal(secret.Data[StageKey], &st) != nil {
 		return nil
@@ -224,10 +226,16 @@ func pluginCacheBindings(spec *corev1.PodSpec, secret *corev1.Secret) []string {
 		bound[p] = content
 	}
 	var out []string
+	digest, parts := st.PlanDigest, st.PlanParts
 	for _, dir := range []string{"", pluginCacheDir} {
-		st.PluginCacheDir = dir
-		if js, err := json.Marshal(st); err == nil {
-			out = append(out, stage.BindingDigest(js, bound))
+		for _, planned := range []bool{true, false} {
+			st.PluginCacheDir, st.PlanDigest, st.PlanParts = dir, digest, parts
+			if !planned {
+				st.PlanDigest, st.PlanParts = "", nil
+			}
+			if js, err := json.Marshal(st); err == nil {
+				out = append(out, stage.BindingDigest(js, bound))
+			}
 		}
 	}
 	return out

@@ -1687,6 +1687,25 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref common.ReferenceCall
 							Ref:         ref(v1alpha1.Creator{}.OpenAPIModelName()),
 						},
 					},
+					"requestedBy": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "requestedBy names the users whose request made the server create this run besides its creator, for the runs a TerraformWorkspace creates: who deleted the workspace (its Destroy run) and who asked for its rerun. The server sets it at creation and nothing else can; with separation of duties on, none of them may approve the run, as its creator may not.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"source"},
 			},
@@ -2203,6 +2222,20 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceStatus(ref common.Refer
 									},
 								},
 							},
+						},
+					},
+					"rerunRequestedBy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rerunRequestedBy is the user who asked for the last rerun; written only by the rerun subresource. The rerun's run names them in spec.requestedBy.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"deletionRequestedBy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "deletionRequestedBy is the user who deleted the workspace, recorded when the delete starts its destroy; the Destroy run names them in spec.requestedBy.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

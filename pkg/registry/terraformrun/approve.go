@@ -54,9 +54,9 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 		return conflict(run.Name, "stale plan digest: you approved %s but the run's plan is %s; review the current plan and approve its digest (status.plan.digest)", approval.PlanDigest, current)
 	}
 	required := terrarun.RequiredApprovals(run)
-	if required > 1 && run.Spec.Creator != nil && run.Spec.Creator.Username == approver {
+	if how, ok := terrarun.Requested(run, approver); ok && required > 1 {
 		return apierrors.NewForbidden(terrarun.Resource("terraformruns/approve"), run.Name, fmt.Errorf(
-			"%s created this run, and it needs %d approvals from other users: a creator's approval never counts", approver, required))
+			"%s %s, and it needs %d approvals from other users: the approval of whoever requested a run never counts", approver, how, required))
 	}
 	for _, a := range run.Status.Approvals {
 		if a.ApprovedBy == approver && a.PlanDigest == approval.PlanDigest {

@@ -5,6 +5,7 @@ package terraformrun
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,6 +91,9 @@ func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obje
 	if newRun.Spec.Creator == nil {
 		newRun.Spec.Creator = oldRun.Spec.Creator.DeepCopy()
 	}
+	if newRun.Spec.RequestedBy == nil {
+		newRun.Spec.RequestedBy = slices.Clone(oldRun.Spec.RequestedBy)
+	}
 	terrarun.SetBuiltinDefaults(&newRun.Spec, s.engine)
 	newRun.Generation = oldRun.Generation
 	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
@@ -104,6 +108,10 @@ func (s runStrategy) Validate(ctx context.Context, obj runtime.Object) field.Err
 	if s.noHostCluster && run.Spec.OutputsSecret != "" {
 		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "outputsSecret"),
 			"this server has no Kubernetes cluster (standalone mode, or no --kubeconfig), so no Secret can receive the outputs; omit it and read them from the outputs subresource"))
+	}
+	if u, _ := genericapirequest.UserFrom(ctx); len(run.Spec.RequestedBy) > 0 && !terrarun.CreatesOnBehalf(u) {
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "requestedBy"),
+			"is set by the server on the runs a TerraformWorkspace creates (who deleted it, who asked for its rerun), and cannot be chosen by a client; omit it"))
 	}
 	return append(allErrs, checkWorkspaceMarks(ctx, run, nil)...)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -58,6 +59,11 @@ func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object,
 			return nil, err
 		}
 	}
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || u.GetName() == "" {
+		return nil, apierrors.NewForbidden(terrarun.Resource("terraformworkspaces/rerun"), name, fmt.Errorf("a rerun requires an authenticated user"))
+	}
+	user := u.GetName()
 	var request int64
 	_, _, err := r.workspaces.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, oldObj runtime.Object) (runtime.Object, error) {
@@ -75,6 +81,7 @@ func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object,
 					ws.Status.CurrentRun, ws.Status.CurrentRun)
 			}
 			ws.Status.RerunRequests++
+			ws.Status.RerunRequestedBy = user
 			request = ws.Status.RerunRequests
 			return ws, nil
 		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -35,6 +36,31 @@ var (
 	_ rest.CategoriesProvider   = &REST{}
 	_ rest.SingularNameProvider = &REST{}
 )
+
+// Delete deletes the workspace. One that destroys what it manages before it
+// goes (its destroy finalizer) records who deleted it in
+// status.deletionRequestedBy, in the same write that marks it deleted (the
+// store hands deleteValidation the object that write stores): its Destroy
+// run names them in spec.requestedBy, so that separation of duties keeps
+// them from approving it.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	var user string
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		user = u.GetName()
+	}
+	record := func(ctx context.Context, obj runtime.Object) error {
+		if deleteValidation != nil {
+			if err := deleteValidation(ctx, obj); err != nil {
+				return err
+			}
+		}
+		if ws, ok := obj.(*terrarun.TerraformWorkspace); ok && ws.DeletionTimestamp == nil && user != "" {
+			ws.Status.DeletionRequestedBy = user
+		}
+		return nil
+	}
+	return r.Store.Delete(ctx, name, record, options)
+}
 
 // ShortNames lets kubectl resolve `tfws`.
 func (r *REST) ShortNames() []string { return []string{"tfws"} }

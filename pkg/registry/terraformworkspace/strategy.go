@@ -147,7 +147,7 @@ func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) [
 // status subresource, and, with records set, the rerun handler's.
 type statusStrategy struct {
 	strategy
-	// records lets a write count a rerun request.
+	// records lets a write count a rerun request and record who asked.
 	records bool
 }
 
@@ -165,7 +165,11 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	oldWS := old.(*terrarun.TerraformWorkspace)
 	ws.Spec = oldWS.Spec
 	if !s.records {
+		// Who asked for a rerun, or deleted the workspace, is recorded by
+		// the server's handlers only: separation of duties relies on it.
 		ws.Status.RerunRequests = oldWS.Status.RerunRequests
+		ws.Status.RerunRequestedBy = oldWS.Status.RerunRequestedBy
+		ws.Status.DeletionRequestedBy = oldWS.Status.DeletionRequestedBy
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 
 // checkApprover enforces separation of duties for the approve subresource:
 // unless the policy sets separationOfDuties: false (a nil cfg keeps it on),
-// the user recorded in run.Spec.Creator may not approve the run. It returns
+// no user who requested the run (its creator, and spec.requestedBy: who
+// deleted its workspace or asked for its rerun) may approve it. It returns
 // nil when approver may approve, and otherwise a Forbidden API error.
 //
 // A run without a recorded creator (which the server never produces) has no
@@ -25,13 +26,13 @@ func checkApprover(cfg *policy.Config, run *terrarun.TerraformRun, approver user
 	if approver == nil {
 		return apierrors.NewForbidden(gr, run.Name, fmt.Errorf("the approving user is unknown; approvals require an authenticated user"))
 	}
-	if !cfg.SeparationOfDutiesEnabled() || run.Spec.Creator == nil {
+	if !cfg.SeparationOfDutiesEnabled() {
 		return nil
 	}
-	if approver.GetName() == run.Spec.Creator.Username {
+	if how, ok := terrarun.Requested(run, approver.GetName()); ok {
 		return apierrors.NewForbidden(gr, run.Name, fmt.Errorf(
-			"separation of duties: %s created this run and may not approve it; ask another user with create on terraformruns/approve",
-			approver.GetName()))
+			"separation of duties: %s %s and may not approve it; ask another user with create on terraformruns/approve",
+			approver.GetName(), how))
 	}
 	return nil
 }

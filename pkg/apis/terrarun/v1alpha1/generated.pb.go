@@ -1334,6 +1334,17 @@ func (m *TerraformRunSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if len(m.RequestedBy) > 0 {
+		for iNdEx := len(m.RequestedBy) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.RequestedBy[iNdEx])
+			copy(dAtA[i:], m.RequestedBy[iNdEx])
+			i = encodeVarintGenerated(dAtA, i, uint64(len(m.RequestedBy[iNdEx])))
+			i--
+			dAtA[i] = 0x1
+			i--
+			dAtA[i] = 0x8a
+		}
+	}
 	if m.Creator != nil {
 		{
 			size, err := m.Creator.MarshalToSizedBuffer(dAtA[:i])
@@ -1909,6 +1920,16 @@ func (m *TerraformWorkspaceStatus) MarshalToSizedBuffer(dAtA []byte) (int, error
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.DeletionRequestedBy)
+	copy(dAtA[i:], m.DeletionRequestedBy)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.DeletionRequestedBy)))
+	i--
+	dAtA[i] = 0x7a
+	i -= len(m.RerunRequestedBy)
+	copy(dAtA[i:], m.RerunRequestedBy)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.RerunRequestedBy)))
+	i--
+	dAtA[i] = 0x72
 	if len(m.Outputs) > 0 {
 		for iNdEx := len(m.Outputs) - 1; iNdEx >= 0; iNdEx-- {
 			{
@@ -2720,6 +2741,12 @@ func (m *TerraformRunSpec) Size() (n int) {
 		l = m.Creator.Size()
 		n += 2 + l + sovGenerated(uint64(l))
 	}
+	if len(m.RequestedBy) > 0 {
+		for _, s := range m.RequestedBy {
+			l = len(s)
+			n += 2 + l + sovGenerated(uint64(l))
+		}
+	}
 	return n
 }
 
@@ -2902,6 +2929,10 @@ func (m *TerraformWorkspaceStatus) Size() (n int) {
 			n += 1 + l + sovGenerated(uint64(l))
 		}
 	}
+	l = len(m.RerunRequestedBy)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.DeletionRequestedBy)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -3365,6 +3396,7 @@ func (this *TerraformRunSpec) String() string {
 		`Parallelism:` + valueToStringGenerated(this.Parallelism) + `,`,
 		`Refresh:` + valueToStringGenerated(this.Refresh) + `,`,
 		`Creator:` + strings.Replace(this.Creator.String(), "Creator", "Creator", 1) + `,`,
+		`RequestedBy:` + fmt.Sprintf("%v", this.RequestedBy) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -3501,6 +3533,8 @@ func (this *TerraformWorkspaceStatus) String() string {
 		`RerunRequests:` + fmt.Sprintf("%v", this.RerunRequests) + `,`,
 		`ObservedRerunRequests:` + fmt.Sprintf("%v", this.ObservedRerunRequests) + `,`,
 		`Outputs:` + repeatedStringForOutputs + `,`,
+		`RerunRequestedBy:` + fmt.Sprintf("%v", this.RerunRequestedBy) + `,`,
+		`DeletionRequestedBy:` + fmt.Sprintf("%v", this.DeletionRequestedBy) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -8157,6 +8191,38 @@ func (m *TerraformRunSpec) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 17:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RequestedBy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RequestedBy = append(m.RequestedBy, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -9784,6 +9850,70 @@ func (m *TerraformWorkspaceStatus) Unmarshal(dAtA []byte) error {
 			if err := m.Outputs[len(m.Outputs)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 14:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RerunRequestedBy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RerunRequestedBy = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 15:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeletionRequestedBy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.DeletionRequestedBy = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

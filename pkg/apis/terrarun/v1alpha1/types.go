@@ -158,6 +158,15 @@ type TerraformRunSpec struct {
 	// and it can never change afterwards.
 	// +optional
 	Creator *Creator `json:"creator,omitempty" protobuf:"bytes,16,opt,name=creator"`
+
+	// requestedBy names the users whose request made the server create this
+	// run besides its creator, for the runs a TerraformWorkspace creates: who
+	// deleted the workspace (its Destroy run) and who asked for its rerun.
+	// The server sets it at creation and nothing else can; with separation of
+	// duties on, none of them may approve the run, as its creator may not.
+	// +optional
+	// +listType=atomic
+	RequestedBy []string `json:"requestedBy,omitempty" protobuf:"bytes,17,rep,name=requestedBy"`
 }
 
 // Source is where the configuration comes from. Exactly one member must be set.

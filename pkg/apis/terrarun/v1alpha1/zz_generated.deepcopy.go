@@ -703,6 +703,11 @@ func (in *TerraformRunSpec) DeepCopyInto(out *TerraformRunSpec) {
 		*out = new(Creator)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.RequestedBy != nil {
+		in, out := &in.RequestedBy, &out.RequestedBy
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 

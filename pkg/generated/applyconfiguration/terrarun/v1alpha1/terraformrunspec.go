@@ -73,6 +73,12 @@ type TerraformRunSpecApplyConfiguration struct {
 	// authenticated request at creation; any value sent by a client is replaced,
 	// and it can never change afterwards.
 	Creator *CreatorApplyConfiguration `json:"creator,omitempty"`
+	// requestedBy names the users whose request made the server create this
+	// run besides its creator, for the runs a TerraformWorkspace creates: who
+	// deleted the workspace (its Destroy run) and who asked for its rerun.
+	// The server sets it at creation and nothing else can; with separation of
+	// duties on, none of them may approve the run, as its creator may not.
+	RequestedBy []string `json:"requestedBy,omitempty"`
 }
 
 // TerraformRunSpecApplyConfiguration constructs a declarative configuration of the TerraformRunSpec type for use with
@@ -215,5 +221,15 @@ func (b *TerraformRunSpecApplyConfiguration) WithRefresh(value bool) *TerraformR
 // If called multiple times, the Creator field is set to the value of the last call.
 func (b *TerraformRunSpecApplyConfiguration) WithCreator(value *CreatorApplyConfiguration) *TerraformRunSpecApplyConfiguration {
 	b.Creator = value
+	return b
+}
+
+// WithRequestedBy adds the given value to the RequestedBy field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the RequestedBy field.
+func (b *TerraformRunSpecApplyConfiguration) WithRequestedBy(values ...string) *TerraformRunSpecApplyConfiguration {
+	for i := range values {
+		b.RequestedBy = append(b.RequestedBy, values[i])
+	}
 	return b
 }

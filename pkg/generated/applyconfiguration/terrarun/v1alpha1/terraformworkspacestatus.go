@@ -60,6 +60,14 @@ type TerraformWorkspaceStatusApplyConfiguration struct {
 	// outputs are the non-sensitive outputs of the last successful apply,
 	// as its run reported them.
 	Outputs []OutputStatusApplyConfiguration `json:"outputs,omitempty"`
+	// rerunRequestedBy is the user who asked for the last rerun; written only
+	// by the rerun subresource. The rerun's run names them in
+	// spec.requestedBy.
+	RerunRequestedBy *string `json:"rerunRequestedBy,omitempty"`
+	// deletionRequestedBy is the user who deleted the workspace, recorded
+	// when the delete starts its destroy; the Destroy run names them in
+	// spec.requestedBy.
+	DeletionRequestedBy *string `json:"deletionRequestedBy,omitempty"`
 }
 
 // TerraformWorkspaceStatusApplyConfiguration constructs a declarative configuration of the TerraformWorkspaceStatus type for use with
@@ -179,5 +187,21 @@ func (b *TerraformWorkspaceStatusApplyConfiguration) WithOutputs(values ...*Outp
 		}
 		b.Outputs = append(b.Outputs, *values[i])
 	}
+	return b
+}
+
+// WithRerunRequestedBy sets the RerunRequestedBy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RerunRequestedBy field is set to the value of the last call.
+func (b *TerraformWorkspaceStatusApplyConfiguration) WithRerunRequestedBy(value string) *TerraformWorkspaceStatusApplyConfiguration {
+	b.RerunRequestedBy = &value
+	return b
+}
+
+// WithDeletionRequestedBy sets the DeletionRequestedBy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DeletionRequestedBy field is set to the value of the last call.
+func (b *TerraformWorkspaceStatusApplyConfiguration) WithDeletionRequestedBy(value string) *TerraformWorkspaceStatusApplyConfiguration {
+	b.DeletionRequestedBy = &value
 	return b
 }
