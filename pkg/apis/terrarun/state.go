@@ -4,7 +4,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -69,15 +68,27 @@ func DescribeStateOf(workspace, backendType string) string {
 	return "workspace " + workspace + " of its " + backendType + " backend"
 }
 
-// ChangedStateAfter says whether another run's apply stage, which started at
-// start and ended at end (nil while it runs), may have changed the state
-// after a plan that started at planStart read it. Runs on one state take
-// turns, so an apply either ended before the plan started or started after
-// the plan ended; status times have a second's resolution, so an apply that
-// ended in the second the plan started counts as before it.
-func ChangedStateAfter(start, end *metav1.Time, planStart time.Time) bool {
-	if start == nil || start.Time.Before(planStart) {
+// StageOrder places a stage among the stages of runs on one state: when
+// it started and ended (nil while it runs), and its start revision
+// (StageStatus.StartRevision, 0 when recorded without one).
+type StageOrder struct {
+	Start, End *metav1.Time
+	Revision   int64
+}
+
+// ChangedStateAfter says whether another run's apply stage may have changed
+// the state after a plan stage read it. Runs on one state take turns, so an
+// apply either ended before the plan started or started after it: their
+// start revisions say which, and cannot tie. Stages recorded without one
+// (by an earlier version) are ordered by their times, whose second's
+// resolution counts an apply that ended in the second the plan started as
+// before it.
+func ChangedStateAfter(apply, plan StageOrder) bool {
+	if apply.Revision > 0 && plan.Revision > 0 {
+		return apply.Revision > plan.Revision
+	}
+	if apply.Start == nil || plan.Start == nil || apply.Start.Time.Before(plan.Start.Time) {
 		return false
 	}
-	return end == nil || end.Time.After(planStart)
+	return apply.End == nil || apply.End.Time.After(plan.Start.Time)
 }

@@ -43,6 +43,7 @@ func TestStateKey(t *testing.T) {
 func TestChangedStateAfter(t *testing.T) {
 	plan := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: plan.Add(d)} }
+	planStage := StageOrder{Start: at(0)}
 	for _, tc := range []struct {
 		name       string
 		start, end *metav1.Time
@@ -55,8 +56,16 @@ func TestChangedStateAfter(t *testing.T) {
 		{"running since the plan's second", at(0), nil, true},
 		{"ended after the plan started", at(0), at(time.Second), true},
 	} {
-		if got := ChangedStateAfter(tc.start, tc.end, plan); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		if got := ChangedStateAfter(StageOrder{Start: tc.start, End: tc.end}, planStage); got != tc.want {
+			t.Errorf("%s, without revisions: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// In one second both ways, which the times cannot tell apart: the start
+	// revisions can.
+	before := StageOrder{Start: at(0), End: at(0), Revision: 41}
+	after := StageOrder{Start: at(0), End: at(0), Revision: 43}
+	withRevision := StageOrder{Start: at(0), Revision: 42}
+	if ChangedStateAfter(before, withRevision) || !ChangedStateAfter(after, withRevision) {
+		t.Error("applies in the plan's second are not ordered by their start revisions")
 	}
 }

@@ -589,6 +589,12 @@ type StageStatus struct {
 	// reason is a CamelCase word for how the stage ended.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// startRevision is the resourceVersion of the runs the controller had
+	// seen when it started the stage: stages on one state start in its order,
+	// which, unlike startTime's seconds, cannot tie. It decides whether
+	// another run's apply made a plan stale.
+	// +optional
+	StartRevision int64 `json:"startRevision,omitempty"`
 }
 
 // OutputStatus describes one Terraform output.

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,10 +62,13 @@ type Options struct {
 
 // Controller reconciles TerraformRuns.
 type Controller struct {
-	client    versioned.Interface
-	lister    listers.TerraformRunLister
-	indexer   cache.Indexer
-	synced    cache.InformerSynced
+	client  versioned.Interface
+	lister  listers.TerraformRunLister
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+	// seen is the resourceVersion of the last change of runs the informer
+	// received (observedRevision).
+	seen      func() string
 	queue     workqueue.TypedRateLimitingInterface[string]
 	exec      executor.Executor
 	artifacts *artifacts.Store
@@ -93,6 +97,7 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		lister:    informer.Lister(),
 		indexer:   informer.Informer().GetIndexer(),
 		synced:    informer.Informer().HasSynced,
+		seen:      informer.Informer().LastSyncResourceVersion,
 		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformruns"}),
 		exec:      exec,
 		artifacts: store,
@@ -272,10 +277,11 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		job = c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt})
 	}
 	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
-		Name:      stageName,
-		Attempt:   attempt,
-		Job:       job,
-		StartTime: &now,
+		Name:          stageName,
+		Attempt:       attempt,
+		Job:           job,
+		StartTime:     &now,
+		StartRevision: c.observedRevision(),
 	})
 	if run.Status.StartTime == nil {
 		run.Status.StartTime = &now
@@ -291,6 +297,20 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		metrics.QueueWait.Observe(now.Sub(run.CreationTimestamp.Time).Seconds())
 	}
 	return c.syncStage(ctx, updated, stageName)
+}
+
+// observedRevision is the resourceVersion of the last change of runs the
+// controller has received, 0 when it is unknown. Every decision to start a
+// stage on a state follows the changes it rests on (the end of the stage
+// before it), and comes before the write that records the stage, so stages
+// on one state start in the order of their observed revisions, with no
+// ties (terrarun.ChangedStateAfter).
+func (c *Controller) observedRevision() int64 {
+	rv, err := strconv.ParseInt(c.seen(), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return rv
 }
 
 // waitingRecheck is how often a stage held before it starts is looked at
@@ -612,6 +632,15 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	}
 	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
 		return c.startApproved(ctx, run)
+	}
+	if stale := c.appliedAfter(run); stale != nil {
+		// Approving it would be refused: it ends now rather than wait for
+		// its timeout.
+		msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it can no longer be applied. Create a new run to plan again.", stale.Name, v1alpha1.DescribeState(run))
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+		c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil

@@ -141,11 +141,11 @@ func stageDoing(r *v1alpha1.TerraformRun) string {
 }
 
 // appliedSince returns a run on run's state whose apply may have changed the
-// state after run's plan, started at since, read it (ChangedStateAfter), or nil.
-func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, since time.Time) *v1alpha1.TerraformRun {
+// state after run's plan read it (ChangedStateAfter), or nil.
+func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, plan terrarun.StageOrder) *v1alpha1.TerraformRun {
 	for _, r := range c.sameState(run) {
 		for _, st := range r.Status.Stages {
-			if st.Name == v1alpha1.StageApply && terrarun.ChangedStateAfter(st.StartTime, st.CompletionTime, since) {
+			if st.Name == v1alpha1.StageApply && terrarun.ChangedStateAfter(order(&st), plan) {
 				return r
 			}
 		}
@@ -153,20 +153,42 @@ func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, since time.Time) *
 	return nil
 }
 
-// planStart is when run's last plan stage started: its plan read the state then.
-func planStart(run *v1alpha1.TerraformRun) (time.Time, bool) {
-	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
-		if st := run.Status.Stages[i]; st.Name == v1alpha1.StagePlan && st.StartTime != nil {
-			return st.StartTime.Time, true
+// appliedAfter returns a run on run's state whose apply ended after run's
+// plan read the state (ChangedStateAfter), or nil: run's plan is stale.
+func (c *Controller) appliedAfter(run *v1alpha1.TerraformRun) *v1alpha1.TerraformRun {
+	plan, ok := planStart(run)
+	if !ok {
+		return nil
+	}
+	for _, r := range c.sameState(run) {
+		for _, st := range r.Status.Stages {
+			if st.Name == v1alpha1.StageApply && st.CompletionTime != nil && terrarun.ChangedStateAfter(order(&st), plan) {
+				return r
+			}
 		}
 	}
-	return time.Time{}, false
+	return nil
+}
+
+// planStart places run's last plan stage, whose plan read the state when it
+// started, among the stages on its state.
+func planStart(run *v1alpha1.TerraformRun) (terrarun.StageOrder, bool) {
+	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
+		if st := &run.Status.Stages[i]; st.Name == v1alpha1.StagePlan && st.StartTime != nil {
+			return order(st), true
+		}
+	}
+	return terrarun.StageOrder{}, false
+}
+
+func order(st *v1alpha1.StageStatus) terrarun.StageOrder {
+	return terrarun.StageOrder{Start: st.StartTime, End: st.CompletionTime, Revision: st.StartRevision}
 }
 
 // stateFreed enqueues the runs that may wait for the state run was using.
 func (c *Controller) stateFreed(run *v1alpha1.TerraformRun) {
 	for _, r := range c.sameState(run) {
-		if waitsToStart(r) || approvedToApply(r) {
+		if waitsToStart(r) || approvedToApply(r) || r.Status.Phase == v1alpha1.RunPhaseAwaitingApproval {
 			c.queue.Add(runKey(r))
 		}
 	}

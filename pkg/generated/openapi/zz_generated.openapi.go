@@ -1119,6 +1119,13 @@ func schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref common.ReferenceCallback)
 							Format:      "",
 						},
 					},
+					"startRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "startRevision is the resourceVersion of the runs the controller had seen when it started the stage: stages on one state start in its order, which, unlike startTime's seconds, cannot tie. It decides whether another run's apply made a plan stale.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 				},
 				Required: []string{"name", "attempt"},
 			},

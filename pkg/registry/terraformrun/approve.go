@@ -126,7 +126,7 @@ func (w statusWriter) stateUnchanged(ctx context.Context, run *terrarun.Terrafor
 			continue
 		}
 		for _, st := range o.Status.Stages {
-			if st.Name == terrarun.StageApply && terrarun.ChangedStateAfter(st.StartTime, st.CompletionTime, since) {
+			if st.Name == terrarun.StageApply && terrarun.ChangedStateAfter(terrarun.StageOrder{Start: st.StartTime, End: st.CompletionTime, Revision: st.StartRevision}, since) {
 				return conflict(run.Name, "the plan is stale: run %s applied to the same state (%s) at %s, after this plan was made; create a new run to plan again",
 					o.Name, state, st.StartTime.UTC().Format(time.RFC3339))
 			}
@@ -144,14 +144,15 @@ func (w statusWriter) stateUnchanged(ctx context.Context, run *terrarun.Terrafor
 	return busy
 }
 
-// planStart is when run's last plan stage started: its plan read the state then.
-func planStart(run *terrarun.TerraformRun) (time.Time, bool) {
+// planStart places run's last plan stage, whose plan read the state when it
+// started, among the stages on its state.
+func planStart(run *terrarun.TerraformRun) (terrarun.StageOrder, bool) {
 	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
 		if st := run.Status.Stages[i]; st.Name == terrarun.StagePlan && st.StartTime != nil {
-			return st.StartTime.Time, true
+			return terrarun.StageOrder{Start: st.StartTime, End: st.CompletionTime, Revision: st.StartRevision}, true
 		}
 	}
-	return time.Time{}, false
+	return terrarun.StageOrder{}, false
 }
 
 func shortDigest(d string) string {

@@ -907,6 +907,9 @@ func (m *StageStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i = encodeVarintGenerated(dAtA, i, uint64(m.StartRevision))
+	i--
+	dAtA[i] = 0x40
 	i -= len(m.Reason)
 	copy(dAtA[i:], m.Reason)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Reason)))
@@ -2554,6 +2557,7 @@ func (m *StageStatus) Size() (n int) {
 	}
 	l = len(m.Reason)
 	n += 1 + l + sovGenerated(uint64(l))
+	n += 1 + sovGenerated(uint64(m.StartRevision))
 	return n
 }
 
@@ -3265,6 +3269,7 @@ func (this *StageStatus) String() string {
 		`CompletionTime:` + strings.Replace(fmt.Sprintf("%v", this.CompletionTime), "Time", "v1.Time", 1) + `,`,
 		`ExitCode:` + valueToStringGenerated(this.ExitCode) + `,`,
 		`Reason:` + fmt.Sprintf("%v", this.Reason) + `,`,
+		`StartRevision:` + fmt.Sprintf("%v", this.StartRevision) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6553,6 +6558,25 @@ func (m *StageStatus) Unmarshal(dAtA []byte) error {
 			}
 			m.Reason = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StartRevision", wireType)
+			}
+			m.StartRevision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.StartRevision |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -592,6 +592,12 @@ type StageStatus struct {
 	// reason is a CamelCase word for how the stage ended.
 	// +optional
 	Reason string `json:"reason,omitempty" protobuf:"bytes,7,opt,name=reason"`
+	// startRevision is the resourceVersion of the runs the controller had
+	// seen when it started the stage: stages on one state start in its order,
+	// which, unlike startTime's seconds, cannot tie. It decides whether
+	// another run's apply made a plan stale.
+	// +optional
+	StartRevision int64 `json:"startRevision,omitempty" protobuf:"varint,8,opt,name=startRevision"`
 }
 
 // OutputStatus describes one Terraform output.

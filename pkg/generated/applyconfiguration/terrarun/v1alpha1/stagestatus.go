@@ -42,6 +42,11 @@ type StageStatusApplyConfiguration struct {
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// reason is a CamelCase word for how the stage ended.
 	Reason *string `json:"reason,omitempty"`
+	// startRevision is the resourceVersion of the runs the controller had
+	// seen when it started the stage: stages on one state start in its order,
+	// which, unlike startTime's seconds, cannot tie. It decides whether
+	// another run's apply made a plan stale.
+	StartRevision *int64 `json:"startRevision,omitempty"`
 }
 
 // StageStatusApplyConfiguration constructs a declarative configuration of the StageStatus type for use with
@@ -103,5 +108,13 @@ func (b *StageStatusApplyConfiguration) WithExitCode(value int32) *StageStatusAp
 // If called multiple times, the Reason field is set to the value of the last call.
 func (b *StageStatusApplyConfiguration) WithReason(value string) *StageStatusApplyConfiguration {
 	b.Reason = &value
+	return b
+}
+
+// WithStartRevision sets the StartRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the StartRevision field is set to the value of the last call.
+func (b *StageStatusApplyConfiguration) WithStartRevision(value int64) *StageStatusApplyConfiguration {
+	b.StartRevision = &value
 	return b
 }
