@@ -248,3 +248,43 @@ func TestStalePlanEnds(t *testing.T) {
 		t.Errorf("approving the stale plan: %v\n%s", err, out)
 	}
 }
+
+// TestDeleteMidApply deletes a run whose apply is in flight: the run stays,
+// being deleted and saying so, until its apply has ended, and terraform is
+// not interrupted: the state holds the resource, not tainted. Then the run
+// is gone.
+func TestDeleteMidApply(t *testing.T) {
+	e := newRunEnv(t)
+	e.create(t, runManifest("midway", inline(map[string]string{"main.tf": `resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 6"
+  }
+}`}, "  workspace: midway\n  approval:\n    mode: Auto\n")))
+	e.waitPhase(t, "midway", 3*time.Minute, v1alpha1.RunPhaseApplying)
+	if out, err := kubectl(t, e.Kubeconfig, "delete", "tfr", "midway", "--wait=false"); err != nil {
+		t.Fatalf("kubectl delete: %v\n%s", err, out)
+	}
+	run := e.waitPhase(t, "midway", 30*time.Second, v1alpha1.RunPhaseApplying)
+	if run.DeletionTimestamp == nil {
+		t.Fatalf("the run is not being deleted: %+v", run.ObjectMeta)
+	}
+	if err := harness.Poll(ctxT(t), 100*time.Millisecond, 30*time.Second, "the run to say it is being deleted", func(ctx context.Context) bool {
+		r, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, "midway", metav1.GetOptions{})
+		return err == nil && strings.HasPrefix(r.Status.Message, "Being deleted once its apply ends")
+	}); err != nil {
+		t.Error(err)
+	}
+	if err := harness.Poll(ctxT(t), 200*time.Millisecond, 2*time.Minute, "the run to be gone", func(ctx context.Context) bool {
+		_, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctx, "midway", metav1.GetOptions{})
+		return err != nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.ReadFile(filepath.Join(e.DataDir, "state", "default", "midway", "terraform.tfstate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(state), `"terraform_data"`) || strings.Contains(string(state), `"tainted"`) {
+		t.Errorf("the apply was cut off: the state does not hold the resource untainted:\n%s", state)
+	}
+}

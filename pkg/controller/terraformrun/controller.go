@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -223,6 +224,20 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// A run being deleted (held by a finalizer) still finishes the stage in
 	// flight, which may be canceled, but starts no other.
 	run := cached.DeepCopy()
+	if slices.Contains(run.Finalizers, applyFinalizer) && phaseOf(run) != v1alpha1.RunPhaseApplying {
+		// Its apply has ended: a delete need not wait any more.
+		return 0, c.setApplyFinalizer(ctx, run, false)
+	}
+	if run.DeletionTimestamp != nil && phaseOf(run) == v1alpha1.RunPhaseApplying && !strings.HasPrefix(run.Status.Message, beingDeleted) {
+		// Said, and then the apply goes on as before (or is canceled).
+		run.Status.Message = beingDeleted + run.Status.Message
+		updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		if err != nil {
+			return 0, err
+		}
+		c.opts.Recorder.Event(updated, "Normal", "Deleting", "The run was deleted while it applies: it goes once its apply ends; cancel it to interrupt the apply.")
+		run = updated
+	}
 	switch run.Status.Phase {
 	case "", v1alpha1.RunPhasePending, v1alpha1.RunPhaseQueued:
 		if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested); cond != nil && cond.Status == metav1.ConditionTrue {
@@ -255,6 +270,36 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 }
 
+// applyFinalizer holds a run whose apply is in flight: deleting it waits for
+// the apply to end (cancel interrupts it), rather than cut terraform off
+// and leave its resources tainted.
+const applyFinalizer = "terrarun.dev/apply"
+
+// beingDeleted starts the message of a run deleted while it applies.
+const beingDeleted = "Being deleted once its apply ends (cancel interrupts it). "
+
+// setApplyFinalizer adds or removes applyFinalizer, and updates run.
+func (c *Controller) setApplyFinalizer(ctx context.Context, run *v1alpha1.TerraformRun, on bool) error {
+	if slices.Contains(run.Finalizers, applyFinalizer) == on {
+		return nil
+	}
+	if on {
+		run.Finalizers = append(run.Finalizers, applyFinalizer)
+	} else {
+		run.Finalizers = slices.DeleteFunc(run.Finalizers, func(f string) bool { return f == applyFinalizer })
+	}
+	updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Update(ctx, run, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) && !on {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The caller's status, not yet written, stands.
+	run.ObjectMeta = updated.ObjectMeta
+	return nil
+}
+
 // startStage records a new stage attempt in status, then starts it. Recording
 // first means the write that wins the resourceVersion race is the only one
 // that starts: a second controller or a restarted one sees the recorded
@@ -270,6 +315,13 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled, "Nothing was applied.")
 		c.finish(run, v1alpha1.RunPhaseCanceled, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, msg)
+	}
+	if stageName == v1alpha1.StageApply {
+		// Before the apply is recorded, so before it can start: a delete
+		// from now on waits for it.
+		if err := c.setApplyFinalizer(ctx, run, true); err != nil {
+			return 0, err
+		}
 	}
 	now := metav1.NewTime(c.opts.Clock.Now())
 	job := carrier
