@@ -12,6 +12,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -82,6 +83,24 @@ type ExtraConfig struct {
 	// StorageMediaType is how objects are stored (--storage-media-type):
 	// protobuf by default, JSON or YAML.
 	StorageMediaType string
+
+	// applying names the executions that apply now, while this replica's
+	// run controller runs; the shutdown gives them time to end.
+	applying *applyingExecutions
+}
+
+// applyingExecutions holds the run controller's view of the executions that
+// apply now, while it runs.
+type applyingExecutions struct {
+	fn atomic.Pointer[func() []string]
+}
+
+// names are the executions that apply now, as the run controller sees them.
+func (a *applyingExecutions) names() []string {
+	if fn := a.fn.Load(); fn != nil {
+		return (*fn)()
+	}
+	return nil
 }
 
 // ControllerConfig configures the run controller, which runs on the elected
@@ -100,6 +119,9 @@ type ControllerConfig struct {
 	// CancelGrace is how long a canceled, timed-out or shut-down stage gets
 	// after SIGINT before it is killed.
 	CancelGrace time.Duration
+	// ApplyGrace is how long a shutdown waits for the applies in flight to
+	// end before it stops them.
+	ApplyGrace time.Duration
 	// Kube is the host cluster, where Events are recorded and outputs
 	// Secrets written; nil in standalone mode.
 	Kube kubernetes.Interface
@@ -129,6 +151,9 @@ type CompletedConfig struct {
 func (c *Config) Complete() CompletedConfig {
 	if c.ExtraConfig.Controller.Workers <= 0 {
 		c.ExtraConfig.Controller.Workers = 4
+	}
+	if c.ExtraConfig.applying == nil {
+		c.ExtraConfig.applying = &applyingExecutions{}
 	}
 	return CompletedConfig{&completedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}}
 }
@@ -213,9 +238,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	if err := generic.AddPreShutdownHook("terrarun-executor-shutdown", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), extra.Controller.CancelGrace+10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), extra.Controller.ApplyGrace+extra.Controller.CancelGrace+10*time.Second)
 		defer cancel()
-		return extra.Executor.Shutdown(ctx, extra.Controller.CancelGrace)
+		return extra.Executor.Shutdown(ctx, executor.ShutdownOptions{
+			Grace:      extra.Controller.CancelGrace,
+			Applying:   extra.applying.names,
+			ApplyGrace: extra.Controller.ApplyGrace,
+		})
 	}); err != nil {
 		return nil, err
 	}

@@ -85,6 +85,10 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 			klog.FromContext(ctx).Error(err, "Building the workspace controller")
 			return
 		}
+		// Kept once the controller stops (a shutdown stops it first): its
+		// cache is what the executor's shutdown goes by.
+		applying := ctrl.Applying
+		c.applying.fn.Store(&applying)
 		factory.Start(ctx.Done())
 		// The leader reports the runs it sees; the others report none.
 		metrics.Watch(runInformer.Lister())

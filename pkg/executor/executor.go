@@ -148,10 +148,12 @@ type Executor interface {
 	// Run calls notify whenever an execution changes state, until ctx ends.
 	// It blocks; an error means the executor cannot observe its executions.
 	Run(ctx context.Context, notify Notifier) error
-	// Shutdown stops what this process runs itself (the local backend's
-	// children: SIGINT, then a kill after grace) and waits for them, or for
-	// ctx. Executions that live outside the process (Jobs) go on.
-	Shutdown(ctx context.Context, grace time.Duration) error
+	// Shutdown starts no more executions, and stops what this process runs
+	// itself (the local backend's children: SIGINT, then a kill after the
+	// grace period) and waits for them, or for ctx: applies in flight first
+	// get opts.ApplyGrace to end on their own. Executions that live outside
+	// the process (Jobs) go on.
+	Shutdown(ctx context.Context, opts ShutdownOptions) error
 }
 
 // StageTimeout is how long a stage of run may take: spec.timeouts.plan or
@@ -237,6 +239,19 @@ func StageSpec(ex Execution) stage.Spec {
 		spec.PlanParts = &parts
 	}
 	return spec
+}
+
+// ShutdownOptions say how Executor.Shutdown stops what this process runs.
+type ShutdownOptions struct {
+	// Grace is how long a stopped execution gets between SIGINT and a kill.
+	Grace time.Duration
+	// Applying, when set, names the executions that apply a plan now (an
+	// apply stage, or a plan execution that carries its apply). Shutdown
+	// waits up to ApplyGrace for them to end on their own before it stops
+	// them: an apply cut off leaves its resources tainted.
+	Applying func() []string
+	// ApplyGrace bounds that wait.
+	ApplyGrace time.Duration
 }
 
 // Identity is the executor identity behind a write to a run's plan, logs or

@@ -95,7 +95,7 @@ func startInProcess(t *testing.T, dataDir string, extraArgs ...string) *inProces
 	opts := server.NewOptions(&testWriter{t: t})
 	fs := pflag.NewFlagSet("terrarun-apiserver", pflag.ContinueOnError)
 	opts.AddFlags(fs)
-	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(l.Addr().(*net.TCPAddr).Port),
+	args := append([]string{"--standalone", "--data-dir", dataDir, "--secure-port", strconv.Itoa(l.Addr().(*net.TCPAddr).Port), "--shutdown-apply-grace-period=0",
 		"--executor-binary", executorBinary()}, extraArgs...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)

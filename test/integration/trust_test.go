@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -286,5 +287,56 @@ func TestDeleteMidApply(t *testing.T) {
 	}
 	if !strings.Contains(string(state), `"terraform_data"`) || strings.Contains(string(state), `"tainted"`) {
 		t.Errorf("the apply was cut off: the state does not hold the resource untainted:\n%s", state)
+	}
+}
+
+// TestShutdownWaitsForApplies stops the server (SIGTERM, as Ctrl-C or a
+// rolling update would) while an apply is in flight: it waits for the apply
+// to end, records it, and the run has Succeeded when the server is back,
+// its resource in the state untainted. With a grace period shorter than
+// the apply, the server says which apply it interrupted, and the run fails
+// ExecutorLost after the restart (terrarun never re-applies).
+func TestShutdownWaitsForApplies(t *testing.T) {
+	slow := func(seconds int) map[string]string {
+		return map[string]string{"main.tf": fmt.Sprintf(`resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep %d"
+  }
+}`, seconds)}
+	}
+	for _, c := range []struct {
+		name, grace string
+		sleep       int
+		want        v1alpha1.RunPhase
+		says        string
+	}{
+		{"waits", "2m", 6, v1alpha1.RunPhaseSucceeded, "waiting up to 2m0s for 1 apply(s) in flight to end"},
+		{"interrupts after its grace", "1s", 60, v1alpha1.RunPhaseFailed, "apply(s) still running after 1s are interrupted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dataDir := t.TempDir()
+			s := startBinary(t, dataDir, "--shutdown-apply-grace-period="+c.grace)
+			e := envOn(s)
+			e.create(t, runManifest("drain", inline(slow(c.sleep), "  workspace: drain\n  approval:\n    mode: Auto\n")))
+			e.waitPhase(t, "drain", 3*time.Minute, v1alpha1.RunPhaseApplying)
+			time.Sleep(time.Second) // into the sleep
+			if err := s.Stop(3 * time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if out := s.output.String(); !strings.Contains(out, c.says) || !strings.Contains(out, "default.drain.plan.1") {
+				t.Errorf("the server's log does not say %q, naming the execution:\n%s", c.says, out)
+			}
+			s2 := startBinary(t, dataDir)
+			run := envOn(s2).waitPhase(t, "drain", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+			if run.Status.Phase != c.want {
+				t.Fatalf("after the restart the run is %s, want %s: %s", run.Status.Phase, c.want, run.Status.Message)
+			}
+			if c.want == v1alpha1.RunPhaseSucceeded {
+				state, err := os.ReadFile(filepath.Join(dataDir, "state", "default", "drain", "terraform.tfstate"))
+				if err != nil || !strings.Contains(string(state), `"terraform_data"`) || strings.Contains(string(state), `"tainted"`) {
+					t.Errorf("the state does not hold the resource untainted (%v):\n%s", err, state)
+				}
+			}
+		})
 	}
 }

@@ -65,6 +65,9 @@ type ExecutorOptions struct {
 	MaxConcurrentStages, MaxConcurrentStagesPerNamespace int
 	// CancelGrace is how long a stopped stage gets between SIGINT and a kill.
 	CancelGrace time.Duration
+	// ShutdownApplyGrace is how long a shutdown waits for the applies in
+	// flight (local executor) to end before it stops them.
+	ShutdownApplyGrace time.Duration
 	// ArtifactRetention is the lease of every artifact.
 	ArtifactRetention time.Duration
 	// MaxLogBytes caps each stage attempt's log.
@@ -113,6 +116,7 @@ func newExecutorOptions() *ExecutorOptions {
 		Workers:             4,
 		MaxConcurrentStages: -1,
 		CancelGrace:         20 * time.Second,
+		ShutdownApplyGrace:  5 * time.Minute,
 		ArtifactRetention:   30 * 24 * time.Hour,
 		LocalSandbox:        true,
 		LocalUser:           "65532:65532",
@@ -188,6 +192,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 		"-1: with the local executor two per CPU, at most one per 512 MiB of memory; with Jobs, no bound. 0: no bound.")
 	fs.IntVar(&o.MaxConcurrentStagesPerNamespace, "max-concurrent-stages-per-namespace", o.MaxConcurrentStagesPerNamespace, "Stages of one namespace that run at once; 0: no bound.")
 	fs.DurationVar(&o.CancelGrace, "cancel-grace-period", o.CancelGrace, "Time a canceled or timed-out stage gets after SIGINT to release state locks before it is killed.")
+	fs.DurationVar(&o.ShutdownApplyGrace, "shutdown-apply-grace-period", o.ShutdownApplyGrace, "On SIGTERM or Ctrl-C, how long the server waits for the applies in flight of its local executor to end before it interrupts them (an apply cut off leaves its resources tainted); it starts no stage meanwhile, and plans in flight are stopped at once. 0: interrupt them at once.")
 	fs.DurationVar(&o.ArtifactRetention, "artifact-retention", o.ArtifactRetention, "How long plans, logs and outputs are kept (an etcd lease); they are also removed with their run.")
 	fs.Int64Var(&o.MaxLogBytes, "max-log-bytes", o.MaxLogBytes, "Size cap of one stage attempt's log; past it the log ends with a truncation marker. 0: 64 MiB.")
 	fs.Int64Var(&o.MaxRunLogBytes, "max-run-log-bytes", o.MaxRunLogBytes, "Size cap of all logs of one run together; past it its log ends with a truncation marker. 0: 256 MiB.")
@@ -239,6 +244,9 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.MaxConcurrentStages < -1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-stages must be -1 (the executor's default), 0 (no bound) or more, not %d", o.MaxConcurrentStages))
+	}
+	if o.ShutdownApplyGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-apply-grace-period must not be negative (0 interrupts applies at once)"))
 	}
 	if o.MaxConcurrentStagesPerNamespace < 0 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-stages-per-namespace must be 0 (no bound) or more, not %d", o.MaxConcurrentStagesPerNamespace))

@@ -302,6 +302,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				MaxStages:             o.Executor.maxStages(),
 				MaxStagesPerNamespace: o.Executor.MaxConcurrentStagesPerNamespace,
 				CancelGrace:           o.Executor.CancelGrace,
+				ApplyGrace:            o.Executor.ShutdownApplyGrace,
 				Kube:                  kube,
 				ConfigMapData:         o.Executor.configMapData(kube, o.workRoot()),
 			},

@@ -179,7 +179,7 @@ func (f *fakeExec) Run(ctx context.Context, notify executor.Notifier) error {
 	return nil
 }
 
-func (f *fakeExec) Shutdown(context.Context, time.Duration) error { return nil }
+func (f *fakeExec) Shutdown(context.Context, executor.ShutdownOptions) error { return nil }
 
 // changed reports that an execution of the run changed, as a backend does
 // through the Notifier of Run.

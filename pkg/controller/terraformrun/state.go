@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -183,6 +184,26 @@ func planStart(run *v1alpha1.TerraformRun) (terrarun.StageOrder, bool) {
 
 func order(st *v1alpha1.StageStatus) terrarun.StageOrder {
 	return terrarun.StageOrder{Start: st.StartTime, End: st.CompletionTime, Revision: st.StartRevision}
+}
+
+// Applying names the executions that apply now, as this controller's cache
+// shows them: the current apply stage of every run in phase Applying (a
+// plan execution, when it carries its apply).
+func (c *Controller) Applying() []string {
+	runs, err := c.lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range runs {
+		if phaseOf(r) != v1alpha1.RunPhaseApplying {
+			continue
+		}
+		if st := currentStage(r, v1alpha1.StageApply); st != nil && st.Job != "" {
+			names = append(names, st.Job)
+		}
+	}
+	return names
 }
 
 // stateFreed enqueues the runs that may wait for the state run was using.

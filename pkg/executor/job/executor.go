@@ -416,7 +416,7 @@ func finished(job *batchv1.Job) bool {
 
 // Shutdown does nothing: Jobs run in the cluster, not in this process, and a
 // later leader adopts them by their deterministic names.
-func (e *Executor) Shutdown(context.Context, time.Duration) error { return nil }
+func (e *Executor) Shutdown(context.Context, executor.ShutdownOptions) error { return nil }
 
 // Forget does nothing: the run's ownerReferences let the host's garbage
 // collector delete its Jobs and Secrets, and ttlSecondsAfterFinished removes

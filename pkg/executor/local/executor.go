@@ -571,29 +571,81 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 	return nil
 }
 
-// Shutdown stops every process of this instance (SIGTERM, then SIGKILL after
-// grace) and waits for them, or for ctx. Start fails afterwards. The records
-// of the stopped executions stay Running, so that the next server reports them
-// as ExecutorLost, as it would after a crash.
-func (e *Executor) Shutdown(ctx context.Context, grace time.Duration) error {
-	var waits []chan struct{}
+// Shutdown starts no more stages, and stops every process of this
+// instance: SIGTERM, then SIGKILL after opts.Grace. The applies in flight
+// (opts.Applying) first get opts.ApplyGrace to end on their own, and their
+// end is recorded; those still running then are stopped, and the log names
+// them. A stage stopped by Shutdown keeps its record Running, so that the
+// next server reports it lost: a plan is planned again, an apply never
+// re-applied.
+func (e *Executor) Shutdown(ctx context.Context, opts executor.ShutdownOptions) error {
+	logger := klog.FromContext(ctx)
+	applying := map[string]bool{}
+	if opts.Applying != nil {
+		for _, name := range opts.Applying() {
+			applying[name] = true
+		}
+	}
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
 		defer close(e.quit)
 	}
-	names := make([]string, 0, len(e.procs))
+	var applies []*proc
+	var stopped []string
 	for _, p := range e.procs {
-		e.stopLocked(p, grace, executor.ReasonCanceled)
-		waits = append(waits, p.exited)
-		names = append(names, p.name)
+		if applying[p.name] && opts.ApplyGrace > 0 && !p.done && !p.exiting {
+			applies = append(applies, p)
+			continue
+		}
+		e.interruptLocked(p, opts.Grace)
+		stopped = append(stopped, p.name)
 	}
 	e.mu.Unlock()
-	if len(names) > 0 {
+	sort.Strings(stopped)
+	if len(stopped) > 0 {
 		// Say what the shutdown waits for: Ctrl-C would seem to hang otherwise.
-		sort.Strings(names)
-		klog.FromContext(ctx).Info(fmt.Sprintf("Shutting down: stopping %d stage(s) in flight; each gets SIGINT to release its state lock, and SIGKILL after %s at most. A second Ctrl-C exits at once and leaves their locks held.", len(names), grace), "stages", names)
+		logger.Info(fmt.Sprintf("Shutting down: stopping %d stage(s) in flight; each gets SIGINT to release its state lock, and SIGKILL after %s at most. A second Ctrl-C exits at once and leaves their locks held.", len(stopped), opts.Grace), "stages", stopped)
 	}
+	if len(applies) > 0 {
+		names := make([]string, 0, len(applies))
+		for _, p := range applies {
+			names = append(names, p.name)
+		}
+		sort.Strings(names)
+		logger.Info(fmt.Sprintf("Shutting down: waiting up to %s for %d apply(s) in flight to end before stopping them (--shutdown-apply-grace-period); no new stage starts", opts.ApplyGrace, len(applies)), "applies", names)
+		deadline := time.NewTimer(opts.ApplyGrace)
+		defer deadline.Stop()
+	wait:
+		for _, p := range applies {
+			select {
+			case <-p.exited:
+			case <-deadline.C:
+				break wait
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		var cut []string
+		e.mu.Lock()
+		for _, p := range applies {
+			if !p.done && !p.exiting {
+				e.interruptLocked(p, opts.Grace)
+				cut = append(cut, p.name)
+			}
+		}
+		e.mu.Unlock()
+		if len(cut) > 0 {
+			sort.Strings(cut)
+			logger.Error(nil, fmt.Sprintf("Shutting down: %d apply(s) still running after %s are interrupted (SIGINT, then SIGKILL after %s); their runs will fail ExecutorLost: check their state", len(cut), opts.ApplyGrace, opts.Grace), "applies", cut)
+		}
+	}
+	e.mu.Lock()
+	waits := make([]chan struct{}, 0, len(e.procs))
+	for _, p := range e.procs {
+		waits = append(waits, p.exited)
+	}
+	e.mu.Unlock()
 	for _, w := range waits {
 		select {
 		case <-w:
@@ -602,4 +654,11 @@ func (e *Executor) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// interruptLocked stops p for the shutdown: its record stays Running. e.mu
+// must be held.
+func (e *Executor) interruptLocked(p *proc, grace time.Duration) {
+	p.interrupted = true
+	e.stopLocked(p, grace, executor.ReasonCanceled)
 }

@@ -158,7 +158,7 @@ func (v *testEnv) executor() *Executor {
 		stopRun()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_ = e.Shutdown(ctx, 0)
+		_ = e.Shutdown(ctx, executor.ShutdownOptions{})
 	})
 	return e
 }
@@ -581,7 +581,7 @@ func TestShutdownLeavesExecutionsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.report(name)
-	if err := e1.Shutdown(ctx, 5*time.Second); err != nil {
+	if err := e1.Shutdown(ctx, executor.ShutdownOptions{Grace: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(v.signals(name), "terminated") {
@@ -1072,7 +1072,7 @@ func TestNewValidates(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				_ = e.Shutdown(ctx, 0)
+				_ = e.Shutdown(ctx, executor.ShutdownOptions{})
 				return
 			}
 			switch {

@@ -53,6 +53,9 @@ type proc struct {
 	killTimer   *time.Timer
 	deadline    *time.Timer
 	forgotten   bool
+	// interrupted is set when Shutdown stopped the process: its record
+	// stays Running, so that the next server reports it lost.
+	interrupted bool
 	// recordGone is set once Forget has deleted the record.
 	recordGone bool
 }
@@ -168,16 +171,17 @@ func (e *Executor) wait(p *proc) {
 	if p.deadline != nil {
 		p.deadline.Stop()
 	}
-	forgotten, closed := p.forgotten, e.closed
+	forgotten, interrupted := p.forgotten, p.interrupted
 	if forgotten && p.recordGone && e.procs[p.key] == p {
 		delete(e.procs, p.key)
 	}
 	close(p.exited)
 	e.mu.Unlock()
 
-	if forgotten || closed {
-		// A deleted run keeps no records. On shutdown the record stays Running,
-		// so that the next server reports the execution as lost.
+	if forgotten || interrupted {
+		// A deleted run keeps no records. A stage the shutdown stopped keeps
+		// its record Running, so that the next server reports it lost; one
+		// that ended on its own meanwhile (an apply given time) is recorded.
 		return
 	}
 	if e.persist(p, st) {

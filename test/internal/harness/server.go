@@ -55,7 +55,10 @@ func StartServer(o ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{DataDir: o.DataDir, Kubeconfig: filepath.Join(o.DataDir, "admin.kubeconfig"), exited: make(chan struct{})}
-	args := append([]string{"--standalone", "--data-dir", o.DataDir, "--secure-port", strconv.Itoa(port)}, o.Args...)
+	// A test's server stops at once when the test ends, whatever it left
+	// applying; a test of the wait for applies sets its own grace (o.Args
+	// come last, and win).
+	args := append([]string{"--standalone", "--data-dir", o.DataDir, "--secure-port", strconv.Itoa(port), "--shutdown-apply-grace-period=0"}, o.Args...)
 	s.Cmd = exec.Command(o.Binary, args...)
 	s.Cmd.Env = o.Env
 	s.Cmd.Stdout, s.Cmd.Stderr = o.Output, o.Output
