@@ -116,6 +116,25 @@ func TestIdentityDenied(t *testing.T) {
 			job.OwnerReferences = nil
 			return nil
 		}},
+		// Each of the next three is caught by one check only: removing it
+		// from identity.go fails its case.
+		{"Job controlled by another run of the same name (deleted and created again), its label unchanged", func(job *batchv1.Job, pod *corev1.Pod) user.Info {
+			job.OwnerReferences[0].UID = "c0000000-0000-4000-8000-000000000009"
+			return nil
+		}},
+		{"Job controlled by a run of another name", func(job *batchv1.Job, pod *corev1.Pod) user.Info {
+			job.OwnerReferences[0].Name = "db"
+			return nil
+		}},
+		{"Job of a stale run UID under the run's controller", func(job *batchv1.Job, pod *corev1.Pod) user.Info {
+			job.Labels[LabelRunUID] = "c0000000-0000-4000-8000-000000000009"
+			return nil
+		}},
+		{"Job controlled by something else than a run", func(job *batchv1.Job, pod *corev1.Pod) user.Info {
+			job.OwnerReferences[0].Kind = "CronJob"
+			job.OwnerReferences[0].APIVersion = "batch/v1"
+			return nil
+		}},
 		{"token of another service account", func(job *batchv1.Job, pod *corev1.Pod) user.Info {
 			u := podUser(pod, testPodUID).(*user.DefaultInfo)
 			u.Name = serviceaccount.MakeUsername(pod.Namespace, "other")

@@ -2,6 +2,7 @@ package terraformrun
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -128,7 +129,9 @@ func TestStatusKeepsRecords(t *testing.T) {
 		t.Errorf("Auto mode let another approver through: %+v", got.Status.Approval)
 	}
 	got = update("auto", func(run *terrarun.TerraformRun) {
-		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: terrarun.AutoApprover, PlanDigest: "sha256:other"}
+		// Well-formed, so that only the comparison with the recorded plan
+		// refuses it.
+		run.Status.Approval = &terrarun.ApprovalStatus{ApprovedBy: terrarun.AutoApprover, PlanDigest: "sha256:" + strings.Repeat("ab", 32)}
 	})
 	if got.Status.Approval != nil {
 		t.Errorf("Auto mode approved another digest: %+v", got.Status.Approval)
