@@ -84,3 +84,46 @@ func TestStageSecretSwapped(t *testing.T) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestNamespaceDeletedWithDestroyOnDeleteWorkspace deletes a namespace that
+// holds a destroyOnDelete workspace. A namespace being deleted takes no new
+// run, nor the Jobs and Secrets a stage needs, so the workspace cannot
+// destroy: it goes without destroying, says so in the leader's log (its
+// Event goes with the namespace), and the namespace is gone within minutes
+// instead of staying Terminating until an admin abandons the workspace.
+func TestNamespaceDeletedWithDestroyOnDeleteWorkspace(t *testing.T) {
+	ns := newNamespace(t)
+	ws := fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
+kind: TerraformWorkspace
+metadata:
+  name: doomed
+  namespace: %s
+spec:
+  destroyOnDelete: true
+  approval:
+    mode: Auto
+  template:
+    workspace: doomed
+    source:
+      inline:
+        main.tf: |
+          resource "terraform_data" "x" {}
+`, ns)
+	if _, err := cl.kubectlStdin("alice", ws, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, "doomed-1", 5*time.Minute, "Succeeded")
+	waitFor(t, time.Minute, "the workspace's destroy finalizer", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "tfws", "doomed", "-n", ns, "-o", "jsonpath={.metadata.finalizers}")
+		return strings.Contains(out, "terrarun.dev/destroy")
+	})
+	mustAs(t, "admin", "delete", "namespace", ns, "--wait=false")
+	waitFor(t, 5*time.Minute, "namespace "+ns+" to be gone", func() bool {
+		_, err := cl.kubectlAs("admin", "get", "namespace", ns)
+		return err != nil
+	})
+	logs := mustAs(t, "admin", "logs", "-n", "terrarun-system", leaderPod(t))
+	if !strings.Contains(logs, "Abandoned a workspace's resources") || !strings.Contains(logs, "Namespace "+ns+" is being deleted") {
+		t.Errorf("the leader's log does not record the abandonment of workspace %s/doomed", ns)
+	}
+}

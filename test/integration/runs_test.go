@@ -117,6 +117,15 @@ func inline(files map[string]string, extra string) string {
 	return b.String()
 }
 
+// approve approves run's recorded plan with kubectl as the user of
+// kubeconfig, and returns kubectl's output.
+func (e *runEnv) approve(t *testing.T, kubeconfig string, run *v1alpha1.TerraformRun) (string, error) {
+	t.Helper()
+	body := filepath.Join(t.TempDir(), "approval.json")
+	writeFile(t, body, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+run.Status.Plan.Digest+`"}`)
+	return kubectl(t, kubeconfig, "create", "--raw", raw(run.Name, "approve"), "-f", body)
+}
+
 // waitPhase waits until the run reaches one of phases and returns it.
 func (e *runEnv) waitPhase(t *testing.T, name string, timeout time.Duration, phases ...v1alpha1.RunPhase) *v1alpha1.TerraformRun {
 	t.Helper()

@@ -1,12 +1,11 @@
 package integration
 
 import (
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -72,8 +71,12 @@ func TestRunsOnOneStateTakeTurns(t *testing.T) {
 }
 
 // TestStaleApprovalRefused: a plan waiting for approval does not hold its
-// state; a run that applies to the state meanwhile makes it stale, and its
-// approval is refused at once with 409 and the reason, with nothing applied.
+// state; a run that applies to the state meanwhile makes it stale. The
+// stale plan ends Discarded (StalePlan) as soon as that apply ends, rather
+// than wait for its approval timeout (an hour), and its approval is refused
+// with 409, with nothing applied. Each stage records its start revision,
+// which orders the stages on a state without the ties of startTime's
+// seconds.
 func TestStaleApprovalRefused(t *testing.T) {
 	e := newRunEnv(t)
 	e.create(t, runManifest("waits", inline(replaced, "  workspace: stale\n")))
@@ -82,17 +85,23 @@ func TestStaleApprovalRefused(t *testing.T) {
 		t.Fatalf("waits ended %s: %s", waits.Status.Phase, waits.Status.Message)
 	}
 	e.create(t, runManifest("meanwhile", inline(replaced, "  workspace: stale\n  approval:\n    mode: Auto\n")))
-	if run := e.waitPhase(t, "meanwhile", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed); run.Status.Phase != v1alpha1.RunPhaseSucceeded {
-		t.Fatalf("meanwhile ended %s: %s", run.Status.Phase, run.Status.Message)
+	meanwhile := e.waitPhase(t, "meanwhile", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if meanwhile.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("meanwhile ended %s: %s", meanwhile.Status.Phase, meanwhile.Status.Message)
+	}
+	if plan, apply := waits.Status.Stages[0].StartRevision, meanwhile.Status.Stages[1].StartRevision; plan == 0 || apply <= plan {
+		t.Errorf("start revisions: the stale plan's %d, the apply's %d; want the apply's after the plan's", plan, apply)
 	}
 
-	approval := filepath.Join(t.TempDir(), "approval.yaml")
-	writeFile(t, approval, fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRunApproval\nplanDigest: %s\n", waits.Status.Plan.Digest))
-	out, err := kubectl(t, e.bob, "create", "--raw", raw("waits", "approve"), "-f", approval)
-	if err == nil || !strings.Contains(out, "Conflict") || !strings.Contains(out, "the plan is stale: run meanwhile applied to the same state (workspace stale of the default backend)") {
+	out, err := e.approve(t, e.bob, waits)
+	if err == nil || !strings.Contains(out, "Conflict") ||
+		!strings.Contains(out, "the plan is stale: run meanwhile applied to the same state (workspace stale of the default backend)") && !strings.Contains(out, "the run is Discarded") {
 		t.Fatalf("approving a stale plan: err=%v\n%s", err, out)
 	}
-	run := e.waitPhase(t, "waits", time.Second, v1alpha1.RunPhaseAwaitingApproval)
+	run := e.waitPhase(t, "waits", time.Minute, v1alpha1.RunPhaseDiscarded)
+	if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionApproved); c == nil || c.Reason != v1alpha1.ReasonStalePlan || !strings.Contains(run.Status.Message, "run meanwhile applied") {
+		t.Errorf("the stale plan: Approved %+v, message %q; want reason StalePlan naming the run that applied", c, run.Status.Message)
+	}
 	if run.Status.Approval != nil || len(run.Status.Approvals) != 0 || len(run.Status.Stages) != 1 {
 		t.Errorf("after a refused approval: approval %+v, stages %+v", run.Status.Approvals, run.Status.Stages)
 	}

@@ -164,10 +164,7 @@ func TestRequestersDoNotApprove(t *testing.T) {
 	writeFile(t, path, workspaceManifest("owned", tf, "  destroyOnDelete: true\n"))
 	mustKubectl(t, alice, "create", "-f", path)
 	approveAs := func(user, run string) (string, error) {
-		digest := e.waitPhase(t, run, 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval).Status.Plan.Digest
-		body := filepath.Join(t.TempDir(), "approval.json")
-		writeFile(t, body, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+digest+`"}`)
-		return kubectl(t, user, "create", "--raw", raw(run, "approve"), "-f", body)
+		return e.approve(t, user, e.waitPhase(t, run, 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval))
 	}
 	if out, err := approveAs(e.bob, "owned-1"); err != nil {
 		t.Fatalf("bob approves alice's first run: %v\n%s", err, out)
@@ -208,45 +205,6 @@ func TestRequestersDoNotApprove(t *testing.T) {
 	writeFile(t, forged, runManifest("forged-requesters", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  requestedBy: [mallory]\n")))
 	if out, err := kubectl(t, carol, "create", "-f", forged); err == nil || !strings.Contains(out, "spec.requestedBy") {
 		t.Errorf("a run created with spec.requestedBy: %v\n%s", err, out)
-	}
-}
-
-// TestStalePlanEnds: two plans of one state wait for approval; once the
-// first is applied, the second is stale. It ends Discarded, reason
-// StalePlan, as soon as that apply ends instead of waiting for its approval
-// timeout, and its approval is refused with 409. Each stage records its
-// start revision, which orders stages on a state without the ties of
-// startTime's seconds.
-func TestStalePlanEnds(t *testing.T) {
-	e := newRunEnv(t)
-	tf := map[string]string{"main.tf": `resource "terraform_data" "x" {
-  triggers_replace = timestamp()
-}`}
-	e.create(t, runManifest("first", inline(tf, "  workspace: shared\n")))
-	e.create(t, runManifest("second", inline(tf, "  workspace: shared\n")))
-	first := e.waitPhase(t, "first", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
-	second := e.waitPhase(t, "second", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
-	for _, r := range []*v1alpha1.TerraformRun{first, second} {
-		if r.Status.Stages[0].StartRevision == 0 {
-			t.Errorf("run %s's plan stage has no start revision: %+v", r.Name, r.Status.Stages[0])
-		}
-	}
-	approve := func(run *v1alpha1.TerraformRun) (string, error) {
-		body := filepath.Join(t.TempDir(), "approval.json")
-		writeFile(t, body, `{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunApproval","planDigest":"`+run.Status.Plan.Digest+`"}`)
-		return kubectl(t, e.bob, "create", "--raw", raw(run.Name, "approve"), "-f", body)
-	}
-	if out, err := approve(first); err != nil {
-		t.Fatalf("approving the first plan: %v\n%s", err, out)
-	}
-	e.waitPhase(t, "first", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
-	// The default approval timeout is an hour: a minute is the controller's.
-	stale := e.waitPhase(t, "second", time.Minute, v1alpha1.RunPhaseDiscarded)
-	if c := meta.FindStatusCondition(stale.Status.Conditions, v1alpha1.ConditionApproved); c == nil || c.Reason != v1alpha1.ReasonStalePlan || !strings.Contains(stale.Status.Message, "run first applied") {
-		t.Errorf("the stale plan: Approved %+v, message %q; want reason StalePlan naming the run that applied", c, stale.Status.Message)
-	}
-	if out, err := approve(second); err == nil || !strings.Contains(out, "Conflict") && !strings.Contains(out, "409") {
-		t.Errorf("approving the stale plan: %v\n%s", err, out)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,9 +56,12 @@ const (
 	ReasonDestroyFailed   = "DestroyFailed"
 	ReasonRunCreateFailed = "RunCreateFailed"
 	// ReasonRunNameTaken: the workspace's next run name is another's run.
-	ReasonRunNameTaken        = "RunNameTaken"
-	ReasonDependencyNotReady  = "DependencyNotReady"
-	ReasonConfigMapUnreadable = "ConfigMapUnreadable"
+	ReasonRunNameTaken = "RunNameTaken"
+	// ReasonNamespaceTerminating: the workspace's namespace is being
+	// deleted, and it went without destroying its resources.
+	ReasonNamespaceTerminating = "NamespaceTerminating"
+	ReasonDependencyNotReady   = "DependencyNotReady"
+	ReasonConfigMapUnreadable  = "ConfigMapUnreadable"
 )
 
 // Options tune the controller.
@@ -817,6 +821,19 @@ func (r *reconciler) reconcileDeletion(ctx context.Context) (time.Duration, erro
 		}
 	}
 	run, err := r.createRun(ctx, v1alpha1.OperationDestroy, v1alpha1.TriggerDestroy)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace is being deleted: it takes no new run, nor the
+		// Jobs and Secrets a stage needs. Waiting would keep the namespace
+		// Terminating until an admin abandons the workspace: it is
+		// abandoned now, and says so where it can (its Event may go with
+		// the namespace; the server's log stays).
+		msg := fmt.Sprintf("Namespace %s is being deleted and takes no Destroy run: the workspace goes without destroying its resources (last applied by run %s); destroy them with a run in another namespace on the same state, or by hand",
+			ws.Namespace, ws.Status.LastAppliedRun)
+		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionFalse, ReasonNamespaceTerminating, msg)
+		r.c.opts.Recorder.Event(ws, "Warning", ReasonNamespaceTerminating, msg)
+		klog.FromContext(ctx).Info("Abandoned a workspace's resources: "+msg, "workspace", klog.KObj(ws))
+		return 0, r.removeFinalizer(ctx)
+	}
 	if err != nil {
 		return 0, err
 	}
