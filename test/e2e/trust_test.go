@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -125,5 +127,112 @@ spec:
 	logs := mustAs(t, "admin", "logs", "-n", "terrarun-system", leaderPod(t))
 	if !strings.Contains(logs, "Abandoned a workspace's resources") || !strings.Contains(logs, "Namespace "+ns+" is being deleted") {
 		t.Errorf("the leader's log does not record the abandonment of workspace %s/doomed", ns)
+	}
+}
+
+// TestLeakMatrixInCluster is the leak matrix of the standalone suite
+// (test/integration/leak_test.go) where cluster mode puts things: a secret
+// variable, used raw, declassified into a failing local-exec's output and
+// its error, and transformed (upper case, base64 in a sensitive output),
+// reaches no Event, pod status (termination messages), pod log, Job or
+// Secret of the host cluster but its own, and no status, log, plan text or
+// plan JSON of terrarun. (A value declassified after a transformation,
+// nonsensitive(base64encode(...)), is printed: the redactor knows only the
+// values, a known limit of docs/security.md.)
+func TestLeakMatrixInCluster(t *testing.T) {
+	ns := newNamespace(t)
+	buf := make([]byte, 8)
+	_, _ = rand.Read(buf)
+	password := "leak-" + hex.EncodeToString(buf)
+	mustAs(t, "admin", "create", "secret", "generic", "db", "-n", ns, "--from-literal=password="+password)
+	mustAs(t, "admin", "create", "role", "db-reader", "-n", ns, "--verb=get", "--resource=secrets", "--resource-name=db")
+	mustAs(t, "admin", "create", "rolebinding", "alice-db", "-n", ns, "--role=db-reader", "--user=alice")
+	secretVar := "  variables:\n  - name: password\n    valueFrom:\n      secretKeyRef:\n        name: db\n        key: password\n  approval:\n    mode: Auto\n"
+	declared := `variable "password" {
+  type      = string
+  sensitive = true
+}
+`
+	runs := map[string]string{
+		"leak-ok": declared + `resource "terraform_data" "x" {
+  input = upper(var.password)
+}
+output "length" {
+  value = nonsensitive(length(var.password))
+}
+output "encoded" {
+  value     = base64encode(var.password)
+  sensitive = true
+}
+`,
+		"leak-fails": declared + `resource "terraform_data" "y" {
+  provisioner "local-exec" {
+    command = "echo got ${nonsensitive(var.password)}; exit 3"
+  }
+}
+`,
+	}
+	for name, tf := range runs {
+		waitFor(t, time.Minute, "alice's run "+name, func() bool {
+			_, err := cl.kubectlStdin("alice", fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  workspace: %s\n  source:\n    inline:\n      main.tf: %q\n%s", name, ns, name, tf, secretVar), "create", "-f", "-")
+			return err == nil
+		})
+	}
+	waitPhase(t, ns, "leak-ok", 5*time.Minute, "Succeeded")
+	waitPhase(t, ns, "leak-fails", 5*time.Minute, "Failed")
+
+	places := map[string]string{
+		"Events":          mustAs(t, "admin", "get", "events", "-n", ns, "-o", "json"),
+		"pods":            mustAs(t, "admin", "get", "pods", "-n", ns, "-o", "json"),
+		"Jobs":            mustAs(t, "admin", "get", "jobs", "-n", ns, "-o", "json"),
+		"runs":            mustAs(t, "admin", "get", "tfr", "-n", ns, "-o", "json"),
+		"runs, described": mustAs(t, "admin", "describe", "tfr", "-n", ns),
+	}
+	// Secrets' data decoded: base64 hides a value at another alignment.
+	var secretList struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Data     map[string]string
+		}
+	}
+	if err := json.Unmarshal([]byte(mustAs(t, "admin", "get", "secrets", "-n", ns, "-o", "json")), &secretList); err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range secretList.Items {
+		if sec.Metadata.Name == "db" {
+			continue
+		}
+		var decoded strings.Builder
+		for key, value := range sec.Data {
+			raw, err := base64.StdEncoding.DecodeString(value)
+			if err != nil {
+				t.Fatalf("Secret %s key %s: %v", sec.Metadata.Name, key, err)
+			}
+			decoded.WriteString(key + "=" + string(raw) + "\n")
+		}
+		places["Secret "+sec.Metadata.Name] = decoded.String()
+	}
+	for _, pod := range strings.Fields(mustAs(t, "admin", "get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.name}")) {
+		places["log of pod "+pod] = mustAs(t, "admin", "logs", "-n", ns, pod)
+	}
+	for name := range runs {
+		for _, sub := range []string{"logs?stage=plan", "logs?stage=apply", "plan", "plan?format=json"} {
+			out, err := cl.kubectlAs("admin", "get", "--raw", raw(ns, name, sub))
+			if err != nil {
+				out += err.Error()
+			}
+			places[name+" "+sub] = out
+		}
+	}
+	if !strings.Contains(places["leak-fails logs?stage=apply"], "local-exec provisioner error") {
+		t.Fatalf("the failing run's apply log does not show its failure; the matrix would prove nothing:\n%s\nthe run: %s", places["leak-fails logs?stage=apply"], places["runs"])
+	}
+	forms := map[string]string{"the password": password, "its upper case": strings.ToUpper(password), "its base64": b64(password)}
+	for where, content := range places {
+		for what, value := range forms {
+			if strings.Contains(content, value) {
+				t.Errorf("%s appears in %s", what, where)
+			}
+		}
 	}
 }
