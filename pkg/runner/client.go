@@ -80,7 +80,9 @@ type HTTPClient struct {
 	// read from tokenFile for every request.
 	token     string
 	tokenFile string
-	hc        *http.Client
+	// stageKey is sent in stage.StageKeyHeader, when the stage has one.
+	stageKey string
+	hc       *http.Client
 	// Retries is how many times an upload or download is retried after a
 	// connection error or a 429/502/503/504 answer.
 	Retries int
@@ -131,6 +133,14 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 			return nil, err
 		}
 	}
+	var stageKey string
+	if spec.StageKeyFile != "" {
+		b, err := os.ReadFile(spec.StageKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the stage key: %w", err)
+		}
+		stageKey = strings.TrimSpace(string(b))
+	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if spec.CAFile != "" {
 		pem, err := os.ReadFile(spec.CAFile)
@@ -160,6 +170,7 @@ func newHTTPClient(spec stage.Spec) (*HTTPClient, error) {
 		base:      u,
 		token:     token,
 		tokenFile: spec.TokenFile,
+		stageKey:  stageKey,
 		hc:        &http.Client{Transport: transport},
 		// About a minute of retries (0.5s doubling): enough to ride out a
 		// restart of terrarun-apiserver while a stage runs.
@@ -200,6 +211,9 @@ func (c *HTTPClient) newRequest(ctx context.Context, method, sub string, q url.V
 		}
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
+	if c.stageKey != "" {
+		req.Header.Set(stage.StageKeyHeader, c.stageKey)
+	}
 	req.Header.Set("Accept", "application/json, */*")
 	req.Header.Set("User-Agent", "terrarun-executor")
 	if contentType != "" {

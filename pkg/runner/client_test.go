@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -313,3 +315,40 @@ func (f *flakyClient) OpenLog(ctx context.Context, s v1alpha1.StageName, a int32
 }
 
 func (f *flakyClient) breakCurrent() { f.current.Load().broken.Store(true) }
+
+// TestHTTPClientSendsStageKey: with a stage key file (a Job's stage), every
+// request carries the key, read once.
+func TestHTTPClientSendsStageKey(t *testing.T) {
+	srv := newFakeServer(t)
+	var mu sync.Mutex
+	var keys []string
+	srv.intercept = func(_ http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		keys = append(keys, r.Header.Get(stage.StageKeyHeader))
+		mu.Unlock()
+		return false
+	}
+	keyFile := filepath.Join(t.TempDir(), "stage-key")
+	if err := os.WriteFile(keyFile, []byte("0123abcd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := srv.spec(v1alpha1.StagePlan, 1)
+	spec.StageKeyFile = keyFile
+	c, err := NewHTTPClient(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := c.PutOutputs(context.Background(), 1, strings.NewReader("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] != "0123abcd" || keys[1] != "0123abcd" {
+		t.Errorf("stage keys sent: %q, want the key on both requests", keys)
+	}
+}

@@ -19,6 +19,12 @@ import (
 // mismatch ends the stage with ExitForged. Only the Job executor sets it.
 const BindingEnv = "TERRARUN_STAGE_DIGEST"
 
+// StageKeyHeader carries the stage's key (Spec.StageKeyFile) on every
+// request of a Job's executor. The key is in the stage's Secret, which only
+// its pod mounts: a token minted for the pod (create serviceaccounts/token)
+// without it is not the stage's credential.
+const StageKeyHeader = "X-Terrarun-Stage-Key"
+
 // ExitForged is terrarun-executor's exit code when what it was handed is not
 // what terrarun wrote (BindingEnv): nothing of the stage ran.
 const ExitForged = 86

@@ -76,6 +76,9 @@ type Spec struct {
 	EngineVersion *engineversion.Record `json:"engineVersion,omitempty"`
 	// WorkDir is an empty, private directory the executor may use.
 	WorkDir string `json:"workDir"`
+	// StageKeyFile, when set, holds the stage's key, which the executor
+	// sends with every request in StageKeyHeader (Kubernetes mode).
+	StageKeyFile string `json:"stageKeyFile,omitempty"`
 	// Bound lists the files, besides the stage file, that terrarun wrote for
 	// this stage into Secrets of its own (inline sources, the CA, values of
 	// other runs' outputs): BindingEnv's digest covers them.

@@ -28,6 +28,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
+	"github.com/terrarun/terrarun/pkg/stage"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -246,43 +247,70 @@ func TestExecutorIsolation(t *testing.T) {
 	waitPhase(t, ns, "run-a", 5*time.Minute, "AwaitingApproval")
 	waitPhase(t, ns, "run-b", 5*time.Minute, "AwaitingApproval")
 
-	token := podToken(t, ns, "run-a-plan-1")
+	// run-a's pod's own credentials, its stage key included: the identity
+	// checks, not a missing key, refuse these.
+	cred := podCredentials(t, ns, "run-a-plan-1")
 	for _, path := range []string{raw(ns, "run-b", "logs?stage=plan&attempt=1"), raw(ns, "run-b", "plan?attempt=1&part=text")} {
-		code, body := postAsToken(t, token, path)
+		code, body := postAs(t, cred, path)
 		if code != http.StatusForbidden {
 			t.Errorf("POST %s with run-a's executor token: %d %s, want 403", path, code, body)
 		}
 	}
 	// The same token may not even write its own run once its stage ended.
-	if code, body := postAsToken(t, token, raw(ns, "run-a", "logs?stage=plan&attempt=1")); code != http.StatusForbidden {
+	if code, body := postAs(t, cred, raw(ns, "run-a", "logs?stage=plan&attempt=1")); code != http.StatusForbidden {
 		t.Errorf("POST run-a's logs after its plan ended: %d %s, want 403", code, body)
 	}
 }
 
 // podToken reads the projected terrarun.dev token of a Job's pod from the
-// node agent's pod directory (the Job builder's terrarun-token volume).
-func podToken(t *testing.T, ns, job string) string {
+// podCredential is what an executor pod presents: its projected token for
+// terrarun's audience and its stage's key.
+type podCredential struct{ token, key string }
+
+// podCredentials reads the credentials of the pod of job in namespace ns,
+// where the node agent mounted them.
+func podCredentials(t *testing.T, ns, job string) podCredential {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(cl.agentDir, "*", ns+"_"+job+"-*", "volumes", "terrarun-token", "token"))
-	for _, m := range matches {
-		if data, err := os.ReadFile(m); err == nil && len(data) > 0 {
-			return strings.TrimSpace(string(data))
+	dirs, _ := filepath.Glob(filepath.Join(cl.agentDir, "*", ns+"_"+job+"-*", "volumes"))
+	for _, d := range dirs {
+		token, err := os.ReadFile(filepath.Join(d, "terrarun-token", "token"))
+		if err != nil || len(token) == 0 {
+			continue
 		}
+		key, err := os.ReadFile(filepath.Join(d, "stage", "stage-key"))
+		if err != nil {
+			t.Fatalf("the pod of job %s/%s has a token and no stage key: %v", ns, job, err)
+		}
+		return podCredential{token: strings.TrimSpace(string(token)), key: strings.TrimSpace(string(key))}
 	}
 	t.Fatalf("no projected terrarun.dev token for job %s/%s under %s", ns, job, cl.agentDir)
-	return ""
+	return podCredential{}
 }
 
-// postAsToken POSTs to terrarun directly, as executors do.
-func postAsToken(t *testing.T, token, path string) (int, string) {
+// postAs POSTs to terrarun directly, as executors do, with cred (its key
+// only when it has one).
+func postAs(t *testing.T, cred podCredential, path string) (int, string) {
 	t.Helper()
 	cfg := &rest.Config{Host: cl.serviceURL, TLSClientConfig: rest.TLSClientConfig{CAFile: cl.trCA}, Timeout: 30 * time.Second}
-	code, body, err := harness.RequestAs(t.Context(), cfg, token, http.MethodPost, path, strings.NewReader("forged\n"))
+	if cred.key != "" {
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+				req = req.Clone(req.Context())
+				req.Header.Set(stage.StageKeyHeader, cred.key)
+				return rt.RoundTrip(req)
+			})
+		}
+	}
+	code, body, err := harness.RequestAs(t.Context(), cfg, cred.token, http.MethodPost, path, strings.NewReader("forged\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return code, body
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestGarbageCollection is scenario 4: deleting a run removes its Jobs
 // through ownerReferences and its artifacts from terrarun's etcd.

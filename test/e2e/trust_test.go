@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -234,5 +235,48 @@ output "encoded" {
 				t.Errorf("%s appears in %s", what, where)
 			}
 		}
+	}
+}
+
+// TestMintedTokenIsNoStage is the review's attack with a minted token: dave,
+// who may only create service-account tokens and get pods in the namespace,
+// mints a token bound to the Pending pod of another user's plan stage, with
+// terrarun's audience, and writes into its log. The token alone is not the
+// stage's credential: without the stage's key, which only the stage's
+// Secret holds, every write is refused; the stage itself, once it runs,
+// plans as ever.
+func TestMintedTokenIsNoStage(t *testing.T) {
+	ns := newNamespace(t)
+	mustAs(t, "admin", "create", "role", "token-minter", "-n", ns, "--verb=create", "--resource=serviceaccounts/token")
+	mustAs(t, "admin", "create", "role", "pod-reader", "-n", ns, "--verb=get,list", "--resource=pods")
+	mustAs(t, "admin", "create", "rolebinding", "dave-minter", "-n", ns, "--role=token-minter", "--user=dave")
+	mustAs(t, "admin", "create", "rolebinding", "dave-pods", "-n", ns, "--role=pod-reader", "--user=dave")
+	hold := "terrarun-e2e/hold-" + ns
+	node := nodes[1].name
+	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "label", "node", node, hold+"-") })
+	createRun(t, "alice", ns, "victim", helloTF, fmt.Sprintf("  executor:\n    nodeSelector:\n      %s: \"true\"\n", hold))
+
+	var pod, uid string
+	waitFor(t, 2*time.Minute, "the victim's Pending plan pod", func() bool {
+		out, err := cl.kubectlAs("dave", "get", "pods", "-n", ns, "-l", "job-name=victim-plan-1", "-o", `jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}`)
+		if err != nil {
+			return false
+		}
+		pod, uid, _ = strings.Cut(strings.TrimSpace(out), " ")
+		return pod != "" && uid != ""
+	})
+	token := strings.TrimSpace(mustAs(t, "dave", "create", "token", "default", "-n", ns, "--audience", "terrarun.dev",
+		"--bound-object-kind", "Pod", "--bound-object-name", pod, "--bound-object-uid", uid))
+	for _, path := range []string{raw(ns, "victim", "logs?stage=plan&attempt=1"), raw(ns, "victim", "plan?attempt=1&part=text")} {
+		code, body := postAs(t, podCredential{token: token}, path)
+		if code != http.StatusForbidden || !strings.Contains(body, "stage key") {
+			t.Errorf("POST %s with a token dave minted for the stage's pod: %d %s; want 403 for want of the stage key", path, code, body)
+		}
+	}
+
+	mustAs(t, "admin", "label", "node", node, hold+"=true")
+	waitPhase(t, ns, "victim", 5*time.Minute, "AwaitingApproval")
+	if logs := mustAs(t, "admin", "get", "--raw", raw(ns, "victim", "logs?stage=plan")); strings.Contains(logs, "forged") {
+		t.Errorf("dave's line is in the victim's plan log:\n%s", logs)
 	}
 }

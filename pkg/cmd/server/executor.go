@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"maps"
@@ -377,7 +378,8 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 }
 
 // newExecutor builds the configured executor, and lets its identities
-// authenticate and be authorized (pkg/executor/auth) before any user's.
+// authenticate and be authorized (pkg/executor/auth) before any user's. Job
+// stages also prove themselves with their key (loadStageKeys).
 // serverURL and caFile are where executors reach this server.
 func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig, kube kubernetes.Interface, etcd *clientv3.Client,
 	root, serverURL, caFile string) (executor.Executor, error) {
@@ -429,9 +431,13 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 		if tokens, err = podTokenAuthenticator(kube); err != nil {
 			return nil, err
 		}
+		keys, err := loadStageKeys(etcd)
+		if err != nil {
+			return nil, err
+		}
 		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter,
-			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}})
-		identities = job.NewIdentityResolver(kube)
+			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}, StageKeys: keys})
+		identities = job.NewIdentityResolver(kube, keys)
 	}
 
 	executors := auth.NewAuthenticator(tokens, identities)
@@ -521,4 +527,35 @@ func (o *ExecutorOptions) configMapData(kube kubernetes.Interface, root string) 
 		}
 		return data, nil
 	}
+}
+
+// stageKeySecret is the etcd key of the secret that derives the Job stages'
+// keys: one secret for every replica, made by the first.
+const stageKeySecret = "/terrarun/stage-key-secret"
+
+// loadStageKeys reads the stage keys' secret from terrarun's etcd, making
+// it on first use.
+func loadStageKeys(etcd *clientv3.Client) (*job.StageKeys, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	resp, err := etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(stageKeySecret), "=", 0)).
+		Then(clientv3.OpPut(stageKeySecret, string(secret))).
+		Else(clientv3.OpGet(stageKeySecret)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("reading the stage keys' secret from etcd (%s): %w", stageKeySecret, err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) != 1 {
+			return nil, fmt.Errorf("the stage keys' secret %s vanished while it was read; start again", stageKeySecret)
+		}
+		secret = kvs[0].Value
+	}
+	return job.NewStageKeys(secret)
 }

@@ -50,6 +50,15 @@ type Resolver interface {
 	ExecutorIdentity(ctx context.Context, u user.Info) (executor.Identity, bool, error)
 }
 
+// RequestProver is a Resolver that also checks, of each request, a proof
+// beyond the credential that it comes from the identity's own stage (the
+// Job executor's stage key).
+type RequestProver interface {
+	// ProveRequest returns an error wrapping ErrRejected when req does not
+	// prove that it comes from id's stage.
+	ProveRequest(req *http.Request, id executor.Identity) error
+}
+
 // executorUser is the user of an executor credential. Only the Authenticator
 // creates it, so it cannot be impersonated.
 type executorUser struct {
@@ -73,6 +82,9 @@ func NewAuthenticator(tokens authenticator.Request, resolver Resolver) authentic
 		id, isExecutor, err := resolver.ExecutorIdentity(req.Context(), resp.User)
 		if err == nil && !isExecutor {
 			return resp, true, nil
+		}
+		if p, ok := resolver.(RequestProver); ok && err == nil {
+			err = p.ProveRequest(req, id)
 		}
 		resp.User = &executorUser{Info: resp.User, id: id, err: err}
 		return resp, true, nil

@@ -91,10 +91,18 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 		b.bind(CAFile, opts.CABundle)
 	}
 
-	// The stage Secret: stage.json and ca.crt. Inline sources add items below.
+	// The stage Secret: stage.json, ca.crt and the stage's key. Inline
+	// sources add items below.
 	stageItems := []corev1.KeyToPath{{Key: StageKey, Path: StageKey}}
 	if len(opts.CABundle) > 0 {
 		stageItems = append(stageItems, corev1.KeyToPath{Key: CAKey, Path: CAKey})
+	}
+	if opts.StageKeys != nil {
+		key := []byte(opts.StageKeys.For(executor.Identity{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID), Stage: ex.Stage, Attempt: ex.Attempt}))
+		st.StageKeyFile = StageKeyFile
+		b.secret.Data[StageKeyKey] = key
+		b.bind(StageKeyFile, key)
+		stageItems = append(stageItems, corev1.KeyToPath{Key: StageKeyKey, Path: StageKeyKey})
 	}
 	b.addVolume(corev1.Volume{Name: volumeStage, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName: secretName, Items: stageItems, DefaultMode: ptr.To(readable),

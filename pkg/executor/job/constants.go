@@ -10,6 +10,8 @@ const (
 	StageFile = StageDir + "/" + StageKey
 	// CAFile verifies terrarun-apiserver's serving certificate.
 	CAFile = StageDir + "/" + CAKey
+	// StageKeyFile holds the stage attempt's key (StageKeys).
+	StageKeyFile = StageDir + "/" + StageKeyKey
 	// TokenDir holds the projected, audience-bound service-account token.
 	TokenDir = "/var/run/secrets/terrarun"
 	// TokenFile is the token; the kubelet rotates it, so it is read per request.
@@ -39,6 +41,8 @@ const (
 const (
 	StageKey = "stage.json"
 	CAKey    = "ca.crt"
+	// StageKeyKey is the stage Secret's key of the stage attempt's key.
+	StageKeyKey = "stage-key"
 	// SourceKeyPrefix prefixes the keys of inline configuration files.
 	SourceKeyPrefix = "src-"
 	// BackendConfigKey is the key of spec.backend.configSecret.
@@ -93,6 +97,9 @@ type JobOptions struct {
 	// CABundle verifies terrarun-apiserver's serving certificate. When empty,
 	// the executor uses the system roots.
 	CABundle []byte
+	// StageKeys, when set, gives each stage attempt its key, in its stage
+	// Secret; the IdentityResolver given the same keys asks for it.
+	StageKeys *StageKeys
 	// Audience of the projected token that executor pods authenticate with.
 	// terrarun-apiserver's authenticator must accept it. Default "terrarun.dev".
 	Audience string

@@ -30,15 +30,23 @@ import (
 // Anyone allowed to create pods in a namespace can run them as any service
 // account of the namespace, and can copy labels and ownerReferences; what no
 // one can forge is the Job itself, which the Job name and UID checks pin.
+//
+// With keys, each request must also carry its stage attempt's key
+// (ProveRequest), which a token minted for the pod does not.
 type IdentityResolver struct {
 	client kubernetes.Interface
+	keys   *StageKeys
 }
 
-var _ auth.Resolver = (*IdentityResolver)(nil)
+var (
+	_ auth.Resolver      = (*IdentityResolver)(nil)
+	_ auth.RequestProver = (*IdentityResolver)(nil)
+)
 
-// NewIdentityResolver returns a resolver that reads pods and Jobs with client.
-func NewIdentityResolver(client kubernetes.Interface) *IdentityResolver {
-	return &IdentityResolver{client: client}
+// NewIdentityResolver returns a resolver that reads pods and Jobs with
+// client, and asks for the stage key derived from keys, when not nil.
+func NewIdentityResolver(client kubernetes.Interface, keys *StageKeys) *IdentityResolver {
+	return &IdentityResolver{client: client, keys: keys}
 }
 
 // ExecutorIdentity returns the stage execution whose pod holds u's token. It

@@ -46,7 +46,7 @@ func podUser(pod *corev1.Pod, podUID types.UID) user.Info {
 
 func TestIdentityAllowed(t *testing.T) {
 	job, pod := executorObjects(t, testRun(), testJobUID, testPodUID)
-	r := NewIdentityResolver(fake.NewClientset(job, pod))
+	r := NewIdentityResolver(fake.NewClientset(job, pod), nil)
 	id, ok, err := r.ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
 	if err != nil || !ok {
 		t.Fatalf("ExecutorIdentity = %v, %v", ok, err)
@@ -61,7 +61,7 @@ func TestIdentityLongRunName(t *testing.T) {
 	run := testRun()
 	run.Name = "a-run-name-that-is-much-longer-than-sixty-three-characters-as-label-values-allow"
 	job, pod := executorObjects(t, run, testJobUID, testPodUID)
-	id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod)).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
+	id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod), nil).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
 	if err != nil || !ok || id.Name != run.Name {
 		t.Errorf("ExecutorIdentity = %+v, %v, %v; want run %s", id, ok, err, run.Name)
 	}
@@ -73,7 +73,7 @@ func TestIdentityOtherRun(t *testing.T) {
 	other := testRun()
 	other.Name, other.UID = "db", "c0000000-0000-4000-8000-000000000002"
 	job, pod := executorObjects(t, other, testJobUID, testPodUID)
-	id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod)).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
+	id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod), nil).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
 	if err != nil || !ok {
 		t.Fatalf("ExecutorIdentity = %v, %v", ok, err)
 	}
@@ -156,7 +156,7 @@ func TestIdentityDenied(t *testing.T) {
 			if u == nil {
 				u = podUser(pod, testPodUID)
 			}
-			id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod)).ExecutorIdentity(context.Background(), u)
+			id, ok, err := NewIdentityResolver(fake.NewClientset(job, pod), nil).ExecutorIdentity(context.Background(), u)
 			if ok || err == nil {
 				t.Fatalf("ExecutorIdentity = %+v, %v, %v; want rejected", id, ok, err)
 			}
@@ -174,7 +174,7 @@ func TestIdentityMissingObjects(t *testing.T) {
 		"Job gone": {pod},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, ok, err := NewIdentityResolver(fake.NewClientset(objects...)).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
+			_, ok, err := NewIdentityResolver(fake.NewClientset(objects...), nil).ExecutorIdentity(context.Background(), podUser(pod, testPodUID))
 			if ok || !errors.Is(err, auth.ErrRejected) {
 				t.Errorf("ExecutorIdentity = %v, %v; want rejected", ok, err)
 			}
@@ -186,7 +186,7 @@ func TestIdentityNotExecutor(t *testing.T) {
 	job, pod := executorObjects(t, testRun(), testJobUID, testPodUID)
 	plain := pod.DeepCopy()
 	plain.Name, plain.UID, plain.Labels, plain.OwnerReferences = "plain", "plain-uid", nil, nil
-	r := NewIdentityResolver(fake.NewClientset(job, pod, plain))
+	r := NewIdentityResolver(fake.NewClientset(job, pod, plain), nil)
 	cases := map[string]user.Info{
 		"nil user":          nil,
 		"non-SA user":       &user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}},
