@@ -238,7 +238,7 @@ output "encoded" {
 	}
 }
 
-// TestMintedTokenIsNoStage is the review's attack with a minted token: dave,
+// TestMintedTokenIsNoStage is the review's attack with a minted token: carol,
 // who may only create service-account tokens and get pods in the namespace,
 // mints a token bound to the Pending pod of another user's plan stage, with
 // terrarun's audience, and writes into its log. The token alone is not the
@@ -249,8 +249,8 @@ func TestMintedTokenIsNoStage(t *testing.T) {
 	ns := newNamespace(t)
 	mustAs(t, "admin", "create", "role", "token-minter", "-n", ns, "--verb=create", "--resource=serviceaccounts/token")
 	mustAs(t, "admin", "create", "role", "pod-reader", "-n", ns, "--verb=get,list", "--resource=pods")
-	mustAs(t, "admin", "create", "rolebinding", "dave-minter", "-n", ns, "--role=token-minter", "--user=dave")
-	mustAs(t, "admin", "create", "rolebinding", "dave-pods", "-n", ns, "--role=pod-reader", "--user=dave")
+	mustAs(t, "admin", "create", "rolebinding", "carol-minter", "-n", ns, "--role=token-minter", "--user=carol")
+	mustAs(t, "admin", "create", "rolebinding", "carol-pods", "-n", ns, "--role=pod-reader", "--user=carol")
 	hold := "terrarun-e2e/hold-" + ns
 	node := nodes[1].name
 	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "label", "node", node, hold+"-") })
@@ -258,25 +258,25 @@ func TestMintedTokenIsNoStage(t *testing.T) {
 
 	var pod, uid string
 	waitFor(t, 2*time.Minute, "the victim's Pending plan pod", func() bool {
-		out, err := cl.kubectlAs("dave", "get", "pods", "-n", ns, "-l", "job-name=victim-plan-1", "-o", `jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}`)
+		out, err := cl.kubectlAs("carol", "get", "pods", "-n", ns, "-l", "job-name=victim-plan-1", "-o", `jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}`)
 		if err != nil {
 			return false
 		}
 		pod, uid, _ = strings.Cut(strings.TrimSpace(out), " ")
 		return pod != "" && uid != ""
 	})
-	token := strings.TrimSpace(mustAs(t, "dave", "create", "token", "default", "-n", ns, "--audience", "terrarun.dev",
+	token := strings.TrimSpace(mustAs(t, "carol", "create", "token", "default", "-n", ns, "--audience", "terrarun.dev",
 		"--bound-object-kind", "Pod", "--bound-object-name", pod, "--bound-object-uid", uid))
 	for _, path := range []string{raw(ns, "victim", "logs?stage=plan&attempt=1"), raw(ns, "victim", "plan?attempt=1&part=text")} {
 		code, body := postAs(t, podCredential{token: token}, path)
 		if code != http.StatusForbidden || !strings.Contains(body, "stage key") {
-			t.Errorf("POST %s with a token dave minted for the stage's pod: %d %s; want 403 for want of the stage key", path, code, body)
+			t.Errorf("POST %s with a token carol minted for the stage's pod: %d %s; want 403 for want of the stage key", path, code, body)
 		}
 	}
 
 	mustAs(t, "admin", "label", "node", node, hold+"=true")
 	waitPhase(t, ns, "victim", 5*time.Minute, "AwaitingApproval")
 	if logs := mustAs(t, "admin", "get", "--raw", raw(ns, "victim", "logs?stage=plan")); strings.Contains(logs, "forged") {
-		t.Errorf("dave's line is in the victim's plan log:\n%s", logs)
+		t.Errorf("carol's line is in the victim's plan log:\n%s", logs)
 	}
 }
