@@ -200,6 +200,25 @@ func TestRequestersDoNotApprove(t *testing.T) {
 		t.Error(err)
 	}
 
+	// A delete of the collection records its requester as well.
+	writeFile(t, path, workspaceManifest("owned-too", tf, "  destroyOnDelete: true\n"))
+	mustKubectl(t, alice, "create", "-f", path)
+	if out, err := approveAs(e.bob, "owned-too-1"); err != nil {
+		t.Fatalf("bob approves alice's run: %v\n%s", err, out)
+	}
+	e.readyAt(t, "owned-too", "owned-too-1")
+	mustKubectl(t, alice, "label", "tfws", "owned-too", "doomed=yes")
+	mustKubectl(t, carol, "delete", "--raw", "/apis/terrarun.dev/v1alpha1/namespaces/default/terraformworkspaces?labelSelector=doomed%3Dyes")
+	if run := e.waitPhase(t, "owned-too-2", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval); !slices.Equal(run.Spec.RequestedBy, []string{"carol"}) {
+		t.Errorf("the Destroy run after carol's delete of the collection names %v, want [carol]", run.Spec.RequestedBy)
+	}
+	if out, err := approveAs(carol, "owned-too-2"); err == nil || !strings.Contains(out, "separation of duties: carol requested this run") {
+		t.Errorf("carol approves the Destroy run her delete of the collection made: %v\n%s", err, out)
+	}
+	if out, err := approveAs(e.bob, "owned-too-2"); err != nil {
+		t.Fatalf("bob approves the Destroy run: %v\n%s", err, out)
+	}
+
 	// Nobody names requesters for the server.
 	forged := filepath.Join(t.TempDir(), "forged.yaml")
 	writeFile(t, forged, runManifest("forged-requesters", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  requestedBy: [mallory]\n")))

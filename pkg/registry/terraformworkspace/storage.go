@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -44,11 +45,23 @@ var (
 // run names them in spec.requestedBy, so that separation of duties keeps
 // them from approving it.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	return r.Store.Delete(ctx, name, recordDeleter(ctx, deleteValidation), options)
+}
+
+// DeleteCollection deletes the workspaces listOptions select, recording who
+// deleted each, as Delete does.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return r.Store.DeleteCollection(ctx, recordDeleter(ctx, deleteValidation), options, listOptions)
+}
+
+// recordDeleter is deleteValidation that also records the requesting user
+// in status.deletionRequestedBy of a workspace not yet being deleted.
+func recordDeleter(ctx context.Context, deleteValidation rest.ValidateObjectFunc) rest.ValidateObjectFunc {
 	var user string
 	if u, ok := genericapirequest.UserFrom(ctx); ok {
 		user = u.GetName()
 	}
-	record := func(ctx context.Context, obj runtime.Object) error {
+	return func(ctx context.Context, obj runtime.Object) error {
 		if deleteValidation != nil {
 			if err := deleteValidation(ctx, obj); err != nil {
 				return err
@@ -59,7 +72,6 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		}
 		return nil
 	}
-	return r.Store.Delete(ctx, name, record, options)
 }
 
 // ShortNames lets kubectl resolve `tfws`.
