@@ -685,14 +685,16 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
 		return c.startApproved(ctx, run)
 	}
-	if stale := c.appliedAfter(run); stale != nil {
-		// Approving it would be refused: it ends now rather than wait for
-		// its timeout.
-		msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it can no longer be applied. Create a new run to plan again.", stale.Name, v1alpha1.DescribeState(run))
-		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
-		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
-		c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
-		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
+	if plan, ok := planStart(run); ok {
+		if stale := c.appliedSince(run, plan, true); stale != nil {
+			// Approving it would be refused: it ends now rather than wait for
+			// its timeout.
+			msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it can no longer be applied. Create a new run to plan again.", stale.Name, v1alpha1.DescribeState(run))
+			c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+			c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+			c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
+			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
+		}
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil

@@ -142,28 +142,12 @@ func stageDoing(r *v1alpha1.TerraformRun) string {
 }
 
 // appliedSince returns a run on run's state whose apply may have changed the
-// state after run's plan read it (ChangedStateAfter), or nil.
-func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, plan terrarun.StageOrder) *v1alpha1.TerraformRun {
+// state after run's plan, placed at plan, read it (ChangedStateAfter), or
+// nil; with ended, only an apply that has ended counts.
+func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, plan terrarun.StageOrder, ended bool) *v1alpha1.TerraformRun {
 	for _, r := range c.sameState(run) {
 		for _, st := range r.Status.Stages {
-			if st.Name == v1alpha1.StageApply && terrarun.ChangedStateAfter(order(&st), plan) {
-				return r
-			}
-		}
-	}
-	return nil
-}
-
-// appliedAfter returns a run on run's state whose apply ended after run's
-// plan read the state (ChangedStateAfter), or nil: run's plan is stale.
-func (c *Controller) appliedAfter(run *v1alpha1.TerraformRun) *v1alpha1.TerraformRun {
-	plan, ok := planStart(run)
-	if !ok {
-		return nil
-	}
-	for _, r := range c.sameState(run) {
-		for _, st := range r.Status.Stages {
-			if st.Name == v1alpha1.StageApply && st.CompletionTime != nil && terrarun.ChangedStateAfter(order(&st), plan) {
+			if st.Name == v1alpha1.StageApply && (!ended || st.CompletionTime != nil) && terrarun.ChangedStateAfter(order(&st), plan) {
 				return r
 			}
 		}
@@ -224,7 +208,7 @@ func (c *Controller) startApproved(ctx context.Context, run *v1alpha1.TerraformR
 	holder := c.stateHolder(run, v1alpha1.StageApply)
 	var stale *v1alpha1.TerraformRun
 	if since, ok := planStart(run); holder == nil && ok {
-		stale = c.appliedSince(run, since)
+		stale = c.appliedSince(run, since, false)
 	}
 	if holder == nil && stale == nil {
 		c.slots.admitted[runKey(run)] = true
