@@ -67,6 +67,9 @@ func init() {
 type ExtraConfig struct {
 	// Artifacts stores plans, logs and outputs.
 	Artifacts *artifacts.Store
+	// States is the state served to the stages of runs that name no
+	// backend; nil where the executor keeps that state itself.
+	States *terraformrun.StateBackend
 	// Executor runs the runs' stages.
 	Executor executor.Executor
 	// DefaultEngine is spec.engine.binary when neither the run nor the
@@ -175,6 +178,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	metrics.Register()
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		Artifacts:         extra.Artifacts,
+		States:            extra.States,
 		DefaultEngine:     extra.DefaultEngine,
 		NoHostCluster:     extra.Controller.Kube == nil,
 		MaxFollowsPerUser: extra.MaxFollowsPerUser,
@@ -198,14 +202,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	// and serves CBOR when the CBORServingAndStorage feature gate is on.
 	group.NegotiatedSerializer = groupSerializer{group.NegotiatedSerializer, newEncodingCache(extra.ListCacheBytes)}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"terraformruns":         runs.Run,
-		"terraformruns/status":  runs.Status,
-		"terraformruns/approve": runs.Approve,
-		"terraformruns/discard": runs.Discard,
-		"terraformruns/cancel":  runs.Cancel,
-		"terraformruns/plan":    runs.Plan,
-		"terraformruns/logs":    runs.Logs,
-		"terraformruns/outputs": runs.Outputs,
+		"terraformruns":           runs.Run,
+		"terraformruns/status":    runs.Status,
+		"terraformruns/approve":   runs.Approve,
+		"terraformruns/discard":   runs.Discard,
+		"terraformruns/cancel":    runs.Cancel,
+		"terraformruns/plan":      runs.Plan,
+		"terraformruns/logs":      runs.Logs,
+		"terraformruns/outputs":   runs.Outputs,
+		"terraformruns/state":     runs.State,
+		"terraformruns/statelock": runs.StateLock,
 
 		"terraformworkspaces":        workspaces.Workspace,
 		"terraformworkspaces/status": workspaces.Status,

@@ -49,6 +49,10 @@ type Client interface {
 	AwaitApply(ctx context.Context, have string) (io.ReadCloser, error)
 	// PutOutputs uploads the JSON of `terraform output -json`.
 	PutOutputs(ctx context.Context, attempt int32, r io.Reader) error
+	// State sends one request to the state terrarun serves
+	// (stage.ServedBackend): sub is "state" or "statelock". It returns a
+	// 2xx response, whose body must be closed, or a *StatusError.
+	State(ctx context.Context, method, sub string, q url.Values, body []byte) (*http.Response, error)
 }
 
 // StatusError is a non-2xx answer of the server.
@@ -385,6 +389,15 @@ func (c *HTTPClient) PutPlan(ctx context.Context, attempt int32, parts []PlanPar
 func (c *HTTPClient) PutOutputs(ctx context.Context, attempt int32, r io.Reader) error {
 	q := url.Values{"attempt": {strconv.Itoa(int(attempt))}}
 	return c.upload(ctx, "upload outputs", "outputs", q, r, "application/json")
+}
+
+// State implements Client.
+func (c *HTTPClient) State(ctx context.Context, method, sub string, q url.Values, body []byte) (*http.Response, error) {
+	contentType := ""
+	if body != nil {
+		contentType = "application/json"
+	}
+	return c.do(ctx, method+" "+sub, method, sub, q, body, contentType, nil)
 }
 
 // GetPlan implements Client.

@@ -108,6 +108,9 @@ func (r *runner) plan(ctx context.Context) error {
 		err = runPlan()
 	}
 	if lock, ok := heldLock(err, self); ok {
+		if r.stateProxy != nil {
+			r.nameServedLock(ctx, &lock)
+		}
 		if lock.Who == "" {
 			if lock.ID == "" {
 				return fmt.Errorf("%s plan: the state is locked, and the backend does not say by whom (see the stage's log). "+

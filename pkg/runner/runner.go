@@ -94,6 +94,10 @@ type runner struct {
 	configRoot string
 	planPath   string
 
+	// stateProxy serves the engine's http backend when the state is the
+	// one terrarun serves (stage.ServedBackend).
+	stateProxy *stateProxy
+
 	// carry is set by a plan stage that goes on to apply (ApplyAfterPlan):
 	// what it has not uploaded yet, and the engine it planned with.
 	carry *carriedApply
@@ -164,6 +168,9 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		// This process goes on with the apply stage once the server
 		// grants it.
 		err = r.carryApply(ctx, runCtx, log)
+	}
+	if r.stateProxy != nil {
+		r.stateProxy.close()
 	}
 	return r.end(ctx, runCtx, log, err)
 }
@@ -334,6 +341,14 @@ func (r *runner) logf(format string, args ...any) {
 }
 
 func (r *runner) run(ctx context.Context) error {
+	if r.spec.Backend.Type == stage.ServedBackend {
+		p, err := startStateProxy(ctx, r.client, r.logf)
+		if err != nil {
+			return err
+		}
+		r.stateProxy = p
+		r.secrets.add(p.password)
+	}
 	r.privateDir = filepath.Join(r.spec.WorkDir, ".terrarun")
 	r.configRoot = filepath.Join(r.spec.WorkDir, "config")
 	r.planPath = filepath.Join(r.privateDir, "plan.tfplan")

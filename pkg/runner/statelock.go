@@ -2,7 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"regexp"
@@ -79,10 +83,46 @@ func lostPlanLock(lock lockInfo, hosts []string) bool {
 // forceUnlock releases the state lock id, saying why in the log.
 func (r *runner) forceUnlock(ctx context.Context, tf *tfexec.Terraform, id, why string) error {
 	r.logf("terrarun: releasing state lock %s: %s", id, why)
+	if r.stateProxy != nil {
+		// The state terrarun serves releases it for the run that names
+		// it (the engine's http backend cannot say which lock to release).
+		resp, err := r.client.State(ctx, http.MethodDelete, "statelock", url.Values{"lockID": {id}}, nil)
+		if err != nil {
+			return fmt.Errorf("releasing state lock %s: %w", id, err)
+		}
+		return resp.Body.Close()
+	}
 	return r.step("force-unlock", func() error {
 		if err := tf.ForceUnlock(ctx, id); err != nil {
 			return fmt.Errorf("releasing state lock %s: %w", id, err)
 		}
 		return nil
 	})
+}
+
+// nameServedLock fills in, from the state terrarun serves, the holder and
+// operation of lock, which the engine's http backend reports by ID only.
+func (r *runner) nameServedLock(ctx context.Context, lock *lockInfo) {
+	resp, err := r.client.State(ctx, http.MethodGet, "statelock", nil, nil)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var view struct {
+		ID     string `json:"id"`
+		Holder struct {
+			Run     string `json:"run"`
+			Stage   string `json:"stage"`
+			Attempt int32  `json:"attempt"`
+		} `json:"holder"`
+		Operation string `json:"operation"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&view) != nil || (lock.ID != "" && view.ID != lock.ID) {
+		return
+	}
+	lock.ID = view.ID
+	lock.Who = fmt.Sprintf("run %s's %s stage attempt %d", view.Holder.Run, view.Holder.Stage, view.Holder.Attempt)
+	if view.Operation != "" {
+		lock.Operation = view.Operation
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/hashicorp/terraform-config-inspect/tfconfig"
 	"github.com/hashicorp/terraform-exec/tfexec"
+
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // newTerraform returns a tfexec handle for dir whose output goes to the
@@ -56,6 +59,9 @@ func (r *runner) quietTerraform(dir string) (*tfexec.Terraform, error) {
 	env["CHECKPOINT_DISABLE"] = "1"
 	if r.spec.PluginCacheDir != "" && pluginCacheLocking {
 		env["TF_PLUGIN_CACHE_DIR"] = r.spec.PluginCacheDir
+	}
+	if r.stateProxy != nil {
+		maps.Copy(env, r.stateProxy.env())
 	}
 	if err := tf.SetEnv(env); err != nil {
 		return nil, err
@@ -103,7 +109,12 @@ func withGroupReaper(ctx context.Context, dir string, fn func() error) error {
 // and refuses a root output derived from one unless the output is
 // sensitive too.
 func (r *runner) writeOverrides(dir string) error {
-	content := fmt.Sprintf("# Written by terrarun: the run's backend.\nterraform {\n  backend %q {}\n}\n", r.spec.Backend.Type)
+	backend := r.spec.Backend.Type
+	if backend == stage.ServedBackend {
+		// Its addresses and credentials are in the engine's environment.
+		backend = "http"
+	}
+	content := fmt.Sprintf("# Written by terrarun: the run's backend.\nterraform {\n  backend %q {}\n}\n", backend)
 	if err := os.WriteFile(filepath.Join(dir, backendOverrideFile), []byte(content), 0o600); err != nil {
 		return fmt.Errorf("writing the backend override: %w", err)
 	}
@@ -177,6 +188,14 @@ func (r *runner) initAndWorkspace(ctx context.Context, tf *tfexec.Terraform) err
 	}
 	if err := r.step("init", func() error { return tf.Init(ctx, opts...) }); err != nil {
 		return err
+	}
+	if r.spec.Backend.Type == stage.ServedBackend {
+		// One state per workspace, chosen by the server: the engine's own
+		// workspace stays "default".
+		if ws := r.spec.Workspace; ws != "" && ws != "default" {
+			r.logf("terrarun: the state of workspace %s, kept by terrarun", ws)
+		}
+		return nil
 	}
 	if err := selectWorkspace(tf.WorkingDir(), r.spec.Workspace); err != nil {
 		return err

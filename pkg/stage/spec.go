@@ -176,6 +176,14 @@ type Variable struct {
 	JSON bool `json:"json,omitempty"`
 }
 
+// ServedBackend is the Backend.Type of the state that terrarun serves
+// through the run's state and statelock subresources, with the stage's own
+// identity: the runner gives the engine its http backend, pointed at a
+// proxy on the loopback interface that adds the stage's credentials. The
+// state is kept for the run's workspace in its namespace; no Kubernetes
+// credential is involved.
+const ServedBackend = "terrarun"
+
 // Backend is the state backend configuration.
 type Backend struct {
 	Type string `json:"type"`

@@ -54,8 +54,8 @@ resource "terraform_data" "once" {
 	if node := jobNode(t, ns, "lostplan-plan-2"); node == victim || node == "" {
 		t.Errorf("the plan was retried on node %q, want another than %s", node, victim)
 	}
-	if log := mustAs(t, "admin", "get", "--raw", raw(ns, "lostplan", "logs?stage=plan&attempt=2")); !strings.Contains(log, "terrarun: releasing state lock") ||
-		!strings.Contains(log, "lostplan-plan-1, this run's lost plan attempt") {
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, "lostplan", "logs?stage=plan&attempt=2")); !strings.Contains(log, "terrarun: took over the state lock of run lostplan") ||
+		!strings.Contains(log, "plan stage attempt 1, which has ended") {
 		t.Errorf("the retried plan's log does not show the lost attempt's lock released:\n%s", log)
 	}
 	if data, err := os.ReadFile(marker); err != nil || strings.Count(string(data), "applied") != 1 {
@@ -112,7 +112,7 @@ resource "terraform_data" "once" {
 		t.Fatalf("run after: phase %s, want Failed on the lost apply's lock", got)
 	}
 	msg = mustAs(t, "admin", "get", "tfr", "after", "-n", ns, "-o", "jsonpath={.status.message}")
-	m := regexp.MustCompile(`the state is locked: lock ID (\S+), taken by \S*@lostapply-apply-1 for OperationTypeApply\..*spec\.forceUnlock: (\S+)`).FindStringSubmatch(msg)
+	m := regexp.MustCompile(`the state is locked: lock ID (\S+), taken by run lostapply's apply stage attempt 1 for OperationTypeApply\..*spec\.forceUnlock: (\S+)`).FindStringSubmatch(msg)
 	if m == nil || m[1] != m[2] {
 		t.Fatalf("the plan that found the lost apply's lock does not name it and how to release it: %s", msg)
 	}
@@ -122,8 +122,8 @@ resource "terraform_data" "once" {
 	if got := waitPhase(t, ns, "unlock-other", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
 		t.Fatalf("run unlock-other, with another lock's ID: phase %s, want Failed", got)
 	}
-	if out := mustAs(t, "admin", "get", "leases", "-n", ns, "-o", "jsonpath={.items[*].spec.holderIdentity}"); !strings.Contains(out, m[1]) {
-		t.Fatalf("the lost apply's lock %s is gone after a forceUnlock of another ID; holders: %q", m[1], out)
+	if out := mustAs(t, "admin", "get", "--raw", raw(ns, "lostapply", "statelock")); !strings.Contains(out, m[1]) {
+		t.Fatalf("the lost apply's lock %s is gone after a forceUnlock of another ID; lock: %s", m[1], out)
 	}
 	stateRun("unlock", "  forceUnlock: "+m[1]+"\n")
 	if got := waitPhase(t, ns, "unlock", 3*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
@@ -176,16 +176,17 @@ func jobNode(t *testing.T, ns, job string) string {
 }
 
 // waitStageHoldsLock waits until the Job's pod runs on node and the state
-// lock (a Lease of the kubernetes backend) is taken.
+// lock of its run is taken.
 func waitStageHoldsLock(t *testing.T, ns, job, node string) {
 	t.Helper()
 	waitFor(t, 3*time.Minute, job+" to run on "+node, func() bool {
 		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "--selector=batch.kubernetes.io/job-name="+job, "-o", "jsonpath={.items[0].spec.nodeName} {.items[0].status.phase}")
 		return out == node+" Running"
 	})
-	waitFor(t, 2*time.Minute, "the state lock (a Lease in "+ns+") to be taken", func() bool {
-		out, _ := cl.kubectlAs("admin", "get", "leases", "-n", ns, "-o", "jsonpath={.items[*].spec.holderIdentity}")
-		return strings.TrimSpace(out) != ""
+	run := job[:strings.LastIndex(job[:strings.LastIndex(job, "-")], "-")]
+	waitFor(t, 2*time.Minute, "the state lock of "+run+" to be taken", func() bool {
+		_, err := cl.kubectlAs("admin", "get", "--raw", raw(ns, run, "statelock"))
+		return err == nil
 	})
 }
 

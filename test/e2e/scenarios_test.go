@@ -33,8 +33,7 @@ import (
 )
 
 // newNamespace creates a namespace for one scenario, with alice as editor,
-// bob as approver (and viewer), carol as viewer, and the executor's
-// service account bound to terrarun-executor, as the README says.
+// bob as approver (and viewer) and carol as viewer, as the README says.
 func newNamespace(t testing.TB) string {
 	t.Helper()
 	buf := make([]byte, 3)
@@ -51,7 +50,6 @@ func newNamespaceNamed(t testing.TB, ns string) string {
 	mustAs(t, "admin", "create", "rolebinding", "bob-approve", "-n", ns, "--clusterrole=terrarun-approve", "--user=bob")
 	mustAs(t, "admin", "create", "rolebinding", "bob-view", "-n", ns, "--clusterrole=terrarun-view", "--user=bob")
 	mustAs(t, "admin", "create", "rolebinding", "carol-view", "-n", ns, "--clusterrole=terrarun-view", "--user=carol")
-	mustAs(t, "admin", "create", "rolebinding", "terrarun-executor", "-n", ns, "--clusterrole=terrarun-executor", "--serviceaccount="+ns+":default")
 	// The pods run as the namespace's default service account.
 	waitFor(t, time.Minute, "the default service account of "+ns, func() bool {
 		_, err := cl.kubectlAs("admin", "get", "serviceaccount", "default", "-n", ns)
@@ -250,7 +248,7 @@ func TestExecutorIsolation(t *testing.T) {
 	// run-a's pod's own credentials, its stage key included: the identity
 	// checks, not a missing key, refuse these.
 	cred := podCredentials(t, ns, "run-a-plan-1")
-	for _, path := range []string{raw(ns, "run-b", "logs?stage=plan&attempt=1"), raw(ns, "run-b", "plan?attempt=1&part=text")} {
+	for _, path := range []string{raw(ns, "run-b", "logs?stage=plan&attempt=1"), raw(ns, "run-b", "plan?attempt=1&part=text"), raw(ns, "run-b", "statelock")} {
 		code, body := postAs(t, cred, path)
 		if code != http.StatusForbidden {
 			t.Errorf("POST %s with run-a's executor token: %d %s, want 403", path, code, body)

@@ -280,3 +280,128 @@ func TestMintedTokenIsNoStage(t *testing.T) {
 		t.Errorf("carol's line is in the victim's plan log:\n%s", logs)
 	}
 }
+
+// stateRun creates an Auto run of workspace as user, with main.tf and
+// extra spec lines, and waits for it to end; it returns its phase.
+func stateRun(t *testing.T, user, ns, name, workspace, mainTF, extra string) string {
+	t.Helper()
+	manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n"+
+		"  workspace: %s\n  approval:\n    mode: Auto\n  source:\n    inline:\n      main.tf: %q\n%s", name, ns, workspace, mainTF, extra)
+	if _, err := cl.kubectlStdin(user, manifest, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPhase(t, ns, name, 5*time.Minute, "Succeeded", "Failed")
+	if got == "Failed" {
+		for _, st := range []string{"plan", "apply"} {
+			log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, name, "logs?stage="+st))
+			t.Logf("run %s/%s failed; its %s log:\n%s", ns, name, st, log)
+		}
+	}
+	return got
+}
+
+// planAdds is the number of resources the run's plan adds.
+func planAdds(t *testing.T, ns, name string) string {
+	return mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.status.plan.add}")
+}
+
+// TestDefaultBackendHoldsNoKubernetesToken is finding 9 of the third review:
+// a run without spec.backend got the kubernetes backend with
+// in_cluster_config, so its pod held a token of the namespace's default
+// ServiceAccount, which the documented executor role let read and replace
+// every Secret of the namespace; an editor printed it through an output and
+// read a Secret she may not. Now terrarun serves the state: no Kubernetes
+// token reaches the pod, the state still goes from one run to the next of a
+// workspace, no other namespace and no user reaches it, and its lock is
+// visible to viewers.
+func TestDefaultBackendHoldsNoKubernetesToken(t *testing.T) {
+	ns := newNamespace(t)
+	mustAs(t, "admin", "create", "secret", "generic", "db", "-n", ns, "--from-literal=password=hunter2")
+	const tokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	mainTF := `resource "terraform_data" "x" {
+  input = "v1"
+}
+output "token" {
+  value = fileexists("` + tokenFile + `") ? file("` + tokenFile + `") : "no token"
+}
+`
+	if got := stateRun(t, "alice", ns, "first", "shared", mainTF, ""); got != "Succeeded" {
+		t.Fatalf("the first run is %s: %s", got, mustAs(t, "admin", "get", "tfr", "first", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	token := strings.Trim(mustAs(t, "admin", "get", "tfr", "first", "-n", ns, "-o", `jsonpath={.status.outputs[?(@.name=="token")].value}`), `"`)
+	if token != "no token" {
+		// The review's attack: the token reads the Secret alice may not.
+		if err := cl.writeKubeconfig("stolen-"+ns, token); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cl.kubectlAs("stolen-"+ns, "get", "secret", "db", "-n", ns, "-o", "jsonpath={.data.password}")
+		t.Fatalf("the run's code read a Kubernetes token (%d bytes); with it, get secret db: %q, %v", len(token), out, err)
+	}
+	if _, err := cl.kubectlAs("alice", "get", "secret", "db", "-n", ns); err == nil {
+		t.Fatal("alice may get secret db: the test proves nothing")
+	}
+
+	// The state went to terrarun: the next run of the workspace has
+	// nothing to add, a run of another workspace and one of the same
+	// workspace in another namespace have.
+	if got := stateRun(t, "alice", ns, "second", "shared", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "second") != "0" {
+		t.Errorf("the second run of the workspace is %s and adds %s resources, want Succeeded adding 0", got, planAdds(t, ns, "second"))
+	}
+	other := newNamespace(t)
+	for _, r := range []struct{ ns, name, workspace string }{{ns, "elsewhere", "other"}, {other, "first", "shared"}} {
+		if got := stateRun(t, "alice", r.ns, r.name, r.workspace, mainTF, ""); got != "Succeeded" || planAdds(t, r.ns, r.name) != "1" {
+			t.Errorf("run %s/%s of workspace %s is %s and adds %s resources, want Succeeded adding 1: it saw another state",
+				r.ns, r.name, r.workspace, got, planAdds(t, r.ns, r.name))
+		}
+	}
+	if out := mustAs(t, "admin", "get", "secrets", "-n", ns, "-o", "name"); strings.Contains(out, "tfstate") {
+		t.Errorf("a state Secret was written in %s: %s", ns, out)
+	}
+
+	// Only a stage reaches the state: not its editor, not an admin.
+	for _, user := range []string{"alice", "admin"} {
+		if out, err := cl.kubectlAs(user, "get", "--raw", raw(ns, "second", "state")); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+			t.Errorf("%s read the state: %v %.200s", user, err, out)
+		}
+	}
+	// A viewer sees whether the state is locked.
+	if _, err := cl.kubectlAs("carol", "get", "--raw", raw(ns, "second", "statelock")); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("carol's read of the unlocked state's lock: %v, want NotFound", err)
+	}
+}
+
+// TestStateMigratesFromTheKubernetesBackend: a workspace whose state an older
+// terrarun kept with the kubernetes backend (Secret tfstate-<ws>-<ws>) goes
+// on from that state once terrarun serves it, and says so in the log; the
+// kubernetes backend stays available to a run that names the
+// ServiceAccount whose token its pods get, and to no other.
+func TestStateMigratesFromTheKubernetesBackend(t *testing.T) {
+	ns := newNamespace(t)
+	mainTF := "resource \"terraform_data\" \"x\" {\n  input = \"v1\"\n}\n"
+	kubeBackend := "  backend:\n    type: kubernetes\n    config:\n      secret_suffix: default\n      in_cluster_config: \"true\"\n      namespace: " + ns + "\n"
+	manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: no-sa\n  namespace: %s\nspec:\n  source:\n    inline:\n      main.tf: %q\n%s", ns, mainTF, kubeBackend)
+	if out, err := cl.kubectlStdin("admin", manifest, "create", "-f", "-"); err == nil || !strings.Contains(err.Error(), "spec.backend.config[in_cluster_config]") {
+		t.Fatalf("a kubernetes backend with in_cluster_config and no ServiceAccount: %v %s, want refused naming the field", err, out)
+	}
+
+	mustAs(t, "admin", "create", "serviceaccount", "deployer", "-n", ns)
+	mustAs(t, "admin", "create", "role", "tfstate", "-n", ns, "--verb=get,list,create,update,delete", "--resource=secrets,leases")
+	mustAs(t, "admin", "create", "rolebinding", "deployer-tfstate", "-n", ns, "--role=tfstate", "--serviceaccount="+ns+":deployer")
+	if got := stateRun(t, "admin", ns, "legacy", "default", mainTF, kubeBackend+"  executor:\n    serviceAccountName: deployer\n"); got != "Succeeded" || planAdds(t, ns, "legacy") != "1" {
+		t.Fatalf("the kubernetes backend's run is %s adding %s: %s", got, planAdds(t, ns, "legacy"), mustAs(t, "admin", "get", "tfr", "legacy", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	mustAs(t, "admin", "get", "secret", "tfstate-default-default", "-n", ns)
+
+	if got := stateRun(t, "alice", ns, "served", "default", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "served") != "0" {
+		t.Fatalf("the first run with the served state is %s adding %s resources, want Succeeded adding 0 (imported)", got, planAdds(t, ns, "served"))
+	}
+	want := "imported the state kept by the kubernetes backend in Secret " + ns + "/tfstate-default-default"
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, "served", "logs?stage=plan")); !strings.Contains(log, want) {
+		t.Errorf("the plan's log does not say %q:\n%s", want, log)
+	}
+	// Imported once: the Secret is not read again.
+	mustAs(t, "admin", "delete", "secret", "tfstate-default-default", "-n", ns)
+	if got := stateRun(t, "alice", ns, "next", "default", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "next") != "0" {
+		t.Errorf("the next run is %s adding %s resources, want Succeeded adding 0", got, planAdds(t, ns, "next"))
+	}
+}

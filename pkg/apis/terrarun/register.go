@@ -38,6 +38,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunLogOptions{},
 		&TerraformRunPlanOptions{},
 		&TerraformRunOutputsOptions{},
+		&TerraformRunStateOptions{},
 		&TerraformWorkspace{},
 		&TerraformWorkspaceList{},
 		&TerraformWorkspaceRerun{},

@@ -788,3 +788,19 @@ type TerraformRunOutputsOptions struct {
 	// +optional
 	Attempt *int32 `json:"attempt,omitempty"`
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TerraformRunStateOptions are the query options of the state and statelock
+// subresources, which only the executor of the run's current stage may use,
+// when the run keeps its state in the backend terrarun serves. GET state
+// reads the state, POST state writes a version of it, GET statelock reads
+// its lock, POST statelock takes the lock and DELETE statelock releases it.
+type TerraformRunStateOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// lockID is the ID of the state lock this stage holds: a POST of the
+	// state and a DELETE of the lock must set it.
+	// +optional
+	LockID string `json:"lockID,omitempty"`
+}

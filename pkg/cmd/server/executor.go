@@ -78,6 +78,10 @@ type ExecutorOptions struct {
 	MaxRunLogBytes, MaxNamespaceLogBytes, MaxTotalLogBytes int64
 	// MaxPlanBytes caps the plan text and the redacted plan JSON.
 	MaxPlanBytes int64
+	// MaxStateBytes, MaxNamespaceStateBytes and StateVersions bound the
+	// state served to Job stages (package statestore).
+	MaxStateBytes, MaxNamespaceStateBytes int64
+	StateVersions                         int
 	// DefaultEngine is spec.engine.binary for runs that set none.
 	DefaultEngine string
 	// SpreadTopologyKey spreads the kubernetes executor's pods over the
@@ -199,6 +203,9 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxRunLogBytes, "max-run-log-bytes", o.MaxRunLogBytes, "Size cap of all logs of one run together; past it its log ends with a truncation marker. 0: 256 MiB.")
 	fs.Int64Var(&o.MaxNamespaceLogBytes, "max-namespace-log-bytes", o.MaxNamespaceLogBytes, "Size cap of all logs of the runs of one namespace; past it logs end with a truncation marker until runs are deleted. 0: 1 GiB.")
 	fs.Int64Var(&o.MaxTotalLogBytes, "max-total-log-bytes", o.MaxTotalLogBytes, "Size cap of all logs in etcd, kept under etcd's space quota (--quota-backend-bytes of etcd, 2 GiB by default) so that logs cannot make etcd read-only. 0: 1.5 GiB.")
+	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", o.MaxStateBytes, "With --executor=kubernetes, size cap of one version of a state that terrarun serves (runs that name no backend); a larger one fails the apply's state write. 0: 64 MiB.")
+	fs.Int64Var(&o.MaxNamespaceStateBytes, "max-namespace-state-bytes", o.MaxNamespaceStateBytes, "With --executor=kubernetes, cap of the stored (compressed) bytes of every kept version of every state that terrarun serves to one namespace. 0: 256 MiB.")
+	fs.IntVar(&o.StateVersions, "state-versions", o.StateVersions, "With --executor=kubernetes, versions kept of each state that terrarun serves. 0: 10.")
 	fs.Int64Var(&o.MaxPlanBytes, "max-plan-bytes", o.MaxPlanBytes, "Size cap of the plan text and of the redacted plan JSON; past it they end with a truncation marker. 0: 32 MiB for text, 64 MiB for JSON.")
 }
 
@@ -253,7 +260,8 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 		errs = append(errs, fmt.Errorf("--max-concurrent-stages-per-namespace must be 0 (no bound) or more, not %d", o.MaxConcurrentStagesPerNamespace))
 	}
 	for name, v := range map[string]int64{"--max-log-bytes": o.MaxLogBytes, "--max-plan-bytes": o.MaxPlanBytes,
-		"--max-run-log-bytes": o.MaxRunLogBytes, "--max-namespace-log-bytes": o.MaxNamespaceLogBytes, "--max-total-log-bytes": o.MaxTotalLogBytes} {
+		"--max-run-log-bytes": o.MaxRunLogBytes, "--max-namespace-log-bytes": o.MaxNamespaceLogBytes, "--max-total-log-bytes": o.MaxTotalLogBytes,
+		"--max-state-bytes": o.MaxStateBytes, "--max-namespace-state-bytes": o.MaxNamespaceStateBytes, "--state-versions": int64(o.StateVersions)} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative (0 means the default)", name))
 		}

@@ -286,10 +286,17 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	if err != nil {
 		return nil, cleanup, err
 	}
+	var states *terraformrun.StateBackend
+	if o.Executor.Kind == "kubernetes" {
+		if states, err = o.Executor.newStateBackend(ctx, config, recommended.Etcd, etcdClient, kube); err != nil {
+			return nil, cleanup, err
+		}
+	}
 	return &apiserver.Config{
 		GenericConfig: config,
 		ExtraConfig: apiserver.ExtraConfig{
 			Artifacts:         store,
+			States:            states,
 			Executor:          exec,
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,

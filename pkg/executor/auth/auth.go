@@ -136,11 +136,20 @@ var runnerAccess = map[v1alpha1.StageName][]struct{ verb, subresource string }{
 		{"create", "plan"},    // the plan file, text, JSON, source and result
 		{"get", "plan"},       // the approved plan file, when it carries the apply
 		{"create", "outputs"}, // when it carries the apply
+		{"get", "state"},      // the state terrarun serves (stage.ServedBackend)
+		{"create", "state"},   // when it carries the apply
+		{"get", "statelock"},  // to name a lock's holder
+		{"create", "statelock"},
+		{"delete", "statelock"}, // its own, or the one spec.forceUnlock names
 	},
 	v1alpha1.StageApply: {
 		{"create", "logs"},
 		{"get", "plan"}, // the approved plan file and source
 		{"create", "outputs"},
+		{"get", "state"},
+		{"create", "state"},
+		{"create", "statelock"},
+		{"delete", "statelock"},
 	},
 }
 

@@ -132,8 +132,11 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	if err := b.addVariables(spec.Variables, inputs, ex.Inputs, &st); err != nil {
 		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	b.addBackend(run, st.Workspace, &st.Backend)
-	if st.Backend.Type == "kubernetes" && st.Backend.Config["in_cluster_config"] == "true" {
+	b.addBackend(run, &st.Backend)
+	// A Kubernetes API token reaches the run's code only for a ServiceAccount
+	// the run names (admission checks that its creator may use it, and
+	// refuses in_cluster_config without one).
+	if st.Backend.Type == "kubernetes" && st.Backend.Config["in_cluster_config"] == "true" && spec.Executor != nil && spec.Executor.ServiceAccountName != "" {
 		b.addKubeAPIAccess(opts)
 	}
 
@@ -460,16 +463,12 @@ func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, input
 	return nil
 }
 
-// addBackend fills in the run's backend, or the default: the kubernetes
-// backend in the run's namespace, keyed by the workspace.
-func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, workspace string, out *stage.Backend) {
+// addBackend fills in the run's backend, or the default: the state terrarun
+// serves (stage.ServedBackend), which needs no Kubernetes credential.
+func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, out *stage.Backend) {
 	be := run.Spec.Backend
 	if be == nil || be.Type == "" {
-		*out = stage.Backend{Type: DefaultBackendType, Config: map[string]string{
-			"secret_suffix":     workspace,
-			"in_cluster_config": "true",
-			"namespace":         run.Namespace,
-		}}
+		*out = stage.Backend{Type: stage.ServedBackend}
 		return
 	}
 	*out = stage.Backend{Type: be.Type, Config: maps.Clone(be.Config)}
@@ -486,7 +485,8 @@ func (b *podBuilder) addBackend(run *v1alpha1.TerraformRun, workspace string, ou
 // addKubeAPIAccess mounts, at the path client-go's in-cluster configuration
 // reads, what automountServiceAccountToken would: a token for kube-apiserver
 // (default audience, expiring), the cluster CA and the namespace. Only the
-// in-cluster kubernetes backend needs it, to keep state in the namespace.
+// in-cluster kubernetes backend of a run that names its ServiceAccount gets
+// it.
 func (b *podBuilder) addKubeAPIAccess(opts JobOptions) {
 	b.addVolume(corev1.Volume{Name: volumeKubeAPIAccess, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{

@@ -63,7 +63,6 @@ const (
 	DefaultTTLAfterFinished       = time.Hour
 	DefaultGracePeriod            = 30 * time.Second
 	DefaultNodeLostAfter          = time.Minute
-	DefaultBackendType            = "kubernetes"
 	defaultRequestCPU             = "100m"
 	defaultRequestMemory          = "256Mi"
 	defaultLimitMemory            = "1Gi"

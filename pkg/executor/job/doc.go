@@ -62,23 +62,21 @@
 //
 // # The default backend
 //
-// A run without spec.backend keeps its state in its own namespace with
-// Terraform's kubernetes backend:
+// A run without spec.backend keeps its state in the backend terrarun serves
+// (stage.ServedBackend, package statestore): the runner points the engine's
+// http backend at a proxy on the pod's loopback interface that forwards to
+// the run's state and statelock subresources with the stage's own
+// credentials. The state is the run's workspace's in its namespace, in
+// terrarun's etcd; the pod holds no Kubernetes API credential at all, and
+// the executor's service account needs no RBAC.
 //
-//	backend "kubernetes" {
-//	  namespace         = <run namespace>
-//	  secret_suffix     = <workspace>   # state Secret tfstate-<workspace>-<workspace>
-//	  in_cluster_config = true
-//	}
-//
-// in_cluster_config needs a kube-apiserver credential, which
-// automountServiceAccountToken false withholds; for this backend only (type
-// kubernetes with in_cluster_config "true", default or not), the pod mounts,
-// explicitly, a projected token with kube-apiserver's audience, the cluster CA
-// (kube-root-ca.crt) and the namespace at
-// /var/run/secrets/kubernetes.io/serviceaccount. The executor's service
-// account then needs RBAC on Secrets and Leases (state locks) in the
-// namespace. Runs with another backend hold no kube-apiserver credential.
+// A run may name the kubernetes backend with in_cluster_config "true"
+// instead; admission then requires spec.executor.serviceAccountName (a
+// ServiceAccount its creator may run pods as), and for that run only the pod
+// mounts, explicitly, a projected token with kube-apiserver's audience, the
+// cluster CA (kube-root-ca.crt) and the namespace at
+// /var/run/secrets/kubernetes.io/serviceaccount. Runs with any other backend
+// hold no kube-apiserver credential.
 //
 // # Identity
 //

@@ -516,9 +516,8 @@ func TestDefaultBackend(t *testing.T) {
 	opts := testOptions()
 	opts.Image = "default-image:1"
 	job, _, spec := build(t, run, v1alpha1.StagePlan, opts)
-	want := map[string]string{"secret_suffix": "default", "in_cluster_config": "true", "namespace": "team-a"}
-	if spec.Backend.Type != "kubernetes" || len(spec.Backend.Config) != len(want) || !subset(want, spec.Backend.Config) || spec.Backend.ConfigFile != "" {
-		t.Errorf("default backend = %+v, want kubernetes %v", spec.Backend, want)
+	if spec.Backend.Type != stage.ServedBackend || len(spec.Backend.Config) != 0 || spec.Backend.ConfigFile != "" {
+		t.Errorf("default backend = %+v, want the one terrarun serves", spec.Backend)
 	}
 	if spec.Workspace != "default" || spec.Binary != "terraform" {
 		t.Errorf("workspace %q binary %q, want default, terraform", spec.Workspace, spec.Binary)
@@ -527,18 +526,46 @@ func TestDefaultBackend(t *testing.T) {
 	if pod.Containers[0].Image != "default-image:1" {
 		t.Errorf("image = %q, want JobOptions.Image", pod.Containers[0].Image)
 	}
-	// in_cluster_config needs a kube-apiserver credential: mounted explicitly,
-	// still not automounted.
+	// No Kubernetes API credential reaches the pod.
 	if ptr.Deref(pod.AutomountServiceAccountToken, true) {
 		t.Errorf("automountServiceAccountToken is not false")
 	}
-	vol := volumeAt(t, pod, KubeAPIAccessDir)
+	for _, v := range pod.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil && src.ServiceAccountToken.Audience != DefaultAudience {
+					t.Errorf("volume %s projects a token with audience %q, not terrarun's", v.Name, src.ServiceAccountToken.Audience)
+				}
+			}
+		}
+	}
+	if pod.ServiceAccountName != "" || pod.NodeSelector != nil || pod.Tolerations != nil {
+		t.Errorf("executor fields without spec.executor: sa %q nodeSelector %v tolerations %v", pod.ServiceAccountName, pod.NodeSelector, pod.Tolerations)
+	}
+}
+
+// TestKubeAPIAccessOnlyForANamedServiceAccount: the kubernetes backend with
+// in_cluster_config gets a kube-apiserver token for the ServiceAccount the
+// run names, and none for the namespace's default one.
+func TestKubeAPIAccessOnlyForANamedServiceAccount(t *testing.T) {
+	run := testRun()
+	run.Spec.Backend = &v1alpha1.Backend{Type: "kubernetes", Config: map[string]string{"in_cluster_config": "true", "secret_suffix": "s"}}
+	run.Spec.Executor = nil
+	job, _, _ := build(t, run, v1alpha1.StagePlan, testOptions())
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Name == volumeKubeAPIAccess {
+			t.Errorf("the default ServiceAccount's token is mounted for the kubernetes backend")
+		}
+	}
+	run.Spec.Executor = &v1alpha1.ExecutorSpec{ServiceAccountName: "deployer"}
+	job, _, _ = build(t, run, v1alpha1.StagePlan, testOptions())
+	vol := volumeAt(t, &job.Spec.Template.Spec, KubeAPIAccessDir)
 	if vol.Projected == nil || len(vol.Projected.Sources) != 3 || vol.Projected.Sources[0].ServiceAccountToken == nil ||
 		vol.Projected.Sources[0].ServiceAccountToken.Audience != "" || ptr.Deref(vol.Projected.Sources[0].ServiceAccountToken.ExpirationSeconds, 0) != 3600 {
 		t.Errorf("kube-api-access volume = %+v", vol.VolumeSource)
 	}
-	if pod.ServiceAccountName != "" || pod.NodeSelector != nil || pod.Tolerations != nil {
-		t.Errorf("executor fields without spec.executor: sa %q nodeSelector %v tolerations %v", pod.ServiceAccountName, pod.NodeSelector, pod.Tolerations)
+	if job.Spec.Template.Spec.ServiceAccountName != "deployer" {
+		t.Errorf("service account = %q", job.Spec.Template.Spec.ServiceAccountName)
 	}
 }
 

@@ -63,6 +63,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TerraformRunOutputsOptions{}.OpenAPIModelName():         schema_pkg_apis_terrarun_v1alpha1_TerraformRunOutputsOptions(ref),
 		v1alpha1.TerraformRunPlanOptions{}.OpenAPIModelName():            schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref),
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
+		v1alpha1.TerraformRunStateOptions{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStateOptions(ref),
 		v1alpha1.TerraformRunStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref),
 		v1alpha1.TerraformWorkspace{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspace(ref),
 		v1alpha1.TerraformWorkspaceList{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceList(ref),
@@ -1719,6 +1720,40 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref common.ReferenceCall
 		},
 		Dependencies: []string{
 			v1alpha1.Approval{}.OpenAPIModelName(), v1alpha1.Backend{}.OpenAPIModelName(), v1alpha1.Creator{}.OpenAPIModelName(), v1alpha1.Engine{}.OpenAPIModelName(), v1alpha1.ExecutorSpec{}.OpenAPIModelName(), v1alpha1.Source{}.OpenAPIModelName(), v1alpha1.Timeouts{}.OpenAPIModelName(), v1alpha1.Variable{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStateOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunStateOptions are the query options of the state and statelock subresources, which only the executor of the run's current stage may use, when the run keeps its state in the backend terrarun serves. GET state reads the state, POST state writes a version of it, GET statelock reads its lock, POST statelock takes the lock and DELETE statelock releases it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lockID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lockID is the ID of the state lock this stage holds: a POST of the state and a DELETE of the lock must set it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

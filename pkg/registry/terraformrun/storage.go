@@ -30,6 +30,9 @@ type Storage struct {
 	Plan    *PlanREST
 	Logs    *LogsREST
 	Outputs *OutputsREST
+	// State and StateLock serve the state terrarun keeps for stages.
+	State     *StateREST
+	StateLock *StateLockREST
 
 	waiters *waiters
 }
@@ -62,6 +65,10 @@ type Deps struct {
 	// MaxFollowsPerUser caps the log follows and plan waits one user holds
 	// open on this server; 0 means DefaultMaxFollowsPerUser.
 	MaxFollowsPerUser int
+	// States is the state backend served to the stages of runs that name
+	// none; nil in standalone mode, where those runs keep their state in
+	// the data directory.
+	States *StateBackend
 }
 
 // REST serves the terraformruns resource from the generic registry store.
@@ -138,14 +145,16 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 	waits := newWaiters(deps.MaxFollowsPerUser)
 	base := connectBase{status: status, artifacts: deps.Artifacts, waiters: waits}
 	return &Storage{
-		waiters: waits,
-		Run:     &REST{store},
-		Status:  &StatusREST{store: &statusStore},
-		Approve: newApproveREST(status),
-		Discard: newDiscardREST(status),
-		Cancel:  newCancelREST(status),
-		Plan:    &PlanREST{connectBase: base},
-		Logs:    &LogsREST{connectBase: base},
-		Outputs: &OutputsREST{connectBase: base},
+		waiters:   waits,
+		Run:       &REST{store},
+		Status:    &StatusREST{store: &statusStore},
+		Approve:   newApproveREST(status),
+		Discard:   newDiscardREST(status),
+		Cancel:    newCancelREST(status),
+		Plan:      &PlanREST{connectBase: base},
+		Logs:      &LogsREST{connectBase: base},
+		Outputs:   &OutputsREST{connectBase: base},
+		State:     &StateREST{stateBase{connectBase: base, backend: deps.States}},
+		StateLock: &StateLockREST{stateBase{connectBase: base, backend: deps.States}},
 	}, nil
 }

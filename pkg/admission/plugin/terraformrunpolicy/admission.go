@@ -246,6 +246,7 @@ func (p *Plugin) checkRun(ctx context.Context, creator user.Info, namespace stri
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
 	vs = append(vs, p.checkAllowedLists(run)...)
+	vs = append(vs, checkKubeAPIAccess(run)...)
 	vs = append(vs, p.checkReferences(ctx, creator, namespace, run)...)
 	return vs
 }

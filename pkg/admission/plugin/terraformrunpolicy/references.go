@@ -138,3 +138,20 @@ func (p *Plugin) checkAllowedLists(run *terrarun.TerraformRun) []violation {
 	}
 	return vs
 }
+
+// checkKubeAPIAccess refuses the kubernetes backend with in_cluster_config
+// unless the run names the ServiceAccount whose token its pods get: a run's
+// code reaches the Kubernetes API only as a ServiceAccount that the run
+// names, and that its creator may use (checkReferences), never as the
+// namespace's default one.
+func checkKubeAPIAccess(run *terrarun.TerraformRun) []violation {
+	b := run.Spec.Backend
+	if b == nil || b.Type != "kubernetes" || b.Config["in_cluster_config"] != "true" {
+		return nil
+	}
+	if e := run.Spec.Executor; e != nil && e.ServiceAccountName != "" {
+		return nil
+	}
+	return []violation{{field.NewPath("spec", "backend", "config").Key("in_cluster_config"),
+		"the kubernetes backend with in_cluster_config needs spec.executor.serviceAccountName: a run's pods get a Kubernetes API token only for a ServiceAccount the run names (and its creator may use), with the RBAC you give it; or omit spec.backend to keep the state in the backend terrarun serves"}}
+}

@@ -92,6 +92,7 @@ func TestInternalAndV1alpha1Agree(t *testing.T) {
 			{&terrarun.TerraformRunLogOptions{}, &v1alpha1.TerraformRunLogOptions{}},
 			{&terrarun.TerraformRunPlanOptions{}, &v1alpha1.TerraformRunPlanOptions{}},
 			{&terrarun.TerraformRunOutputsOptions{}, &v1alpha1.TerraformRunOutputsOptions{}},
+			{&terrarun.TerraformRunStateOptions{}, &v1alpha1.TerraformRunStateOptions{}},
 		} {
 			f.Fill(pair.in)
 			pair.in.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})

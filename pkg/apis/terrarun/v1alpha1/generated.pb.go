@@ -87,6 +87,8 @@ func (m *TerraformRunPlanOptions) Reset() { *m = TerraformRunPlanOptions{} }
 
 func (m *TerraformRunSpec) Reset() { *m = TerraformRunSpec{} }
 
+func (m *TerraformRunStateOptions) Reset() { *m = TerraformRunStateOptions{} }
+
 func (m *TerraformRunStatus) Reset() { *m = TerraformRunStatus{} }
 
 func (m *TerraformWorkspace) Reset() { *m = TerraformWorkspace{} }
@@ -1496,6 +1498,34 @@ func (m *TerraformRunSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *TerraformRunStateOptions) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *TerraformRunStateOptions) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *TerraformRunStateOptions) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.LockID)
+	copy(dAtA[i:], m.LockID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.LockID)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
 func (m *TerraformRunStatus) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -2754,6 +2784,17 @@ func (m *TerraformRunSpec) Size() (n int) {
 	return n
 }
 
+func (m *TerraformRunStateOptions) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.LockID)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *TerraformRunStatus) Size() (n int) {
 	if m == nil {
 		return 0
@@ -3402,6 +3443,16 @@ func (this *TerraformRunSpec) String() string {
 		`Refresh:` + valueToStringGenerated(this.Refresh) + `,`,
 		`Creator:` + strings.Replace(this.Creator.String(), "Creator", "Creator", 1) + `,`,
 		`RequestedBy:` + fmt.Sprintf("%v", this.RequestedBy) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *TerraformRunStateOptions) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&TerraformRunStateOptions{`,
+		`LockID:` + fmt.Sprintf("%v", this.LockID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -8246,6 +8297,88 @@ func (m *TerraformRunSpec) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.RequestedBy = append(m.RequestedBy, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *TerraformRunStateOptions) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: TerraformRunStateOptions: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: TerraformRunStateOptions: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LockID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.LockID = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

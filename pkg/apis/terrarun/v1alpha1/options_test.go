@@ -49,6 +49,7 @@ func TestDecodeOptions(t *testing.T) {
 		{"stage=plan&attempt=2", &terrarun.TerraformRunLogOptions{}, &terrarun.TerraformRunLogOptions{Stage: terrarun.StagePlan, Attempt: ptr.To[int32](2)}},
 		{"attempt=1&part=file", &terrarun.TerraformRunPlanOptions{}, &terrarun.TerraformRunPlanOptions{Attempt: ptr.To[int32](1), Part: "file"}},
 		{"attempt=3", &terrarun.TerraformRunOutputsOptions{}, &terrarun.TerraformRunOutputsOptions{Attempt: ptr.To[int32](3)}},
+		{"lockID=6a2f-11", &terrarun.TerraformRunStateOptions{}, &terrarun.TerraformRunStateOptions{LockID: "6a2f-11"}},
 		// reads
 		{"stage=apply&follow=true&tailLines=10&limitBytes=0", &terrarun.TerraformRunLogOptions{}, &terrarun.TerraformRunLogOptions{Stage: terrarun.StageApply, Follow: true, TailLines: ptr.To[int64](10), LimitBytes: ptr.To[int64](0)}},
 		{"follow=1", &terrarun.TerraformRunLogOptions{}, &terrarun.TerraformRunLogOptions{Follow: true}},
@@ -104,7 +105,7 @@ type documented interface {
 // query field has one.
 func TestSwaggerDocMatchesOpenAPI(t *testing.T) {
 	defs := openapi.GetOpenAPIDefinitions(func(path string) spec.Ref { return spec.MustCreateRef(path) })
-	for _, obj := range []documented{&v1alpha1.TerraformRunLogOptions{}, &v1alpha1.TerraformRunPlanOptions{}, &v1alpha1.TerraformRunOutputsOptions{}} {
+	for _, obj := range []documented{&v1alpha1.TerraformRunLogOptions{}, &v1alpha1.TerraformRunPlanOptions{}, &v1alpha1.TerraformRunOutputsOptions{}, &v1alpha1.TerraformRunStateOptions{}} {
 		name := reflect.TypeOf(obj).Elem().Name()
 		def, ok := defs[obj.(interface{ OpenAPIModelName() string }).OpenAPIModelName()]
 		if !ok {

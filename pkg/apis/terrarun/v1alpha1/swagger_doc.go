@@ -37,3 +37,12 @@ func (TerraformRunOutputsOptions) SwaggerDoc() map[string]string {
 		"attempt": "attempt is the apply stage attempt that uploads; a POST must set it.",
 	}
 }
+
+// SwaggerDoc describes the query parameters of the state and statelock
+// subresources.
+func (TerraformRunStateOptions) SwaggerDoc() map[string]string {
+	return map[string]string{
+		"":       "TerraformRunStateOptions are the query options of the state and statelock subresources, which only the executor of the run's current stage may use, when the run keeps its state in the backend terrarun serves. GET state reads the state, POST state writes a version of it, GET statelock reads its lock, POST statelock takes the lock and DELETE statelock releases it.",
+		"lockID": "lockID is the ID of the state lock this stage holds: a POST of the state and a DELETE of the lock must set it.",
+	}
+}

@@ -157,6 +157,11 @@ func (in TerraformRunSpec) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunStateOptions) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunStateOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunStatus"
 }
