@@ -61,6 +61,10 @@ func TestExecutorJobPod(t *testing.T) {
 		Spec: v1alpha1.TerraformRunSpec{
 			Source: v1alpha1.Source{Inline: map[string]string{"main.tf": "output \"x\" { value = 1 }\n"}},
 			Engine: v1alpha1.Engine{Image: "ghcr.io/terrarun/terrarun-executor:v0.0.1"},
+			// The kubernetes backend of a run that names its ServiceAccount:
+			// the one pod that mounts a kube-apiserver token too.
+			Backend:  &v1alpha1.Backend{Type: "kubernetes", Config: map[string]string{"in_cluster_config": "true"}},
+			Executor: &v1alpha1.ExecutorSpec{ServiceAccountName: "deployer"},
 		},
 	}
 	job, secret, err := kexec.BuildJob(executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}, kexec.JobOptions{
