@@ -96,6 +96,10 @@ const (
 	// outcome is not the execution's and must not be trusted. With
 	// StateUnknown; Message says which object and how it differs.
 	ReasonForged = "Forged"
+	// ReasonLimitExceeded: the execution went over a limit the backend
+	// sets on it (memory, processes, bytes written) and failed or was
+	// stopped; Message names the limit and its setting.
+	ReasonLimitExceeded = "LimitExceeded"
 	// ReasonNotStarted: nothing of the execution was ever started. With
 	// StateUnknown; the only reason on which the controller starts it.
 	ReasonNotStarted = "NotStarted"

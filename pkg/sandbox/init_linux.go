@@ -51,6 +51,12 @@ func runInit(args []string) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("making init undumpable: %w", err)
 	}
+	// Into the command's cgroups first: whatever it starts is in them too.
+	for _, f := range c.Cgroups {
+		if err := os.WriteFile(f, []byte("0"), 0); err != nil {
+			return 0, fmt.Errorf("joining the cgroup of %s: %w", f, err)
+		}
+	}
 	if err := buildRoot(c); err != nil {
 		return 0, err
 	}

@@ -90,6 +90,9 @@ type Config struct {
 	ExtraFiles int `json:"extraFiles,omitempty"`
 	// Dir is the command's working directory inside the sandbox.
 	Dir string `json:"dir"`
+	// Cgroups are cgroup.procs files that init joins before it builds the
+	// sandbox, so that every process of the command is in those cgroups.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 // validate checks that every path is absolute and clean.
@@ -122,6 +125,11 @@ func (c *Config) validate() error {
 	}
 	if c.ExtraFiles < 0 {
 		return errors.New("sandbox: ExtraFiles must not be negative")
+	}
+	for _, f := range c.Cgroups {
+		if err := check("cgroup.procs file", f); err != nil {
+			return err
+		}
 	}
 	if err := check("root", c.Root); err != nil {
 		return err

@@ -41,6 +41,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
 	"github.com/terrarun/terrarun/pkg/sandbox"
+	"github.com/terrarun/terrarun/pkg/stagelimits"
 
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
@@ -112,6 +113,11 @@ type ExecutorOptions struct {
 	LocalMounts []string
 	// LocalEnv are NAME=VALUE entries of every local stage's environment.
 	LocalEnv []string
+	// LocalStageMemory, LocalStageProcesses, LocalStageCPU and
+	// LocalStageDisk bound each local stage, and LocalNamespaceState the
+	// state directory of a namespace (package stagelimits).
+	LocalStageMemory, LocalStageCPU, LocalStageDisk, LocalNamespaceState resource.QuantityValue
+	LocalStageProcesses                                                  int64
 }
 
 func newExecutorOptions() *ExecutorOptions {
@@ -128,6 +134,28 @@ func newExecutorOptions() *ExecutorOptions {
 		SpreadTopologyKey:   corev1.LabelHostname,
 		NodeLostAfter:       job.DefaultNodeLostAfter,
 		PluginCacheSize:     resource.QuantityValue{Quantity: job.DefaultPluginCacheSize},
+		LocalStageMemory:    resource.QuantityValue{Quantity: resource.MustParse("2Gi")},
+		LocalStageCPU:       resource.QuantityValue{Quantity: resource.MustParse("2")},
+		LocalStageDisk:      resource.QuantityValue{Quantity: resource.MustParse("4Gi")},
+		LocalNamespaceState: resource.QuantityValue{Quantity: resource.MustParse("1Gi")},
+		LocalStageProcesses: 1024,
+	}
+}
+
+// Flags of the local stage limits, named in the messages of the limits.
+var localLimitFlags = stagelimits.Flags{
+	Memory: "--local-stage-memory", Processes: "--local-stage-processes",
+	Disk: "--local-stage-disk", NamespaceState: "--local-namespace-state-size",
+}
+
+// localLimits are the limits of local stages that the flags set.
+func (o *ExecutorOptions) localLimits() stagelimits.Limits {
+	return stagelimits.Limits{
+		Memory:         o.LocalStageMemory.Value(),
+		Processes:      o.LocalStageProcesses,
+		CPUMillis:      o.LocalStageCPU.MilliValue(),
+		Disk:           o.LocalStageDisk.Value(),
+		NamespaceState: o.LocalNamespaceState.Value(),
 	}
 }
 
@@ -203,6 +231,11 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxRunLogBytes, "max-run-log-bytes", o.MaxRunLogBytes, "Size cap of all logs of one run together; past it its log ends with a truncation marker. 0: 256 MiB.")
 	fs.Int64Var(&o.MaxNamespaceLogBytes, "max-namespace-log-bytes", o.MaxNamespaceLogBytes, "Size cap of all logs of the runs of one namespace; past it logs end with a truncation marker until runs are deleted. 0: 1 GiB.")
 	fs.Int64Var(&o.MaxTotalLogBytes, "max-total-log-bytes", o.MaxTotalLogBytes, "Size cap of all logs in etcd, kept under etcd's space quota (--quota-backend-bytes of etcd, 2 GiB by default) so that logs cannot make etcd read-only. 0: 1.5 GiB.")
+	fs.Var(&o.LocalStageMemory, "local-stage-memory", "Memory of each local stage, page cache and tmpfs included, in a cgroup of its own (cgroup v2 when delegated to the server, else v1; the server logs at start whether it can); a stage killed at it fails with reason LimitExceeded. 0: no bound.")
+	fs.Int64Var(&o.LocalStageProcesses, "local-stage-processes", o.LocalStageProcesses, "Processes and threads of each local stage, in its cgroup; a fork over it is refused. 0: no bound.")
+	fs.Var(&o.LocalStageCPU, "local-stage-cpu", "CPU of each local stage, in its cgroup (500m: half a CPU); a stage over it is throttled. 0: no bound.")
+	fs.Var(&o.LocalStageDisk, "local-stage-disk", "Bytes each local stage may leave in its work directory and add to its namespace's state directory and plugin cache, measured every 2s and when it ends; a stage over it is stopped and fails with reason LimitExceeded, and what a plan added is removed. 0: no bound.")
+	fs.Var(&o.LocalNamespaceState, "local-namespace-state-size", "Size of a namespace's state directory (standalone and local executor); a stage that grows it past this fails with reason LimitExceeded. 0: no bound.")
 	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", o.MaxStateBytes, "With --executor=kubernetes, size cap of one version of a state that terrarun serves (runs that name no backend); a larger one fails the apply's state write. 0: 64 MiB.")
 	fs.Int64Var(&o.MaxNamespaceStateBytes, "max-namespace-state-bytes", o.MaxNamespaceStateBytes, "With --executor=kubernetes, cap of the stored (compressed) bytes of every kept version of every state that terrarun serves to one namespace. 0: 256 MiB.")
 	fs.IntVar(&o.StateVersions, "state-versions", o.StateVersions, "With --executor=kubernetes, versions kept of each state that terrarun serves. 0: 10.")
@@ -255,6 +288,15 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.ShutdownApplyGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-apply-grace-period must not be negative (0 interrupts applies at once)"))
+	}
+	for name, q := range map[string]resource.QuantityValue{"--local-stage-memory": o.LocalStageMemory, "--local-stage-cpu": o.LocalStageCPU,
+		"--local-stage-disk": o.LocalStageDisk, "--local-namespace-state-size": o.LocalNamespaceState} {
+		if q.Sign() < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0: no bound), not %s", name, q.String()))
+		}
+	}
+	if o.LocalStageProcesses < 0 {
+		errs = append(errs, fmt.Errorf("--local-stage-processes must not be negative (0: no bound), not %d", o.LocalStageProcesses))
 	}
 	if o.MaxConcurrentStagesPerNamespace < 0 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-stages-per-namespace must be 0 (no bound) or more, not %d", o.MaxConcurrentStagesPerNamespace))
@@ -416,6 +458,8 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			Etcd:            etcd,
 			Sandbox:         so,
 			Env:             o.LocalEnv,
+			Limits:          o.localLimits(),
+			LimitFlags:      localLimitFlags,
 		})
 		if err != nil {
 			if o.LocalSandbox {

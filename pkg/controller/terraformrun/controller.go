@@ -598,7 +598,11 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if status.ExitCode != nil {
 			msg += fmt.Sprintf(" (exit code %d)", *status.ExitCode)
 		}
-		if detail := summarizeFailure(status.Message); detail != "" {
+		if status.Reason == executor.ReasonLimitExceeded {
+			// The executor's first line names the limit and its setting.
+			first, _, _ := strings.Cut(status.Message, "\n")
+			msg += " at a limit of its executor: " + first
+		} else if detail := summarizeFailure(status.Message); detail != "" {
 			msg += ": " + detail
 		} else {
 			msg += "; see the logs: kubectl get --raw .../terraformruns/" + run.Name + "/logs?stage=" + string(stageName)

@@ -23,6 +23,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/sandbox"
+	"github.com/terrarun/terrarun/pkg/stagelimits"
 )
 
 const (
@@ -75,6 +76,10 @@ type Options struct {
 	ValueSource ValueSource
 	// Sandbox says how stages are isolated from the host and from each other.
 	Sandbox SandboxOptions
+	// Limits bound what each stage takes of the host (package stagelimits),
+	// and LimitFlags name the settings of each, for messages.
+	Limits     stagelimits.Limits
+	LimitFlags stagelimits.Flags
 }
 
 // SandboxOptions say how stages are isolated (package sandbox). A sandboxed
@@ -109,6 +114,8 @@ type Executor struct {
 	tokens *Tokens
 	// engines knows the engines' versions, for the stages.
 	engines *engineVersions
+	// limits makes each stage's cgroups.
+	limits *stagelimits.Controller
 	// notify is the Notifier of Run, while it runs.
 	notify atomic.Pointer[executor.Notifier]
 
@@ -211,9 +218,11 @@ func New(opts Options) (*Executor, error) {
 		spawn:   make(chan spawnRequest),
 		quit:    make(chan struct{}),
 		procs:   map[string]*proc{},
+		limits:  stagelimits.New(opts.Limits, opts.LimitFlags),
 
 		created: time.Now(),
 	}
+	klog.InfoS("Local stage limits", "enforcement", e.limits.Enforcement())
 	if !opts.Sandbox.Disabled {
 		if os.Getuid() == 0 && (opts.Sandbox.UID == 0 || opts.Sandbox.GID == 0) {
 			return nil, errors.New("local executor: sandboxed stages may not run as root or in group root: choose another uid and gid")
@@ -387,6 +396,11 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	if err != nil {
 		e.tokens.Revoke(id)
 		e.removeWorkDir(p)
+		if p.cgroup != nil {
+			if derr := p.cgroup.Delete(); derr != nil {
+				klog.ErrorS(derr, "Removing the cgroups of a stage that did not start", "execution", name)
+			}
+		}
 		e.release(ctx, p)
 		return "", fmt.Errorf("execution %s: %w", name, err)
 	}
@@ -409,6 +423,14 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 
 	klog.V(2).InfoS("Started a stage", "execution", name, "pid", cmd.Process.Pid)
 
+	if p.cgroup != nil && e.opts.Sandbox.Disabled {
+		// Unsandboxed, the stage joins its cgroups once started; what it
+		// forked before then is not in them.
+		if err := p.cgroup.Add(cmd.Process.Pid); err != nil {
+			klog.ErrorS(err, "Moving an unsandboxed stage into its cgroups", "execution", name)
+		}
+	}
+	go e.watchBudget(p)
 	go e.wait(p)
 	return name, nil
 }

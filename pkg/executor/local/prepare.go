@@ -20,6 +20,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/stagelimits"
 )
 
 // gitCredentialKeys are copied from spec.source.git.credentialsSecret, when present.
@@ -158,6 +159,15 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 	}
 
 	args := []string{e.opts.ExecutorBinary, "--stage-file", stageFile}
+	// Its limits: cgroups of its own, and the budget of what it writes.
+	if p.cgroup, err = e.limits.NewGroup(p.name); err != nil {
+		return nil, err
+	}
+	nsState := filepath.Join(e.opts.StateRoot, run.Namespace)
+	if p.budget, err = stagelimits.NewBudget(e.opts.Limits, e.opts.LimitFlags, dir, nsState, filepath.Join(nsState, spec.Workspace), e.pluginCache(run)); err != nil {
+		return nil, err
+	}
+	p.removesNew = ex.Stage == v1alpha1.StagePlan && !spec.ApplyAfterPlan
 	var cmd *exec.Cmd
 	tmpDir := sandboxTmp
 	if e.opts.Sandbox.Disabled {
@@ -178,6 +188,9 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		}
 		cfg.Hide = []string{tokenFile}
 		cfg.ExtraFiles = 1
+		if p.cgroup != nil {
+			cfg.Cgroups = p.cgroup.ProcsFiles()
+		}
 		// Hidden, and the server's besides, not handed to the stage's user.
 		if err := os.Lchown(tokenFile, os.Getuid(), os.Getgid()); err != nil {
 			return nil, err
@@ -387,6 +400,11 @@ func (e *Executor) makeStateDir(namespace, workspace string) error {
 	defer root.Close()
 	if err := root.MkdirAll(workspace, 0o700); err != nil {
 		return fmt.Errorf("creating the state directory of workspace %q: %w", workspace, err)
+	}
+	// The sandbox binds it by path: a link (left by a stage of an older
+	// server, which could write the namespace's directory) is not followed.
+	if fi, err := root.Lstat(workspace); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the state directory of workspace %q in %s is not a directory: remove what is there", workspace, nsState)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/stagelimits"
 )
 
 // Process control: starting, waiting for, signalling and reaping the
@@ -58,6 +59,86 @@ type proc struct {
 	interrupted bool
 	// recordGone is set once Forget has deleted the record.
 	recordGone bool
+
+	// cgroup bounds the stage's memory, processes and CPU (nil: the host
+	// gives none); budget measures what it writes. limitCause says which
+	// limit of the budget stopped it.
+	cgroup     *stagelimits.Group
+	budget     *stagelimits.Budget
+	limitCause string
+	// removesNew says whether, over its budget, what the stage added to
+	// the trees it shares is removed: a plan's, never an apply's, whose
+	// state may describe infrastructure it created.
+	removesNew bool
+}
+
+// budgetInterval is how often a stage's writes are measured.
+const budgetInterval = 2 * time.Second
+
+// watchBudget measures what p writes while it runs, and stops it when it
+// goes over its budget.
+func (e *Executor) watchBudget(p *proc) {
+	if p.budget == nil {
+		return
+	}
+	t := time.NewTicker(budgetInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.exited:
+			return
+		case <-t.C:
+		}
+		over, err := p.budget.Check()
+		if err != nil {
+			klog.ErrorS(err, "Measuring what a stage wrote", "execution", p.name)
+			continue
+		}
+		if over != "" {
+			e.mu.Lock()
+			if p.limitCause == "" {
+				p.limitCause = over
+			}
+			e.stopLocked(p, deadlineGrace, executor.ReasonLimitExceeded)
+			e.mu.Unlock()
+			return
+		}
+	}
+}
+
+// endLimits removes p's cgroups, and returns the limit of its budget it
+// went over (measured once more now that it has ended), if any, and the
+// limits of its cgroups it reached. Over its budget, what a plan added to
+// the shared trees is removed.
+func (e *Executor) endLimits(p *proc) (over string, reached []string) {
+	if p.cgroup != nil {
+		reached = p.cgroup.Exceeded()
+		if err := p.cgroup.Delete(); err != nil {
+			klog.ErrorS(err, "Removing a stage's cgroups", "execution", p.name)
+		}
+	}
+	if p.budget == nil {
+		return "", reached
+	}
+	e.mu.Lock()
+	over = p.limitCause
+	e.mu.Unlock()
+	if over == "" {
+		var err error
+		if over, err = p.budget.Check(); err != nil {
+			klog.ErrorS(err, "Measuring what a stage wrote", "execution", p.name)
+		}
+	}
+	if over == "" {
+		return "", reached
+	}
+	if p.removesNew {
+		if err := p.budget.RemoveNew(); err != nil {
+			klog.ErrorS(err, "Removing what a stage over its budget wrote", "execution", p.name)
+		}
+		return over + "; what it added to its namespace's state directory and plugin cache was removed", reached
+	}
+	return over + "; what it added to its namespace's state directory is kept: an apply's state may describe infrastructure it created", reached
 }
 
 type spawnRequest struct {
@@ -101,6 +182,7 @@ func (e *Executor) wait(p *proc) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	e.mu.Unlock()
 	waitErr := p.cmd.Wait()
+	over, reached := e.endLimits(p)
 
 	now := time.Now()
 	st := executor.Status{Name: p.name, CompletionTime: &now}
@@ -123,6 +205,12 @@ func (e *Executor) wait(p *proc) {
 	st.ExitCode = &code
 	var summary string
 	switch {
+	case over != "":
+		st.State, st.Reason = executor.StateFailed, executor.ReasonLimitExceeded
+		summary = over
+	case len(reached) > 0 && (waitErr != nil || code != 0):
+		st.State, st.Reason = executor.StateFailed, executor.ReasonLimitExceeded
+		summary = fmt.Sprintf("the stage failed (exit code %d) having reached %s", code, strings.Join(reached, " and "))
 	case waitErr == nil && code == 0:
 		st.State, st.Reason = executor.StateSucceeded, executor.ReasonCompleted
 	case stopCause == executor.ReasonDeadlineExceeded:
