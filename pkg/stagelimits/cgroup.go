@@ -11,12 +11,16 @@
 //     create children and enable controllers in them): the server moves
 //     itself into a leaf "terrarun-server" beside "terrarun-stages", as the
 //     "no internal processes" rule asks, and each stage gets
-//     terrarun-stages/<id>;
+//     terrarun-stages/<server>/<id>;
 //   - otherwise cgroup v1, when the memory, pids and cpu hierarchies are
 //     mounted and the server may create children in its own cgroup of each
-//     (root, usually): each stage gets terrarun-stages/<id> in each;
+//     (root, usually): each stage gets terrarun-stages/<server>/<id> in each;
 //   - otherwise none: memory, processes and CPU are not bounded, which the
 //     server says when it starts (Enforcement); the disk budget still holds.
+//
+// <server> is "<pid>.<random>" of the server process: servers that share a
+// cgroup never share a stage's, and a server removes at start what one
+// that died left.
 //
 // A sandboxed stage's init joins its cgroups (Group.ProcsFiles) before it
 // starts anything, so every process of the stage is in them; an unsandboxed
@@ -24,6 +28,8 @@
 package stagelimits
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -79,12 +85,18 @@ type Controller struct {
 	v2Base string
 	// v1: the hierarchies used.
 	v1 []cgroup1.Subsystem
+	// server names this process's directory in terrarun-stages:
+	// "<pid>.<random>", so that servers sharing a cgroup never share a
+	// stage's, and the directories of one that died are found (sweep).
+	server string
 }
 
 // New returns the controller of limits on this host. It never fails for
 // want of cgroups (see the package doc): Enforcement then says so.
 func New(limits Limits, flags Flags) *Controller {
-	c := &Controller{limits: limits, flags: flags}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	c := &Controller{limits: limits, flags: flags, server: fmt.Sprintf("%d.%s", os.Getpid(), hex.EncodeToString(b[:]))}
 	if limits.Memory == 0 && limits.Processes == 0 && limits.CPUMillis == 0 {
 		return c
 	}
@@ -95,6 +107,7 @@ func New(limits Limits, flags Flags) *Controller {
 			return c
 		}
 		c.mode, c.v2Base = "cgroup v2", base
+		c.sweep()
 		return c
 	}
 	subsystems := v1Subsystems()
@@ -103,13 +116,14 @@ func New(limits Limits, flags Flags) *Controller {
 		return c
 	}
 	// Proves that children may be made: one made and removed now.
-	probe, err := cgroup1.New(cgroup1.NestedPath(stagesDir+"/probe"), &specs.LinuxResources{}, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subsystems, nil }))
+	probe, err := cgroup1.New(cgroup1.NestedPath(filepath.Join(stagesDir, c.server)), &specs.LinuxResources{}, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subsystems, nil }))
 	if err != nil {
 		c.why = "the server may not make cgroup v1 children: " + err.Error()
 		return c
 	}
 	_ = probe.Delete()
 	c.mode, c.v1 = "cgroup v1", subsystems
+	c.sweep()
 	return c
 }
 
@@ -159,6 +173,48 @@ func delegateV2() (string, error) {
 		}
 	}
 	return own, nil
+}
+
+// stagesDirs are the terrarun-stages directories of this process's
+// cgroups: one for cgroup v2, one per hierarchy for v1.
+func (c *Controller) stagesDirs() []string {
+	if c.mode == "cgroup v2" {
+		return []string{filepath.Join(mountpoint, c.v2Base, stagesDir)}
+	}
+	var out []string
+	for _, s := range c.v1 {
+		if p, err := cgroup1.NestedPath(stagesDir)(s.Name()); err == nil {
+			out = append(out, filepath.Join(mountpoint, string(s.Name()), p))
+		}
+	}
+	return out
+}
+
+// sweep removes the stage cgroups of servers that died (killed, their
+// stages with them) and left them behind: those of a "<pid>.<random>"
+// directory whose process is gone. A directory that still holds a process
+// stays.
+func (c *Controller) sweep() {
+	for _, dir := range c.stagesDirs() {
+		servers, _ := os.ReadDir(dir)
+		for _, srv := range servers {
+			pid, _, ok := strings.Cut(srv.Name(), ".")
+			n, err := strconv.Atoi(pid)
+			if !srv.IsDir() || !ok || err != nil || n == os.Getpid() {
+				continue
+			}
+			if err := syscall.Kill(n, 0); err == nil || errors.Is(err, syscall.EPERM) {
+				continue // alive
+			}
+			stages, _ := os.ReadDir(filepath.Join(dir, srv.Name()))
+			for _, st := range stages {
+				if st.IsDir() {
+					_ = os.Remove(filepath.Join(dir, srv.Name(), st.Name()))
+				}
+			}
+			_ = os.Remove(filepath.Join(dir, srv.Name()))
+		}
+	}
 }
 
 // Enforcement says how the limits are enforced on this host, for the
@@ -220,9 +276,16 @@ func (c *Controller) NewGroup(id string) (*Group, error) {
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	g := &Group{c: c, dirs: map[string]string{}}
-	rel := filepath.Join(stagesDir, id)
+	rel := filepath.Join(stagesDir, c.server, id)
 	if c.mode == "cgroup v2" {
 		group := filepath.Join(c.v2Base, rel)
+		serverDir := filepath.Join(mountpoint, c.v2Base, stagesDir, c.server)
+		if err := os.MkdirAll(serverDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(serverDir, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0); err != nil {
+			return nil, fmt.Errorf("enabling the memory, pids and cpu controllers in %s: %w", serverDir, err)
+		}
 		m, err := cgroup2.NewManager(mountpoint, group, cgroup2.ToResources(res))
 		if err != nil {
 			return nil, fmt.Errorf("making the stage's cgroup %s: %w", group, err)

@@ -16,7 +16,8 @@
 //
 // The namespace's UID is part of the key, so that a namespace deleted and
 // created again under its name never sees its predecessor's state; Sweep
-// removes the states of namespaces that are gone.
+// removes the states of namespaces that are gone. served-since records
+// when a server first served states from the store.
 //
 // # Writes
 //
@@ -633,6 +634,26 @@ func (s *Store) DeleteNamespace(ctx context.Context, namespace, uid string) erro
 		return fmt.Errorf("statestore: deleting the states of namespace %s (uid %s): %w", namespace, uid, err)
 	}
 	return nil
+}
+
+// ServedSince returns when a server first served states from this store:
+// recorded by the first call, read by every later one.
+func (s *Store) ServedSince(ctx context.Context) (time.Time, error) {
+	key := s.prefix + "served-since"
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, now)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("statestore: reading when states were first served: %w", err)
+	}
+	if resp.Succeeded {
+		return time.Parse(time.RFC3339Nano, now)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return time.Time{}, errors.New("statestore: when states were first served is not recorded")
+	}
+	return time.Parse(time.RFC3339Nano, string(kvs[0].Value))
 }
 
 // Sweep removes the states of every namespace that exists no more: exists

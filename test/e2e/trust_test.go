@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -10,6 +13,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // TestStageSecretSwapped is the review's attack on the stage Secret: carol,
@@ -368,6 +376,36 @@ output "token" {
 	if _, err := cl.kubectlAs("carol", "get", "--raw", raw(ns, "second", "statelock")); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("carol's read of the unlocked state's lock: %v, want NotFound", err)
 	}
+
+	// A plan that holds the lock (it reads a FIFO): a viewer sees who holds
+	// it, and spec.forceUnlock does not take it from a stage that runs.
+	gate := newGate(t, sharedDir(t))
+	holder := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: holder\n  namespace: %s\nspec:\n"+
+		"  workspace: locked\n  operation: Plan\n  source:\n    inline:\n      main.tf: %q\n", ns,
+		harness.TestProviderRequirement+fmt.Sprintf("data \"testing_file\" \"gate\" {\n  path = %q\n}\n", gate))
+	if _, err := cl.kubectlStdin("alice", holder, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		ID     string `json:"id"`
+		Holder struct{ Run, Stage string }
+	}
+	waitFor(t, 3*time.Minute, "the holder's plan to lock the state", func() bool {
+		out, err := cl.kubectlAs("carol", "get", "--raw", raw(ns, "holder", "statelock"))
+		return err == nil && json.Unmarshal([]byte(out), &view) == nil && view.ID != ""
+	})
+	if view.Holder.Run != "holder" || view.Holder.Stage != "plan" {
+		t.Errorf("the lock's holder is %+v, want run holder's plan stage", view.Holder)
+	}
+	if got := stateRun(t, "alice", ns, "breaker", "locked", mainTF, "  forceUnlock: "+view.ID+"\n"); got != "Failed" ||
+		!strings.Contains(mustAs(t, "admin", "get", "tfr", "breaker", "-n", ns, "-o", "jsonpath={.status.message}"), "still running") {
+		t.Errorf("a run whose spec.forceUnlock names a running stage's lock is %s: %s", got, mustAs(t, "admin", "get", "tfr", "breaker", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	stop := openGate(gate)
+	defer stop()
+	if got := waitPhase(t, ns, "holder", 3*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Errorf("the lock's holder is %s after the attempt to break its lock", got)
+	}
 }
 
 // TestStateMigratesFromTheKubernetesBackend: a workspace whose state an older
@@ -392,6 +430,27 @@ func TestStateMigratesFromTheKubernetesBackend(t *testing.T) {
 	}
 	mustAs(t, "admin", "get", "secret", "tfstate-default-default", "-n", ns)
 
+	// A state Secret made after terrarun began to serve state is no state
+	// its runs wrote: never imported, whoever made it.
+	var planted bytes.Buffer
+	zw := gzip.NewWriter(&planted)
+	_, _ = zw.Write([]byte(`{"version":4,"terraform_version":"1.8.0","serial":7,"lineage":"planted","outputs":{"planted":{"value":"yes","type":"string"}},"resources":[]}`))
+	_ = zw.Close()
+	plantedSecret := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"tfstate-planted-planted","namespace":%q,"labels":{"app.kubernetes.io/managed-by":"terraform","tfstate":"true"}},"data":{"tfstate":%q}}`,
+		ns, base64.StdEncoding.EncodeToString(planted.Bytes()))
+	if _, err := cl.kubectlStdin("admin", plantedSecret, "create", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if got := stateRun(t, "alice", ns, "planted", "planted", "output \"planted\" {\n  value = \"no\"\n}\n", ""); got != "Succeeded" {
+		t.Fatalf("the run of the planted workspace is %s", got)
+	}
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, "planted", "logs?stage=plan")); strings.Contains(log, "imported the state") {
+		t.Errorf("a state Secret made after terrarun began to serve state was imported:\n%s", log)
+	}
+
+	// An upgrade: terrarun begins to serve state after the kubernetes
+	// backend's Secret was made.
+	etcdPut(t, "/terrarun/states/served-since", time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
 	if got := stateRun(t, "alice", ns, "served", "default", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "served") != "0" {
 		t.Fatalf("the first run with the served state is %s adding %s resources, want Succeeded adding 0 (imported)", got, planAdds(t, ns, "served"))
 	}
@@ -403,5 +462,20 @@ func TestStateMigratesFromTheKubernetesBackend(t *testing.T) {
 	mustAs(t, "admin", "delete", "secret", "tfstate-default-default", "-n", ns)
 	if got := stateRun(t, "alice", ns, "next", "default", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "next") != "0" {
 		t.Errorf("the next run is %s adding %s resources, want Succeeded adding 0", got, planAdds(t, ns, "next"))
+	}
+}
+
+// etcdPut writes key in terrarun's etcd.
+func etcdPut(t testing.TB, key, value string) {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, key, value); err != nil {
+		t.Fatal(err)
 	}
 }

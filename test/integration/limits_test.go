@@ -43,7 +43,7 @@ func TestStageLimits(t *testing.T) {
 	stage("cpu", "sleep 5")
 
 	// While the cpu stage runs, its cgroups hold it with the limits set.
-	cgroups := waitStageCgroups(t)
+	cgroups := waitStageCgroups(t, e.Pid())
 	for file, want := range map[string]string{"cpu/cpu.cfs_quota_us": "50000", "memory/memory.limit_in_bytes": "268435456", "pids/pids.max": "200"} {
 		controller, name, _ := strings.Cut(file, "/")
 		got, err := os.ReadFile(filepath.Join(cgroups[controller], name))
@@ -101,11 +101,9 @@ func TestStageLimits(t *testing.T) {
 	}
 	// No stage's cgroup is left.
 	for _, c := range []string{"cpu", "memory", "pids"} {
-		entries, _ := os.ReadDir(filepath.Join(ownCgroup(t, c), "terrarun-stages"))
-		for _, d := range entries {
-			if d.IsDir() {
-				t.Errorf("a stage's cgroup is left in %s: %s", c, d.Name())
-			}
+		left, _ := filepath.Glob(filepath.Join(ownCgroup(t, c), "terrarun-stages", fmt.Sprintf("%d.*", e.Pid()), "*", "cgroup.procs"))
+		if len(left) != 0 {
+			t.Errorf("a stage's cgroup is left in %s: %v", c, left)
 		}
 	}
 }
@@ -128,20 +126,20 @@ func ownCgroup(t *testing.T, controller string) string {
 	return ""
 }
 
-// waitStageCgroups waits for a stage's cgroups that hold a process, and
-// returns their directories by controller.
-func waitStageCgroups(t *testing.T) map[string]string {
+// waitStageCgroups waits for a cgroup of a stage of the server with pid
+// that holds a process, and returns its directories by controller.
+func waitStageCgroups(t *testing.T, pid int) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		dirs, _ := filepath.Glob(filepath.Join(ownCgroup(t, "cpu"), "terrarun-stages", "*"))
+		dirs, _ := filepath.Glob(filepath.Join(ownCgroup(t, "cpu"), "terrarun-stages", fmt.Sprintf("%d.*", pid), "*"))
 		for _, d := range dirs {
 			procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 			if err != nil || strings.TrimSpace(string(procs)) == "" {
 				continue
 			}
-			base := filepath.Base(d)
-			return map[string]string{"cpu": d, "memory": filepath.Join(ownCgroup(t, "memory"), "terrarun-stages", base), "pids": filepath.Join(ownCgroup(t, "pids"), "terrarun-stages", base)}
+			rel, _ := filepath.Rel(filepath.Join(ownCgroup(t, "cpu"), "terrarun-stages"), d)
+			return map[string]string{"cpu": d, "memory": filepath.Join(ownCgroup(t, "memory"), "terrarun-stages", rel), "pids": filepath.Join(ownCgroup(t, "pids"), "terrarun-stages", rel)}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -191,9 +191,9 @@ func isEngine(p localProc, subcommand string) bool {
 // recorded as ExecutorLost, the plan runs again, and the run applies once.
 func TestRestartMidPlan(t *testing.T) {
 	dataDir := t.TempDir()
-	// In the namespace's state directory: the one host directory, besides its
-	// own work directory, that a sandboxed stage may write.
-	applied := filepath.Join(dataDir, "state", "default", "applied.txt")
+	// In its workspace's state directory: the one host directory, besides
+	// its own work directory, that a sandboxed stage may write.
+	applied := filepath.Join(dataDir, "state", "default", "restart", "applied.txt")
 	// Evaluating the locals takes seconds in the plan (and in the apply, but
 	// there is nothing else to do), unlike thousands of resources, whose apply
 	// rewrites the local state file after each one.
@@ -211,7 +211,7 @@ resource "terraform_data" "once" {
 
 	s1 := startBinary(t, dataDir)
 	e1 := envOn(s1)
-	e1.create(t, runManifest("restart", inline(map[string]string{"main.tf": tf}, "  approval:\n    mode: Auto\n")))
+	e1.create(t, runManifest("restart", inline(map[string]string{"main.tf": tf}, "  workspace: restart\n  approval:\n    mode: Auto\n")))
 	e1.waitPhase(t, "restart", 3*time.Minute, v1alpha1.RunPhasePlanning, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 
 	// Wait until terraform plans, so that the kill lands in the middle of it.
@@ -270,9 +270,9 @@ resource "terraform_data" "once" {
 // applies again.
 func TestRestartMidApply(t *testing.T) {
 	dataDir := t.TempDir()
-	// In the namespace's state directory: the one host directory, besides its
-	// own work directory, that a sandboxed stage may write.
-	applied := filepath.Join(dataDir, "state", "default", "applied.txt")
+	// In its workspace's state directory: the one host directory, besides
+	// its own work directory, that a sandboxed stage may write.
+	applied := filepath.Join(dataDir, "state", "default", "restart", "applied.txt")
 	tf := fmt.Sprintf(`resource "terraform_data" "slow" {
   provisioner "local-exec" {
     command = "sleep 20; echo applied >> %s"
@@ -282,7 +282,7 @@ func TestRestartMidApply(t *testing.T) {
 
 	s1 := startBinary(t, dataDir)
 	e1 := envOn(s1)
-	e1.create(t, runManifest("restart", inline(map[string]string{"main.tf": tf}, "  approval:\n    mode: Auto\n")))
+	e1.create(t, runManifest("restart", inline(map[string]string{"main.tf": tf}, "  workspace: restart\n  approval:\n    mode: Auto\n")))
 	e1.waitPhase(t, "restart", 3*time.Minute, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	sleep, ok := waitProcessUnder(t, dataDir, 2*time.Minute,
 		func(p localProc) bool {

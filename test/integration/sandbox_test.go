@@ -69,7 +69,7 @@ resource "terraform_data" "slow" {
 	caKey := filepath.Join(data, "pki", "ca.key")
 	etcdDB := filepath.Join(data, "etcd", "member", "snap", "db")
 	admin := filepath.Join(data, "admin.kubeconfig")
-	ownState := filepath.Join(data, "state", "default")
+	ownState := filepath.Join(data, "state", "default", "thief") // its workspace's
 	heartbeat := filepath.Join(ownState, "daemon-heartbeat")
 	procDump := filepath.Join(ownState, "proc-dump")
 	targets := map[string]string{"ca-key": caKey, "etcd-db": etcdDB, "admin-kubeconfig": admin, "team-a-state": teamAState,
@@ -109,7 +109,7 @@ resource "terraform_data" "probe" {
   }
 }
 `
-	e.create(t, runManifest("thief", inline(map[string]string{"main.tf": attack}, "  approval:\n    mode: Auto\n")))
+	e.create(t, runManifest("thief", inline(map[string]string{"main.tf": attack}, "  workspace: thief\n  approval:\n    mode: Auto\n")))
 	thief := e.waitPhase(t, "thief", 3*time.Minute, v1alpha1.RunPhaseApplying, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	if thief.Status.Phase != v1alpha1.RunPhaseApplying {
 		t.Fatalf("the attacking run is %s, not applying: %s", thief.Status.Phase, thief.Status.Message)

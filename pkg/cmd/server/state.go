@@ -77,7 +77,11 @@ func (o *ExecutorOptions) newStateBackend(ctx context.Context, config *genericap
 		Store:        store,
 		NamespaceUID: uidOf,
 		Legacy: func(ctx context.Context, namespace, workspace string) ([]byte, string, error) {
-			return legacyState(ctx, kube, namespace, workspace, store.Limits().State)
+			since, err := store.ServedSince(ctx)
+			if err != nil {
+				return nil, "", err
+			}
+			return legacyState(ctx, kube, namespace, workspace, since, store.Limits().State)
 		},
 	}, nil
 }
@@ -85,8 +89,10 @@ func (o *ExecutorOptions) newStateBackend(ctx context.Context, config *genericap
 // legacyState reads the state that the kubernetes backend kept for
 // workspace, where terrarun's default backend put it before it served
 // state: Secret tfstate-<workspace>-<workspace>, labeled by the backend,
-// its "tfstate" key gzip-compressed. nil when there is none.
-func legacyState(ctx context.Context, kube kubernetes.Interface, namespace, workspace string, limit int64) ([]byte, string, error) {
+// its "tfstate" key gzip-compressed, and created before since, when
+// terrarun began to serve state. nil when there is none: a Secret made
+// since then is no state terrarun's runs wrote, whoever made it.
+func legacyState(ctx context.Context, kube kubernetes.Interface, namespace, workspace string, since time.Time, limit int64) ([]byte, string, error) {
 	name := "tfstate-" + workspace + "-" + workspace
 	secret, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -96,6 +102,10 @@ func legacyState(ctx context.Context, kube kubernetes.Interface, namespace, work
 		return nil, "", fmt.Errorf("reading Secret %s/%s, where the kubernetes backend kept the state before: %w", namespace, name, err)
 	}
 	if secret.Labels["app.kubernetes.io/managed-by"] != "terraform" || secret.Labels["tfstate"] != "true" {
+		return nil, "", nil
+	}
+	if !secret.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+		klog.FromContext(ctx).Info("Not importing a state Secret made after terrarun began to serve state", "secret", klog.KObj(secret), "servedSince", since)
 		return nil, "", nil
 	}
 	source := "Secret " + namespace + "/" + name

@@ -85,7 +85,7 @@ type Options struct {
 // SandboxOptions say how stages are isolated (package sandbox). A sandboxed
 // stage sees the system's programs and libraries, the directories on its PATH
 // and the engine read-only, and only its own work directory and its
-// namespace's state directory read-write: not the server's PKI, etcd's data,
+// workspace's state directory read-write: not the server's PKI, etcd's data,
 // values, or other runs' work directories and state. All of its processes,
 // daemons included, end with it.
 type SandboxOptions struct {

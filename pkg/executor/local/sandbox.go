@@ -96,8 +96,7 @@ func (e *Executor) checkSandbox() error {
 
 // stageSandbox is the sandbox of execution p of run: the base sandbox with
 // p's work directory, its workspace's state directory and its creator's
-// plugin cache read-write, and its namespace's state directory read-only.
-// They are handed to the stages' user.
+// plugin cache read-write, handed to the stages' user.
 func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun, workspace string) (sandbox.Config, error) {
 	c := e.baseSandbox()
 	c.Root = p.dir + ".root"
@@ -114,15 +113,13 @@ func (e *Executor) stageSandbox(p *proc, run *v1alpha1.TerraformRun, workspace s
 	// provider plugins (made in TMPDIR) fit their 108 bytes.
 	c.Mounts = append(c.Mounts, sandbox.Mount{Source: p.dir, Writable: true},
 		sandbox.Mount{Source: filepath.Join(p.dir, "tmp"), Target: sandboxTmp, Writable: true})
-	// The namespace's state directory read-only (the engine lists its
-	// workspaces there), the stage's workspace's read-write: what a stage
-	// writes there is its workspace's, and no stage makes or replaces an
-	// entry of the namespace's directory.
-	if dirExists(nsState) {
-		c.Mounts = append(c.Mounts, sandbox.Mount{Source: nsState})
-		if ws := filepath.Join(nsState, workspace); workspace != "" && dirExists(ws) {
-			c.Mounts = append(c.Mounts, sandbox.Mount{Source: ws, Writable: true})
-		}
+	// Of the namespace's state directory, only the stage's workspace's:
+	// what a stage writes there is its workspace's, it sees no other
+	// workspace's state, and it makes or replaces no entry of the
+	// namespace's directory (the engine, listing the workspaces there,
+	// finds its own).
+	if ws := filepath.Join(nsState, workspace); workspace != "" && dirExists(ws) {
+		c.Mounts = append(c.Mounts, sandbox.Mount{Source: ws, Writable: true})
 	}
 	if cache := e.pluginCache(run); cache != "" && dirExists(cache) {
 		c.Mounts = append(c.Mounts, sandbox.Mount{Source: cache, Writable: true})

@@ -134,23 +134,40 @@ func stateHolder(ctx context.Context, run *terrarun.TerraformRun, what string) (
 	return statestore.Holder{Run: run.Name, RunUID: string(run.UID), Stage: string(stageName), Attempt: attempt}, nil
 }
 
-// alive says whether holder's lock must stay: its run exists with its UID,
-// and the stage attempt is the run's current one and has not ended, or is
+// holderStage returns the stage record of holder's attempt when its run
+// exists with its UID and the attempt is the run's current one of its
+// stage; nil otherwise.
+func (r *stateBase) holderStage(ctx context.Context, holder statestore.Holder) (*terrarun.StageStatus, error) {
+	run, err := r.status.get(ctx, holder.Run)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := currentStage(run, terrarun.StageName(holder.Stage))
+	if string(run.UID) != holder.RunUID || st == nil || st.Attempt != holder.Attempt {
+		return nil, nil
+	}
+	return st, nil
+}
+
+// running says whether holder's stage attempt is its run's current one and
+// has not ended.
+func (r *stateBase) running(ctx context.Context, holder statestore.Holder) (bool, error) {
+	st, err := r.holderStage(ctx, holder)
+	return st != nil && st.CompletionTime == nil, err
+}
+
+// alive says whether holder's lock must stay: its stage is running, or is
 // an apply lost with its executor, which may still be changing
 // infrastructure on a node out of reach (a run's spec.forceUnlock releases
 // that lock, once someone has looked). A lost apply never writes the state
 // again: its stage has ended, so stateHolder refuses it.
 func (r *stateBase) alive(ctx context.Context, holder statestore.Holder) (bool, error) {
-	run, err := r.status.get(ctx, holder.Run)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
+	st, err := r.holderStage(ctx, holder)
+	if st == nil || err != nil {
 		return false, err
-	}
-	st := currentStage(run, terrarun.StageName(holder.Stage))
-	if string(run.UID) != holder.RunUID || st == nil || st.Attempt != holder.Attempt {
-		return false, nil
 	}
 	lostApply := st.Name == terrarun.StageApply && st.Reason == terrarun.ReasonExecutorLost
 	return st.CompletionTime == nil || lostApply, nil
@@ -330,6 +347,19 @@ func (r *StateLockREST) Connect(ctx context.Context, name string, options runtim
 			// run's spec.forceUnlock names it, as the engine's
 			// force-unlock does.
 			force := holder.Stage == string(terrarun.StagePlan) && run.Spec.ForceUnlock == opts.LockID
+			if force {
+				// Never the lock of a stage that still runs: only one whose
+				// stage is gone, or an apply lost with its node.
+				if lock, err := r.backend.Store.LockOf(ctx, ref); err == nil && lock != nil && lock.ID == opts.LockID && lock.Holder != holder {
+					if running, err := r.running(ctx, lock.Holder); err != nil || running {
+						if err == nil {
+							err = conflict(name, "state lock %s is held by %s, which is still running: cancel that run, or wait for it to end; spec.forceUnlock releases only the lock of a stage that is gone", opts.LockID, lock.Holder)
+						}
+						responder.Error(err)
+						return
+					}
+				}
+			}
 			if err := r.backend.Store.Unlock(ctx, ref, holder, opts.LockID, force); err != nil {
 				responder.Error(stateError(err, name))
 				return
