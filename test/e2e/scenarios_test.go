@@ -335,8 +335,9 @@ func etcdKeys(t *testing.T, prefix string) int64 {
 	return etcdGet(t, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()).Count
 }
 
-// etcdGet reads key from terrarun's etcd.
-func etcdGet(t testing.TB, key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
+// withEtcd calls fn with a client of terrarun's etcd and a context that
+// bounds its requests.
+func withEtcd(t testing.TB, fn func(ctx context.Context, c *clientv3.Client) error) {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -345,11 +346,28 @@ func etcdGet(t testing.TB, key string, opts ...clientv3.OpOption) *clientv3.GetR
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.Get(ctx, key, opts...)
-	if err != nil {
+	if err := fn(ctx, c); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// etcdGet reads key from terrarun's etcd.
+func etcdGet(t testing.TB, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse) {
+	t.Helper()
+	withEtcd(t, func(ctx context.Context, c *clientv3.Client) (err error) {
+		resp, err = c.Get(ctx, key, opts...)
+		return err
+	})
 	return resp
+}
+
+// etcdPut writes key in terrarun's etcd.
+func etcdPut(t testing.TB, key, value string) {
+	t.Helper()
+	withEtcd(t, func(ctx context.Context, c *clientv3.Client) error {
+		_, err := c.Put(ctx, key, value)
+		return err
+	})
 }
 
 // TestFailure is scenario 5: a failing config ends Failed, its Job fails,

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -13,9 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
@@ -462,20 +458,5 @@ func TestStateMigratesFromTheKubernetesBackend(t *testing.T) {
 	mustAs(t, "admin", "delete", "secret", "tfstate-default-default", "-n", ns)
 	if got := stateRun(t, "alice", ns, "next", "default", mainTF, ""); got != "Succeeded" || planAdds(t, ns, "next") != "0" {
 		t.Errorf("the next run is %s adding %s resources, want Succeeded adding 0", got, planAdds(t, ns, "next"))
-	}
-}
-
-// etcdPut writes key in terrarun's etcd.
-func etcdPut(t testing.TB, key, value string) {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: cl.trEtcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Put(ctx, key, value); err != nil {
-		t.Fatal(err)
 	}
 }
