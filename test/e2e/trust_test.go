@@ -374,7 +374,9 @@ output "token" {
 	}
 
 	// A plan that holds the lock (it reads a FIFO): a viewer sees who holds
-	// it, and spec.forceUnlock does not take it from a stage that runs.
+	// it. (spec.forceUnlock never takes a running stage's lock:
+	// pkg/registry/terraformrun/state_test.go; here runs on one state take
+	// turns before they get that far.)
 	gate := newGate(t, sharedDir(t))
 	holder := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: holder\n  namespace: %s\nspec:\n"+
 		"  workspace: locked\n  operation: Plan\n  source:\n    inline:\n      main.tf: %q\n", ns,
@@ -393,14 +395,10 @@ output "token" {
 	if view.Holder.Run != "holder" || view.Holder.Stage != "plan" {
 		t.Errorf("the lock's holder is %+v, want run holder's plan stage", view.Holder)
 	}
-	if got := stateRun(t, "alice", ns, "breaker", "locked", mainTF, "  forceUnlock: "+view.ID+"\n"); got != "Failed" ||
-		!strings.Contains(mustAs(t, "admin", "get", "tfr", "breaker", "-n", ns, "-o", "jsonpath={.status.message}"), "still running") {
-		t.Errorf("a run whose spec.forceUnlock names a running stage's lock is %s: %s", got, mustAs(t, "admin", "get", "tfr", "breaker", "-n", ns, "-o", "jsonpath={.status.message}"))
-	}
 	stop := openGate(gate)
 	defer stop()
 	if got := waitPhase(t, ns, "holder", 3*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
-		t.Errorf("the lock's holder is %s after the attempt to break its lock", got)
+		t.Errorf("the lock's holder is %s", got)
 	}
 }
 

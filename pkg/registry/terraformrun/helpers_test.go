@@ -37,6 +37,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
 	"github.com/terrarun/terrarun/pkg/standalone"
+	"github.com/terrarun/terrarun/pkg/statestore"
 )
 
 // The tests of the subresources run them on real storage: the generic
@@ -122,6 +123,16 @@ func newTestEnv(t *testing.T) *testEnv {
 }
 
 func newTestEnvWithArtifacts(t *testing.T, opts artifacts.Options) *testEnv {
+	return newTestEnvWith(t, opts, false)
+}
+
+// newTestEnvWithStates is newTestEnv with the state terrarun serves, in a
+// namespace of UID "uid-1".
+func newTestEnvWithStates(t *testing.T) *testEnv {
+	return newTestEnvWith(t, artifacts.Options{}, true)
+}
+
+func newTestEnvWith(t *testing.T, opts artifacts.Options, states bool) *testEnv {
 	t.Helper()
 	endpoint := startEtcd(t)
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
@@ -140,7 +151,14 @@ func newTestEnvWithArtifacts(t *testing.T, opts artifacts.Options) *testEnv {
 	opts.Prefix = "/artifacts/"
 	testIdentities.ids = map[string]executor.Identity{}
 	env := &testEnv{artifacts: artifacts.New(client, opts), identities: testIdentities, etcd: client}
-	storage, err := NewStorage(testScheme, restOptions, Deps{Artifacts: env.artifacts})
+	deps := Deps{Artifacts: env.artifacts}
+	if states {
+		deps.States = &StateBackend{
+			Store:        statestore.New(client, nil, statestore.Limits{}),
+			NamespaceUID: func(context.Context, string) (string, error) { return "uid-1", nil },
+		}
+	}
+	storage, err := NewStorage(testScheme, restOptions, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +285,11 @@ func connect(t *testing.T, c rest.Connecter, u user.Info, method, name, query st
 func connectContext(t *testing.T, parent context.Context, c rest.Connecter, u user.Info, method, name, query string, body io.Reader) *httptest.ResponseRecorder {
 	t.Helper()
 	verb, subresource := "get", ""
-	if method == http.MethodPost {
+	switch method {
+	case http.MethodPost:
 		verb = "create"
+	case http.MethodDelete:
+		verb = "delete"
 	}
 	switch c.(type) {
 	case *PlanREST:
@@ -277,6 +298,10 @@ func connectContext(t *testing.T, parent context.Context, c rest.Connecter, u us
 		subresource = "logs"
 	case *OutputsREST:
 		subresource = "outputs"
+	case *StateREST:
+		subresource = "state"
+	case *StateLockREST:
+		subresource = "statelock"
 	}
 	req := httptest.NewRequest(method, "/apis/terrarun.dev/v1alpha1/namespaces/"+testNamespace+"/terraformruns/"+name+"/"+subresource+"?"+query, body)
 	if tb, ok := body.(typedBody); ok {

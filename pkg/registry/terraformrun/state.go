@@ -188,8 +188,11 @@ func (r *StateREST) Connect(ctx context.Context, name string, options runtime.Ob
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			data, v, err := r.backend.Store.Get(ctx, ref)
 			if errors.Is(err, statestore.ErrNotFound) {
-				var source string
-				if source, err = r.importLegacy(ctx, ref); err == nil && source != "" {
+				source, ierr := r.importLegacy(ctx, ref)
+				switch {
+				case ierr != nil:
+					err = ierr
+				case source != "":
 					w.Header().Set(StateImportedHeader, source)
 					data, v, err = r.backend.Store.Get(ctx, ref)
 				}
