@@ -237,7 +237,7 @@ func (c *Controller) Enforcement() string {
 	case c.mode == "":
 		return fmt.Sprintf("stages are NOT bounded to %s: %s; run the server as root on a host with cgroup v1, or in a delegated cgroup v2 (systemd Delegate=yes)", bounds, c.why)
 	}
-	return fmt.Sprintf("each stage is bounded to %s by a %s cgroup of its own", bounds, c.mode)
+	return fmt.Sprintf("each stage is bounded to %s in a cgroup of its own (%s)", bounds, c.mode)
 }
 
 func nonEmpty(s ...string) []string {
