@@ -136,9 +136,9 @@ func (e *Executor) endLimits(p *proc) (over string, reached []string) {
 		if err := p.budget.RemoveNew(); err != nil {
 			klog.ErrorS(err, "Removing what a stage over its budget wrote", "execution", p.name)
 		}
-		return over + "; what it added to its namespace's state directory and plugin cache was removed", reached
+		return over + "; what it added to its workspace's state directory and plugin cache was removed", reached
 	}
-	return over + "; what it added to its namespace's state directory is kept: an apply's state may describe infrastructure it created", reached
+	return over + "; what it added to its workspace's state directory is kept: an apply's state may describe infrastructure it created", reached
 }
 
 type spawnRequest struct {
