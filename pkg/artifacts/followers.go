@@ -87,16 +87,22 @@ func (s *Store) registerFollower(ctx context.Context, keys logKeys) (func(), err
 			s.dropSession(sess)
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("artifacts: recording a follower of the %s: %w", keys.what, err)
-		}
-		return func() {
+		unregister := func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followerWriteTimeout)
 			defer cancel()
 			if _, err := s.client.Delete(ctx, key); err != nil {
 				klog.V(2).InfoS("Removing a follower's key; it goes with the lease", "key", key, "err", err)
 			}
-		}, nil
+		}
+		if err != nil {
+			// A put that failed on the client (its context ended while the
+			// request was in flight) may still have been applied: remove the
+			// key, or the log would count as followed for as long as the
+			// store's lease lives.
+			unregister()
+			return nil, fmt.Errorf("artifacts: recording a follower of the %s: %w", keys.what, err)
+		}
+		return unregister, nil
 	}
 }
 
