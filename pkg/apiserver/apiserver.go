@@ -16,6 +16,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,16 +26,22 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
 	"github.com/terrarun/terrarun/pkg/metrics"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 	"github.com/terrarun/terrarun/pkg/registry/terraformworkspace"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 var (
@@ -67,6 +74,9 @@ func init() {
 type ExtraConfig struct {
 	// Artifacts stores plans, logs and outputs.
 	Artifacts *artifacts.Store
+	// Runs, when set, is bound to the run store once it is built: the
+	// admission plugins read runs through it.
+	Runs *initializer.StoreRunGetter
 	// States is the state served to the stages of runs that name no
 	// backend; nil where the executor keeps that state itself.
 	States *terraformrun.StateBackend
@@ -176,7 +186,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	extra := c.ExtraConfig
 	metrics.Register()
+	runsOnState, err := runsOnStateInformer(generic, c.GenericConfig.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
+		RunsOnState:       runsOnState,
 		Artifacts:         extra.Artifacts,
 		States:            extra.States,
 		DefaultEngine:     extra.DefaultEngine,
@@ -190,6 +205,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if extra.Runs != nil {
+		extra.Runs.Bind(runs.Run)
 	}
 
 	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.DefaultEngine, extra.Controller.Kube == nil, runs.Run)
@@ -364,4 +382,30 @@ func badDuration(data []byte, msg string) string {
 		return ""
 	}
 	return walk(doc, nil)
+}
+
+// runsOnStateInformer returns the approve subresource's view of the runs on
+// a state: an informer of runs, through the loopback client, indexed by
+// runrules.StateKey, which every replica keeps from its start.
+func runsOnStateInformer(generic *genericapiserver.GenericAPIServer, loopback *restclient.Config) (terraformrun.RunsOnState, error) {
+	client, err := versioned.NewForConfig(ProtobufClientConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	informer := informers.NewSharedInformerFactory(client, 0).Terrarun().V1alpha1().TerraformRuns().Informer()
+	if err := informer.AddIndexers(runrules.StateIndexers); err != nil {
+		return nil, err
+	}
+	if err := generic.AddPostStartHook("terrarun-run-informer", func(hook genericapiserver.PostStartHookContext) error {
+		go informer.RunWithContext(hook)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, run *v1alpha1.TerraformRun) ([]*v1alpha1.TerraformRun, error) {
+		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			return nil, apierrors.NewServiceUnavailable("the server has not read the runs on this run's state yet; try again")
+		}
+		return runrules.SameState(informer.GetIndexer(), run), nil
+	}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -174,21 +175,12 @@ func StageTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Dura
 	return d.Duration
 }
 
-// AppliesAfterPlan says whether run's plan stage goes on to apply its own
-// plan in the same process once the controller grants it the apply stage
-// (stage.Spec.ApplyAfterPlan): for a run approved automatically, so that one
-// engine, initialized once, plans and applies. The apply stage it carries is
-// recorded in status.stages with the plan execution's name.
-func AppliesAfterPlan(run *v1alpha1.TerraformRun) bool {
-	return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && run.Spec.Operation != v1alpha1.OperationPlan
-}
-
 // ExecutionTimeout is how long an execution of run's stage may run in all:
 // its StageTimeout, and for a plan stage that carries the apply, the apply's
 // too. The controller still holds each stage to its own timeout.
 func ExecutionTimeout(run *v1alpha1.TerraformRun, name v1alpha1.StageName) time.Duration {
 	d := StageTimeout(run, name)
-	if name == v1alpha1.StagePlan && AppliesAfterPlan(run) {
+	if name == v1alpha1.StagePlan && runrules.CarriesApply(run) {
 		d += StageTimeout(run, v1alpha1.StageApply)
 	}
 	return d
@@ -234,7 +226,7 @@ func StageSpec(ex Execution) stage.Spec {
 		Refresh:     run.Spec.Refresh,
 		PlanDigest:  ex.PlanDigest,
 	}
-	spec.ApplyAfterPlan = ex.Stage == v1alpha1.StagePlan && AppliesAfterPlan(run)
+	spec.ApplyAfterPlan = ex.Stage == v1alpha1.StagePlan && runrules.CarriesApply(run)
 	if ex.Stage == v1alpha1.StagePlan {
 		spec.ForceUnlock = run.Spec.ForceUnlock
 	}

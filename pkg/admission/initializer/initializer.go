@@ -5,13 +5,16 @@ package initializer
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
-	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 )
 
 // NamespaceLabeler returns the labels of a namespace. Package terraformrunpolicy holds
@@ -67,26 +70,33 @@ func (i pluginInitializer) Initialize(plugin admission.Interface) {
 	}
 }
 
-// clientRunGetter reads runs through the server's loopback client.
-type clientRunGetter struct {
-	client versioned.Interface
+// StoreRunGetter reads runs from the server's own run store, in process, as
+// a GET would see them, with no request looping back into the server.
+// Admission is configured before the store exists: the server binds the
+// getter to the store once it has built it (Bind).
+type StoreRunGetter struct {
+	store atomic.Pointer[rest.Getter]
 }
 
-// NewRunGetter returns a RunGetter that reads runs with client, the server's
-// loopback client, so that plugins see what a GET would.
-func NewRunGetter(client versioned.Interface) RunGetter {
-	return clientRunGetter{client: client}
-}
+// NewStoreRunGetter returns a StoreRunGetter bound to no store yet.
+func NewStoreRunGetter() *StoreRunGetter { return &StoreRunGetter{} }
+
+// Bind makes g read runs from store, the terraformruns registry store.
+func (g *StoreRunGetter) Bind(store rest.Getter) { g.store.Store(&store) }
 
 // GetRun implements RunGetter.
-func (g clientRunGetter) GetRun(ctx context.Context, namespace, name string) (*terrarun.TerraformRun, error) {
-	v, err := g.client.TerrarunV1alpha1().TerraformRuns(namespace).Get(ctx, name, metav1.GetOptions{})
+func (g *StoreRunGetter) GetRun(ctx context.Context, namespace, name string) (*terrarun.TerraformRun, error) {
+	store := g.store.Load()
+	if store == nil {
+		return nil, apierrors.NewServiceUnavailable("the server is still starting and cannot read runs yet; try again")
+	}
+	obj, err := (*store).Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	run := &terrarun.TerraformRun{}
-	if err := v1alpha1.Convert_v1alpha1_TerraformRun_To_terrarun_TerraformRun(v, run, nil); err != nil {
-		return nil, err
+	run, ok := obj.(*terrarun.TerraformRun)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("the run store returned a %T, not a TerraformRun", obj))
 	}
 	return run, nil
 }

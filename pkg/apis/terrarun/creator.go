@@ -14,19 +14,6 @@ func CreatesOnBehalf(u user.Info) bool {
 	return u != nil && u.GetName() == user.APIServerUser && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
 }
 
-// Requested says whether user asked for run (created it, or made the
-// server create it: spec.requestedBy), and how, for messages. Separation of
-// duties keeps whoever requested a run from approving it.
-func Requested(run *TerraformRun, user string) (how string, ok bool) {
-	if c := run.Spec.Creator; c != nil && c.Username == user {
-		return "created this run", true
-	}
-	if slices.Contains(run.Spec.RequestedBy, user) {
-		return "requested this run (spec.requestedBy: deleted its workspace, or asked for its rerun)", true
-	}
-	return "", false
-}
-
 // User returns the creator as a user, for authorization checks.
 func (c *Creator) User() user.Info {
 	return &user.DefaultInfo{Name: c.Username, UID: c.UID, Groups: slices.Clone(c.Groups)}

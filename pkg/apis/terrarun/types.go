@@ -595,6 +595,12 @@ type StageStatus struct {
 	// another run's apply made a plan stale.
 	// +optional
 	StartRevision int64 `json:"startRevision,omitempty"`
+	// carrierAttempt is set on an apply stage that the execution of a plan
+	// stage carries (approval mode Auto: one engine, initialized once, plans
+	// and then applies its own plan): the attempt of that plan stage. It is 0
+	// when the apply runs in an execution of its own.
+	// +optional
+	CarrierAttempt int32 `json:"carrierAttempt,omitempty"`
 }
 
 // OutputStatus describes one Terraform output.

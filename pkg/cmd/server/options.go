@@ -31,7 +31,6 @@ import (
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apiserver"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	generatedopenapi "github.com/terrarun/terrarun/pkg/generated/openapi"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 )
@@ -205,6 +204,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	}()
 
 	recommended := o.Recommended
+	// Bound to the run store by apiserver.New.
+	runs := initializer.NewStoreRunGetter()
 	var sa *standaloneConfig
 	if o.Standalone {
 		if sa, err = o.startStandalone(ctx); err != nil {
@@ -214,15 +215,11 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		recommended = o.standaloneOptions(sa.etcd)
 		recommended.SecureServing = sa.serving
 	} else {
-		// Admission plugins read runs through the loopback client (the
-		// approve subresource's separation of duties).
+		// Admission plugins read runs from the run store (the approve
+		// subresource's separation of duties).
 		copied := *recommended
 		copied.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
-			runs, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(c.LoopbackClientConfig))
-			if err != nil {
-				return nil, err
-			}
-			return []admission.PluginInitializer{initializer.NewInitializer(nil, initializer.NewRunGetter(runs))}, nil
+			return []admission.PluginInitializer{initializer.NewInitializer(nil, runs)}, nil
 		}
 		recommended = &copied
 	}
@@ -248,7 +245,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	executorServer := o.Executor.ServerURL
 	executorCA := o.Executor.CAFile
 	if sa != nil {
-		kubeconfig, err := o.applyStandalone(config, sa)
+		kubeconfig, err := o.applyStandalone(config, sa, runs)
 		if err != nil {
 			return nil, cleanup, err
 		}
@@ -297,6 +294,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		ExtraConfig: apiserver.ExtraConfig{
 			Artifacts:         store,
 			States:            states,
+			Runs:              runs,
 			Executor:          exec,
 			DefaultEngine:     o.Executor.defaultEngine(),
 			MaxFollowsPerUser: o.MaxFollowsPerUser,

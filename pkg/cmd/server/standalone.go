@@ -23,8 +23,6 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
-	"github.com/terrarun/terrarun/pkg/apiserver"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
@@ -124,7 +122,7 @@ func (o *Options) standaloneOptions(e *standalone.Etcd) *genericoptions.Recommen
 // directory's CA, authorizes them by their groups with terrarun's roles
 // (standalone.NewAuthorizer), builds the admission
 // chain, and writes the admin kubeconfig. It returns the kubeconfig's path.
-func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig) (string, error) {
+func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig, runs initializer.RunGetter) (string, error) {
 	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", sa.pki.CAFile())
 	if err != nil {
 		return "", fmt.Errorf("loading the standalone CA: %w", err)
@@ -144,11 +142,7 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 		return "", err
 	}
 
-	runs, err := versioned.NewForConfig(apiserver.ProtobufClientConfig(config.LoopbackClientConfig))
-	if err != nil {
-		return "", err
-	}
-	if err := applyStandaloneAdmission(config, o.Recommended.Admission, initializer.NewRunGetter(runs)); err != nil {
+	if err := applyStandaloneAdmission(config, o.Recommended.Admission, runs); err != nil {
 		return "", err
 	}
 

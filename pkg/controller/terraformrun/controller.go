@@ -37,6 +37,7 @@ import (
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/metrics"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // Options configure a Controller.
@@ -108,7 +109,7 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 	if store != nil {
 		c.logs = store
 	}
-	if err := informer.Informer().AddIndexers(cache.Indexers{stateIndex: stateIndexFunc}); err != nil {
+	if err := informer.Informer().AddIndexers(runrules.StateIndexers); err != nil {
 		return nil, err
 	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -116,11 +117,11 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		UpdateFunc: func(old, obj interface{}) {
 			c.enqueue(obj)
 			o, n := old.(*v1alpha1.TerraformRun), obj.(*v1alpha1.TerraformRun)
-			if phaseOf(o) == phaseOf(n) && (o.Status.Approval == nil) == (n.Status.Approval == nil) {
+			if runrules.Phase(o) == runrules.Phase(n) && (o.Status.Approval == nil) == (n.Status.Approval == nil) {
 				return
 			}
 			c.forget(n, false)
-			if holdsSlot(phaseOf(o)) && !holdsSlot(phaseOf(n)) {
+			if holdsSlot(runrules.Phase(o)) && !holdsSlot(runrules.Phase(n)) {
 				c.released()
 			}
 			c.stateFreed(n)
@@ -134,7 +135,7 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 				return
 			}
 			c.forget(run, true)
-			if holdsSlot(phaseOf(run)) {
+			if holdsSlot(runrules.Phase(run)) {
 				c.released()
 			}
 			c.stateFreed(run)
@@ -224,11 +225,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// A run being deleted (held by a finalizer) still finishes the stage in
 	// flight, which may be canceled, but starts no other.
 	run := cached.DeepCopy()
-	if slices.Contains(run.Finalizers, applyFinalizer) && phaseOf(run) != v1alpha1.RunPhaseApplying {
+	if slices.Contains(run.Finalizers, applyFinalizer) && runrules.Phase(run) != v1alpha1.RunPhaseApplying {
 		// Its apply has ended: a delete need not wait any more.
 		return 0, c.setApplyFinalizer(ctx, run, false)
 	}
-	if run.DeletionTimestamp != nil && phaseOf(run) == v1alpha1.RunPhaseApplying && !strings.HasPrefix(run.Status.Message, beingDeleted) {
+	if run.DeletionTimestamp != nil && runrules.Phase(run) == v1alpha1.RunPhaseApplying && !strings.HasPrefix(run.Status.Message, beingDeleted) {
 		// Said, and then the apply goes on as before (or is canceled).
 		run.Status.Message = beingDeleted + run.Status.Message
 		updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
@@ -258,7 +259,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 				return c.queued(ctx, run, ahead)
 			}
 		}
-		return c.startStage(ctx, run, v1alpha1.StagePlan, 1, "")
+		return c.startStage(ctx, run, v1alpha1.StagePlan, 1, nil)
 	case v1alpha1.RunPhasePlanning:
 		return c.syncStage(ctx, run, v1alpha1.StagePlan)
 	case v1alpha1.RunPhaseAwaitingApproval:
@@ -304,9 +305,10 @@ func (c *Controller) setApplyFinalizer(ctx context.Context, run *v1alpha1.Terraf
 // first means the write that wins the resourceVersion race is the only one
 // that starts: a second controller or a restarted one sees the recorded
 // attempt and adopts it instead of starting another. The stage is carried by
-// the running execution named carrier when that is not empty: the apply
-// stage of a plan execution that goes on to apply (executor.AppliesAfterPlan).
-func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32, carrier string) (time.Duration, error) {
+// the running execution of the plan stage carrier when that is not nil: the
+// apply stage of a plan execution that goes on to apply
+// (runrules.CarriesApply).
+func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName, attempt int32, carrier *v1alpha1.StageStatus) (time.Duration, error) {
 	if run.DeletionTimestamp != nil {
 		msg := fmt.Sprintf("The run is being deleted: its %s stage does not start.", stageName)
 		if stageName == v1alpha1.StagePlan {
@@ -324,17 +326,17 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		}
 	}
 	now := metav1.NewTime(c.opts.Clock.Now())
-	job := carrier
-	if job == "" {
-		job = c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt})
-	}
-	run.Status.Stages = append(run.Status.Stages, v1alpha1.StageStatus{
+	st := v1alpha1.StageStatus{
 		Name:          stageName,
 		Attempt:       attempt,
-		Job:           job,
+		Job:           c.exec.Name(executor.Execution{Run: run, Stage: stageName, Attempt: attempt}),
 		StartTime:     &now,
 		StartRevision: c.observedRevision(),
-	})
+	}
+	if carrier != nil {
+		st.Job, st.CarrierAttempt = carrier.Job, carrier.Attempt
+	}
+	run.Status.Stages = append(run.Status.Stages, st)
 	if run.Status.StartTime == nil {
 		run.Status.StartTime = &now
 	}
@@ -356,7 +358,7 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 // stage on a state follows the changes it rests on (the end of the stage
 // before it), and comes before the write that records the stage, so stages
 // on one state start in the order of their observed revisions, with no
-// ties (terrarun.ChangedStateAfter).
+// ties (runrules.ChangedStateAfter).
 func (c *Controller) observedRevision() int64 {
 	rv, err := strconv.ParseInt(c.seen(), 10, 64)
 	if err != nil {
@@ -421,29 +423,23 @@ func (c *Controller) markRunning(run *v1alpha1.TerraformRun, stageName v1alpha1.
 }
 
 // execution returns the execution that runs st, and whether it is a plan
-// execution that carries st, an apply stage.
+// execution that carries st, an apply stage (runrules.Execution).
 func (c *Controller) execution(run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) (executor.Execution, bool) {
-	ex := executor.Execution{Run: run, Stage: st.Name, Attempt: st.Attempt}
+	ex := executor.Execution{Run: run}
+	var carried bool
+	ex.Stage, ex.Attempt, carried = runrules.Execution(st)
 	if run.Status.Approval != nil {
 		ex.PlanDigest = run.Status.Approval.PlanDigest
 	}
-	if st.Name == v1alpha1.StageApply && st.Job != "" {
-		for _, plan := range run.Status.Stages {
-			if plan.Name == v1alpha1.StagePlan && plan.Job == st.Job {
-				ex.Stage, ex.Attempt = v1alpha1.StagePlan, plan.Attempt
-				return ex, true
-			}
-		}
-	}
-	return ex, false
+	return ex, carried
 }
 
 // syncStage observes the current execution of stageName and acts on its end.
 func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) (time.Duration, error) {
-	st := currentStage(run, stageName)
+	st := runrules.CurrentStage(run, stageName)
 	if st == nil {
 		// The phase says the stage runs but none is recorded: record attempt 1.
-		return c.startStage(ctx, run, stageName, 1, "")
+		return c.startStage(ctx, run, stageName, 1, nil)
 	}
 	ex, carried := c.execution(run, st)
 	status, err := c.exec.Status(ctx, ex)
@@ -475,21 +471,21 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		}
 	}
 
-	if stageName == v1alpha1.StagePlan && executor.AppliesAfterPlan(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
+	if stageName == v1alpha1.StagePlan && runrules.CarriesApply(run) && run.Status.Plan != nil && run.Status.Plan.Digest != "" {
 		switch {
 		case status.State == executor.StateRunning:
 			// The plan is recorded and its execution waits to apply it. It
 			// ends the plan's log itself, with the line that says so; the
 			// apply stage's end closes it otherwise (closeLogs).
 			c.endStage(run, st, executor.Status{State: executor.StateSucceeded}, executor.ReasonCompleted)
-			return c.planned(ctx, run, st.Job)
+			return c.planned(ctx, run, st)
 		case status.State != executor.StateSucceeded && !status.Startable():
 			// It ended after recording its plan and before it was granted
 			// the apply, so it applied nothing: the plan stands, and is
 			// applied by a stage of its own.
 			c.completeStage(ctx, run, st, status, v1alpha1.ReasonPlanned)
 			c.opts.Recorder.Eventf(run, "Warning", v1alpha1.ReasonPlanned, "The plan stage's execution ended (%s) after recording plan %s and before its apply; the apply runs as a stage of its own", status.Reason, run.Status.Plan.Digest)
-			return c.planned(ctx, run, "")
+			return c.planned(ctx, run, nil)
 		}
 	}
 	switch status.State {
@@ -570,7 +566,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if stageName == v1alpha1.StagePlan && st.Attempt < c.opts.MaxPlanAttempts {
 			// A plan changes nothing: run it again.
 			c.opts.Recorder.Eventf(run, "Warning", reason, "The plan stage attempt %d %s; retrying", st.Attempt, what)
-			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1, "")
+			return c.startStage(ctx, run, v1alpha1.StagePlan, st.Attempt+1, nil)
 		}
 		msg := fmt.Sprintf("The %s stage attempt %d %s. ", stageName, st.Attempt, what)
 		if stageName == v1alpha1.StageApply {
@@ -614,7 +610,7 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	case executor.StateSucceeded:
 		c.completeStage(ctx, run, st, status, executor.ReasonCompleted)
 		if stageName == v1alpha1.StagePlan {
-			return c.planned(ctx, run, "")
+			return c.planned(ctx, run, nil)
 		}
 		return c.applied(ctx, run)
 	}
@@ -622,9 +618,9 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 }
 
 // planned decides what follows a successful plan. An automatically approved
-// apply is carried by the execution named carrier, which is still running,
-// when that is not empty.
-func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, carrier string) (time.Duration, error) {
+// apply is carried by the execution of the plan stage carrier, which is still
+// running, when that is not nil.
+func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, carrier *v1alpha1.StageStatus) (time.Duration, error) {
 	p := run.Status.Plan
 	if p == nil || p.Digest == "" {
 		msg := "The plan stage ended without uploading a plan; see the plan stage's logs."
@@ -684,21 +680,19 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	}
 	if run.DeletionTimestamp != nil {
 		// startStage ends a run being deleted instead.
-		return c.startStage(ctx, run, v1alpha1.StageApply, 1, "")
+		return c.startStage(ctx, run, v1alpha1.StageApply, 1, nil)
 	}
-	if p := run.Status.Plan; p != nil && approvedPlan(run, p.Digest) {
+	if p := run.Status.Plan; p != nil && runrules.Approved(run, p.Digest) {
 		return c.startApproved(ctx, run)
 	}
-	if plan, ok := planStart(run); ok {
-		if stale := c.appliedSince(run, plan, true); stale != nil {
-			// Approving it would be refused: it ends now rather than wait for
-			// its timeout.
-			msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it can no longer be applied. Create a new run to plan again.", stale.Name, v1alpha1.DescribeState(run))
-			c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
-			c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
-			c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
-			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
-		}
+	if stale, _ := runrules.AppliedSince(run, c.sameState(run), true); stale != nil {
+		// Approving it would be refused: it ends now rather than wait for
+		// its timeout.
+		msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it can no longer be applied. Create a new run to plan again.", stale.Name, runrules.DescribeState(run))
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
+		c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
 	}
 	if wait := approvalDeadline(run).Sub(c.opts.Clock.Now()); wait > 0 {
 		return wait, nil
@@ -822,30 +816,6 @@ func (c *Controller) writeStatus(ctx context.Context, run *v1alpha1.TerraformRun
 	}
 	c.opts.Recorder.Event(updated, eventType, reason, msg)
 	return nil
-}
-
-func currentStage(run *v1alpha1.TerraformRun, stageName v1alpha1.StageName) *v1alpha1.StageStatus {
-	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
-		if run.Status.Stages[i].Name == stageName {
-			return &run.Status.Stages[i]
-		}
-	}
-	return nil
-}
-
-// approvedPlan says whether the run's approval records approve the plan with
-// digest: spec.approval.requiredApprovals distinct users' approvals, recorded
-// by the approve subresource, or Auto mode's, recorded by this controller for
-// a run in that mode. The status subresource keeps both from anyone else.
-func approvedPlan(run *v1alpha1.TerraformRun, digest string) bool {
-	a := run.Status.Approval
-	switch {
-	case a == nil || digest == "" || a.PlanDigest != digest || a.ApprovedBy == "":
-		return false
-	case a.ApprovedBy == v1alpha1.AutoApprover:
-		return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto
-	}
-	return len(v1alpha1.Approvers(run, digest)) >= v1alpha1.RequiredApprovals(run)
 }
 
 func approvalTimeout(run *v1alpha1.TerraformRun) time.Duration {

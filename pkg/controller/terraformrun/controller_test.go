@@ -1892,9 +1892,10 @@ func TestSyncStageHeldBeforeStart(t *testing.T) {
 }
 
 // TestAutoApplyCarriedByThePlanExecution: the plan execution of an
-// automatically approved run goes on to apply (executor.AppliesAfterPlan).
+// automatically approved run goes on to apply (runrules.CarriesApply).
 // Once its plan is recorded, the controller approves it and records the
-// apply stage under the plan execution's name, starts nothing, and ends the
+// apply stage under the plan execution's name with the plan stage's attempt
+// as its carrier, starts nothing, and ends the
 // run when that execution ends. The plan's log is the execution's to end
 // (after its plan is recorded); the controller closes it with the apply's,
 // whether the execution ended it or was lost first. A manually approved run's
@@ -1927,8 +1928,8 @@ func TestAutoApplyCarriedByThePlanExecution(t *testing.T) {
 			if len(plan) != 1 || plan[0].CompletionTime == nil || plan[0].Reason != executor.ReasonCompleted {
 				t.Errorf("plan stage = %+v, want it completed", plan)
 			}
-			if len(applies) != 1 || applies[0].Job != planJob1 {
-				t.Fatalf("apply stages = %+v, want attempt 1 carried by %s", applies, planJob1)
+			if len(applies) != 1 || applies[0].Job != planJob1 || applies[0].CarrierAttempt != plan[0].Attempt {
+				t.Fatalf("apply stages = %+v, want attempt 1 carried by %s (plan attempt %d)", applies, planJob1, plan[0].Attempt)
 			}
 			if closed := h.logs.list(); len(closed) != 0 {
 				t.Errorf("closed logs %v while the plan execution runs on, want none", closed)

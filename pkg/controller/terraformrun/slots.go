@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // Stage slots. The controller starts a run's plan stage only while fewer than
@@ -45,13 +46,6 @@ func (c *Controller) limited() bool {
 
 func runKey(run *v1alpha1.TerraformRun) string { return run.Namespace + "/" + run.Name }
 
-func phaseOf(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
-	if run.Status.Phase == "" {
-		return v1alpha1.RunPhasePending
-	}
-	return run.Status.Phase
-}
-
 // occupancy counts the stages that run, in all and by namespace, and returns
 // the runs that wait for a slot, first in first out.
 func (c *Controller) occupancy() (int, map[string]int, []*v1alpha1.TerraformRun, error) {
@@ -66,7 +60,7 @@ func (c *Controller) occupancy() (int, map[string]int, []*v1alpha1.TerraformRun,
 		case c.inStage(r):
 			active++
 			byNamespace[r.Namespace]++
-		case waitsToStart(r):
+		case runrules.WaitsToStart(r):
 			waiting = append(waiting, r)
 		}
 	}
@@ -121,7 +115,7 @@ func (c *Controller) admit(run *v1alpha1.TerraformRun) (bool, int, *v1alpha1.Ter
 func (c *Controller) forget(run *v1alpha1.TerraformRun, deleted bool) {
 	c.slots.mu.Lock()
 	defer c.slots.mu.Unlock()
-	switch p := phaseOf(run); {
+	switch p := runrules.Phase(run); {
 	case deleted, p != v1alpha1.RunPhasePending && p != v1alpha1.RunPhaseQueued && p != v1alpha1.RunPhaseAwaitingApproval:
 		delete(c.slots.admitted, runKey(run))
 		delete(c.slots.written, runKey(run))

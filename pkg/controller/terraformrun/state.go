@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
-// State turns. Runs that use one Terraform state (v1alpha1.StateKey: the
+// State turns. Runs that use one Terraform state (runrules.StateKey: the
 // namespace, the Terraform workspace and the backend) take turns instead of
 // failing on its lock: a run's plan stage starts only when no other run on
 // the state has a stage running, no approved plan waits to apply to it, and
@@ -25,54 +24,21 @@ import (
 // (409); should an apply slip in between approval and apply, the controller
 // discards the stale plan rather than start terraform on it.
 
-// stateIndex indexes runs by v1alpha1.StateKey.
-const stateIndex = "state"
-
-func stateIndexFunc(obj interface{}) ([]string, error) {
-	run, ok := obj.(*v1alpha1.TerraformRun)
-	if !ok {
-		return nil, nil
-	}
-	return []string{v1alpha1.StateKey(run)}, nil
-}
-
 // sameState returns the other runs on run's state.
 func (c *Controller) sameState(run *v1alpha1.TerraformRun) []*v1alpha1.TerraformRun {
-	objs, err := c.indexer.ByIndex(stateIndex, v1alpha1.StateKey(run))
-	if err != nil {
-		return nil // the index is registered in New
-	}
-	out := make([]*v1alpha1.TerraformRun, 0, len(objs))
-	for _, o := range objs {
-		if r, ok := o.(*v1alpha1.TerraformRun); ok && r.UID != run.UID {
-			out = append(out, r)
-		}
-	}
-	return out
+	return runrules.SameState(c.indexer, run)
 }
 
 // inStage says whether r has a stage running, or admitted to start (a plan
 // stage, or the apply of an approved plan). Called with c.slots.mu held.
 func (c *Controller) inStage(r *v1alpha1.TerraformRun) bool {
-	switch phaseOf(r) {
+	switch runrules.Phase(r) {
 	case v1alpha1.RunPhasePlanning, v1alpha1.RunPhaseApplying:
 		return true
 	case v1alpha1.RunPhasePending, v1alpha1.RunPhaseQueued, v1alpha1.RunPhaseAwaitingApproval:
 		return c.slots.admitted[runKey(r)]
 	}
 	return false
-}
-
-// waitsToStart says whether r waits for its plan stage to start.
-func waitsToStart(r *v1alpha1.TerraformRun) bool {
-	p := phaseOf(r)
-	return (p == v1alpha1.RunPhasePending || p == v1alpha1.RunPhaseQueued) &&
-		r.DeletionTimestamp == nil && !meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionCancelRequested)
-}
-
-// approvedToApply says whether r's plan is approved and its apply not yet started.
-func approvedToApply(r *v1alpha1.TerraformRun) bool {
-	return phaseOf(r) == v1alpha1.RunPhaseAwaitingApproval && r.Status.Approval != nil && r.DeletionTimestamp == nil
 }
 
 // createdBefore orders runs by creation, then by name.
@@ -94,7 +60,7 @@ func (c *Controller) stateHolder(run *v1alpha1.TerraformRun, stage v1alpha1.Stag
 		case c.inStage(r):
 			return r
 		case stage == v1alpha1.StageApply:
-		case approvedToApply(r), waitsToStart(r) && createdBefore(r, run):
+		case runrules.ApprovedToApply(r), runrules.WaitsToStart(r) && createdBefore(r, run):
 			if first == nil {
 				first = r
 			}
@@ -111,12 +77,12 @@ func (c *Controller) waitForState(ctx context.Context, run, holder *v1alpha1.Ter
 	switch {
 	case c.inStage(holder):
 		why = fmt.Sprintf("run %s is %s", holder.Name, stageDoing(holder))
-	case approvedToApply(holder):
+	case runrules.ApprovedToApply(holder):
 		why = fmt.Sprintf("run %s's approved plan applies first", holder.Name)
 	default:
 		why = fmt.Sprintf("run %s, created earlier, takes its turn first", holder.Name)
 	}
-	msg := fmt.Sprintf("Waiting for the state (%s): %s; this run's %s starts when it is done. Runs on one state take turns.", v1alpha1.DescribeState(run), why, stage)
+	msg := fmt.Sprintf("Waiting for the state (%s): %s; this run's %s starts when it is done. Runs on one state take turns.", runrules.DescribeState(run), why, stage)
 	if run.Status.Message == msg {
 		return queuedRecheck, nil
 	}
@@ -132,42 +98,13 @@ func (c *Controller) waitForState(ctx context.Context, run, holder *v1alpha1.Ter
 
 // stageDoing says what holder's stage in flight does.
 func stageDoing(r *v1alpha1.TerraformRun) string {
-	if phaseOf(r) == v1alpha1.RunPhaseApplying {
+	if runrules.Phase(r) == v1alpha1.RunPhaseApplying {
 		return "applying to it"
 	}
-	if phaseOf(r) == v1alpha1.RunPhasePlanning {
+	if runrules.Phase(r) == v1alpha1.RunPhasePlanning {
 		return "planning on it"
 	}
 	return "starting its plan on it"
-}
-
-// appliedSince returns a run on run's state whose apply may have changed the
-// state after run's plan, placed at plan, read it (ChangedStateAfter), or
-// nil; with ended, only an apply that has ended counts.
-func (c *Controller) appliedSince(run *v1alpha1.TerraformRun, plan terrarun.StageOrder, ended bool) *v1alpha1.TerraformRun {
-	for _, r := range c.sameState(run) {
-		for _, st := range r.Status.Stages {
-			if st.Name == v1alpha1.StageApply && (!ended || st.CompletionTime != nil) && terrarun.ChangedStateAfter(order(&st), plan) {
-				return r
-			}
-		}
-	}
-	return nil
-}
-
-// planStart places run's last plan stage, whose plan read the state when it
-// started, among the stages on its state.
-func planStart(run *v1alpha1.TerraformRun) (terrarun.StageOrder, bool) {
-	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
-		if st := &run.Status.Stages[i]; st.Name == v1alpha1.StagePlan && st.StartTime != nil {
-			return order(st), true
-		}
-	}
-	return terrarun.StageOrder{}, false
-}
-
-func order(st *v1alpha1.StageStatus) terrarun.StageOrder {
-	return terrarun.StageOrder{Start: st.StartTime, End: st.CompletionTime, Revision: st.StartRevision}
 }
 
 // Applying names the executions that apply now, as this controller's cache
@@ -180,10 +117,10 @@ func (c *Controller) Applying() []string {
 	}
 	var names []string
 	for _, r := range runs {
-		if phaseOf(r) != v1alpha1.RunPhaseApplying {
+		if runrules.Phase(r) != v1alpha1.RunPhaseApplying {
 			continue
 		}
-		if st := currentStage(r, v1alpha1.StageApply); st != nil && st.Job != "" {
+		if st := runrules.CurrentStage(r, v1alpha1.StageApply); st != nil && st.Job != "" {
 			names = append(names, st.Job)
 		}
 	}
@@ -193,7 +130,7 @@ func (c *Controller) Applying() []string {
 // stateFreed enqueues the runs that may wait for the state run was using.
 func (c *Controller) stateFreed(run *v1alpha1.TerraformRun) {
 	for _, r := range c.sameState(run) {
-		if waitsToStart(r) || approvedToApply(r) || r.Status.Phase == v1alpha1.RunPhaseAwaitingApproval {
+		if runrules.WaitsToStart(r) || runrules.ApprovedToApply(r) || r.Status.Phase == v1alpha1.RunPhaseAwaitingApproval {
 			c.queue.Add(runKey(r))
 		}
 	}
@@ -207,8 +144,8 @@ func (c *Controller) startApproved(ctx context.Context, run *v1alpha1.TerraformR
 	c.slots.mu.Lock()
 	holder := c.stateHolder(run, v1alpha1.StageApply)
 	var stale *v1alpha1.TerraformRun
-	if since, ok := planStart(run); holder == nil && ok {
-		stale = c.appliedSince(run, since, false)
+	if holder == nil {
+		stale, _ = runrules.AppliedSince(run, c.sameState(run), false)
 	}
 	if holder == nil && stale == nil {
 		c.slots.admitted[runKey(run)] = true
@@ -218,10 +155,10 @@ func (c *Controller) startApproved(ctx context.Context, run *v1alpha1.TerraformR
 	case holder != nil:
 		return c.waitForState(ctx, run, holder, v1alpha1.StageApply)
 	case stale != nil:
-		msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it was not applied. Create a new run to plan again.", stale.Name, v1alpha1.DescribeState(run))
+		msg := fmt.Sprintf("The plan is stale: run %s applied to the same state (%s) after this plan was made, so it was not applied. Create a new run to plan again.", stale.Name, runrules.DescribeState(run))
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonStalePlan, msg)
 		c.finish(run, v1alpha1.RunPhaseDiscarded, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonStalePlan, msg)
 	}
-	return c.startStage(ctx, run, v1alpha1.StageApply, 1, "")
+	return c.startStage(ctx, run, v1alpha1.StageApply, 1, nil)
 }

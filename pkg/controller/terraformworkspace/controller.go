@@ -27,6 +27,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 const (
@@ -236,7 +237,7 @@ type history []*v1alpha1.TerraformRun
 // active is the run under way, if any.
 func (h history) active() *v1alpha1.TerraformRun {
 	for i := len(h) - 1; i >= 0; i-- {
-		if !finished(h[i]) {
+		if !runrules.Finished(h[i]) {
 			return h[i]
 		}
 	}
@@ -251,14 +252,6 @@ func (h history) newest(ok func(*v1alpha1.TerraformRun) bool) *v1alpha1.Terrafor
 		}
 	}
 	return nil
-}
-
-func finished(run *v1alpha1.TerraformRun) bool {
-	switch run.Status.Phase {
-	case v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseDiscarded:
-		return true
-	}
-	return false
 }
 
 func trigger(run *v1alpha1.TerraformRun) v1alpha1.Trigger {
@@ -411,7 +404,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 			}
 			r.c.opts.Recorder.Eventf(ws, "Normal", ReasonSuperseded, "Discarded run %s, superseded by the workspace's current spec", active.Name)
 		}
-		r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("Run %s is %s.", active.Name, phaseOf(active)))
+		r.setCondition(v1alpha1.WorkspaceConditionReconciling, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("Run %s is %s.", active.Name, runrules.Phase(active)))
 		r.setReady(hash)
 		return 0, r.prune(ctx)
 	}
@@ -753,7 +746,7 @@ func (r *reconciler) prune(ctx context.Context) error {
 	keepSucceeded, keepOther := limit(r.ws.Spec.HistoryLimits.Succeeded), limit(r.ws.Spec.HistoryLimits.Failed)
 	for i := len(r.h) - 1; i >= 0; i-- {
 		run := r.h[i]
-		if !finished(run) {
+		if !runrules.Finished(run) {
 			continue
 		}
 		keep := &keepOther
@@ -802,9 +795,9 @@ func (r *reconciler) reconcileDeletion(ctx context.Context) (time.Duration, erro
 		}
 	}
 	switch {
-	case last != nil && !finished(last):
+	case last != nil && !runrules.Finished(last):
 		ws.Status.CurrentRun = last.Name
-		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonDestroyRunning, fmt.Sprintf("Destroy run %s is %s.", last.Name, phaseOf(last)))
+		r.setCondition(v1alpha1.WorkspaceConditionDestroying, metav1.ConditionTrue, ReasonDestroyRunning, fmt.Sprintf("Destroy run %s is %s.", last.Name, runrules.Phase(last)))
 		return 0, nil
 	case last != nil && last.Status.Phase == v1alpha1.RunPhaseSucceeded:
 		r.c.opts.Recorder.Eventf(ws, "Normal", "Destroyed", "Destroy run %s succeeded", last.Name)
@@ -865,13 +858,6 @@ func completion(run *v1alpha1.TerraformRun) time.Time {
 		return t.Time
 	}
 	return run.CreationTimestamp.Time
-}
-
-func phaseOf(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
-	if run.Status.Phase == "" {
-		return v1alpha1.RunPhasePending
-	}
-	return run.Status.Phase
 }
 
 // checkInterval is how often a plan-only run checks for drift and resolves a

@@ -1127,6 +1127,13 @@ func schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref common.ReferenceCallback)
 							Format:      "int64",
 						},
 					},
+					"carrierAttempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "carrierAttempt is set on an apply stage that the execution of a plan stage carries (approval mode Auto: one engine, initialized once, plans and then applies its own plan): the attempt of that plan stage. It is 0 when the apply runs in an execution of its own.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"name", "attempt"},
 			},

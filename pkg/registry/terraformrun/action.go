@@ -34,8 +34,10 @@ type actionREST[B actionBody] struct {
 	// record changes the run's status, or returns an API error (a Conflict,
 	// say) to refuse; user is the requesting user's name.
 	record func(run *terrarun.TerraformRun, body B, user string) error
-	// check, when set, refuses an action that record accepted, for reasons
-	// beyond the run itself (another run on its state, say).
+	// check, when set, refuses an action that record accepts, for reasons
+	// beyond the run itself (another run on its state, say). It runs before
+	// the update, as pods/eviction checks a disruption budget, so that it
+	// reads other objects once, and never inside the update's retries.
 	check func(ctx context.Context, run *terrarun.TerraformRun) error
 }
 
@@ -68,11 +70,22 @@ func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Obj
 	if user == "" {
 		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
 	}
-	run, err := r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
-		if err := r.record(run, body, user); err != nil || r.check == nil {
-			return err
+	if r.check != nil {
+		obj, err := r.status.store.Get(ctx, name, &metav1.GetOptions{})
+		if err != nil {
+			return nil, err
 		}
-		return r.check(ctx, run)
+		// The run's own refusals come first: they say what is wrong with it.
+		run := obj.(*terrarun.TerraformRun)
+		if err := r.record(run.DeepCopy(), body, user); err != nil {
+			return nil, err
+		}
+		if err := r.check(ctx, run); err != nil {
+			return nil, err
+		}
+	}
+	run, err := r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {
+		return r.record(run, body, user)
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 )
 
@@ -42,7 +43,7 @@ func cancel(run *terrarun.TerraformRun, body *terrarun.TerraformRunCancel, who s
 			Message: msg, ObservedGeneration: run.Generation,
 		})
 		run.Status.Message = msg + " Stopping the running stage."
-		if p := phaseOrPending(run); p == terrarun.RunPhasePending || p == terrarun.RunPhaseQueued {
+		if p := phase(run); p == v1alpha1.RunPhasePending || p == v1alpha1.RunPhaseQueued {
 			run.Status.Message = msg + " The run ends before it starts."
 		}
 		return nil

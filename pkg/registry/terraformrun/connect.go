@@ -79,16 +79,6 @@ func runRef(run *terrarun.TerraformRun) artifacts.RunRef {
 	return artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
 }
 
-// currentStage is the latest execution of stageName, or nil.
-func currentStage(run *terrarun.TerraformRun, stageName terrarun.StageName) *terrarun.StageStatus {
-	for i := len(run.Status.Stages) - 1; i >= 0; i-- {
-		if run.Status.Stages[i].Name == stageName {
-			return &run.Status.Stages[i]
-		}
-	}
-	return nil
-}
-
 // notFound is a 404 about the subresource what of run name, whose message
 // says what to do.
 func notFound(name, what, message string) error {

@@ -30,7 +30,7 @@ func discard(run *terrarun.TerraformRun, body *terrarun.TerraformRunDiscard, who
 		if run.Status.Phase == terrarun.RunPhasePlanning || run.Status.Phase == terrarun.RunPhaseApplying || run.Status.Phase == terrarun.RunPhasePending || run.Status.Phase == terrarun.RunPhaseQueued {
 			hint = "; to stop a stage in flight, use cancel"
 		}
-		return conflict(run.Name, "the run is %s; only a plan that is AwaitingApproval can be discarded%s", phaseOrPending(run), hint)
+		return conflict(run.Name, "the run is %s; only a plan that is AwaitingApproval can be discarded%s", phase(run), hint)
 	}
 	if run.Status.Approval != nil {
 		return conflict(run.Name, "the plan is already approved by %s and its apply is starting; to stop it, use cancel", run.Status.Approval.ApprovedBy)

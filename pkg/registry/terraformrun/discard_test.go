@@ -11,6 +11,8 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 func TestDiscard(t *testing.T) {
@@ -78,7 +80,7 @@ func TestDiscard(t *testing.T) {
 			env.createRun(t, name, func(st *terrarun.TerraformRunStatus) { st.Phase = tc.phase })
 			_, err := discard(name, "")
 			expectAPIError(t, err, http.StatusConflict, tc.want)
-			if isFinal(tc.phase) && strings.Contains(err.Error(), "use cancel") {
+			if runrules.Final(v1alpha1.RunPhase(tc.phase)) && strings.Contains(err.Error(), "use cancel") {
 				t.Errorf("a run that ended is told to cancel: %v", err)
 			}
 		})

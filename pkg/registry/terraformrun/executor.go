@@ -9,7 +9,9 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // checkExecutor returns nil when the request is from the executor of the
@@ -39,42 +41,17 @@ func checkExecutor(ctx context.Context, run *terrarun.TerraformRun, stageName te
 	if id.Namespace != run.Namespace || id.Name != run.Name || id.UID != string(run.UID) {
 		return forbidden("this executor was started for run %s/%s (UID %s), not for %s/%s (UID %s)", id.Namespace, id.Name, id.UID, run.Namespace, run.Name, run.UID)
 	}
-	idStage, idAttempt := writesFor(run, terrarun.StageName(id.Stage), id.Attempt)
-	if carrier := applyCarrier(run); carrier != 0 && terrarun.StageName(id.Stage) == terrarun.StageApply {
+	v := runrules.FromInternal(run)
+	idStage, idAttempt := runrules.WritesFor(v, v1alpha1.StageName(id.Stage), id.Attempt)
+	if carrier := runrules.Carrier(v); carrier != 0 && v1alpha1.StageName(id.Stage) == v1alpha1.StageApply {
 		return forbidden("the run's apply stage is carried by the executor of plan attempt %d; no other executor writes for it", carrier)
 	}
-	current := currentStage(run, stageName)
-	if idStage != stageName || current == nil || idAttempt != current.Attempt || current.CompletionTime != nil {
+	current := runrules.CurrentStage(v, v1alpha1.StageName(stageName))
+	if string(idStage) != string(stageName) || current == nil || idAttempt != current.Attempt || current.CompletionTime != nil {
 		return forbidden("this executor runs stage %s attempt %d, which is not the run's current %s stage", idStage, idAttempt, stageName)
 	}
 	if attempt != 0 && attempt != idAttempt {
 		return forbidden("this executor runs attempt %d, not attempt %d", idAttempt, attempt)
 	}
 	return nil
-}
-
-// writesFor returns the stage and attempt that the executor of stageName's
-// attempt writes for: the apply stage that its execution carries (see
-// applyCarrier), else its own.
-func writesFor(run *terrarun.TerraformRun, stageName terrarun.StageName, attempt int32) (terrarun.StageName, int32) {
-	if stageName == terrarun.StagePlan && attempt == applyCarrier(run) {
-		return terrarun.StageApply, currentStage(run, terrarun.StageApply).Attempt
-	}
-	return stageName, attempt
-}
-
-// applyCarrier returns the plan attempt whose execution carries the run's
-// current apply stage, or 0: the controller records an apply stage with the
-// name of the plan execution that goes on to apply (stage.Spec.ApplyAfterPlan).
-func applyCarrier(run *terrarun.TerraformRun) int32 {
-	apply := currentStage(run, terrarun.StageApply)
-	if apply == nil || apply.Job == "" {
-		return 0
-	}
-	for _, st := range run.Status.Stages {
-		if st.Name == terrarun.StagePlan && st.Job == apply.Job {
-			return st.Attempt
-		}
-	}
-	return 0
 }

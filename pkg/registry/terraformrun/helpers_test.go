@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
@@ -36,6 +38,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/pkg/standalone"
 	"github.com/terrarun/terrarun/pkg/statestore"
 )
@@ -151,7 +154,7 @@ func newTestEnvWith(t *testing.T, opts artifacts.Options, states bool) *testEnv 
 	opts.Prefix = "/artifacts/"
 	testIdentities.ids = map[string]executor.Identity{}
 	env := &testEnv{artifacts: artifacts.New(client, opts), identities: testIdentities, etcd: client}
-	deps := Deps{Artifacts: env.artifacts}
+	deps := Deps{Artifacts: env.artifacts, RunsOnState: env.runsOnState}
 	if states {
 		deps.States = &StateBackend{
 			Store:        statestore.New(client, nil, statestore.Limits{}),
@@ -403,4 +406,20 @@ func expectAPIError(t *testing.T, err error, code int32, messages ...string) {
 			t.Errorf("message %q does not contain %q", status.Status().Message, m)
 		}
 	}
+}
+
+// runsOnState stands in for the server's informer of runs: it lists the
+// store, converts every run, and keeps those on run's state.
+func (env *testEnv) runsOnState(ctx context.Context, run *v1alpha1.TerraformRun) ([]*v1alpha1.TerraformRun, error) {
+	obj, err := env.storage.Run.List(genericapirequest.WithNamespace(ctx, run.Namespace), &metainternalversion.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, runrules.StateIndexers)
+	for i := range obj.(*terrarun.TerraformRunList).Items {
+		if err := indexer.Add(runrules.FromInternal(&obj.(*terrarun.TerraformRunList).Items[i])); err != nil {
+			return nil, err
+		}
+	}
+	return runrules.SameState(indexer, run), nil
 }

@@ -13,8 +13,10 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 const (
@@ -80,11 +82,11 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 	attempt := int32(1)
 	if opts.Attempt != nil {
 		attempt = *opts.Attempt
-	} else if cur := currentStage(run, stageName); cur != nil {
+	} else if cur := runrules.CurrentStage(runrules.FromInternal(run), v1alpha1.StageName(stageName)); cur != nil {
 		attempt = cur.Attempt
 	}
 	streamOpts := artifacts.LogOptions{Follow: opts.Follow, TailLines: opts.TailLines, LimitBytes: opts.LimitBytes}
-	if isFinal(run.Status.Phase) {
+	if finished(run) {
 		// Nothing more will be written; do not wait for a log that never comes.
 		streamOpts.Follow = false
 	}
@@ -116,7 +118,7 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 			responder.Error(notFound(name, "logs", fmt.Sprintf("%s with no %s log for attempt %d", ended, stageName, attempt)))
 		case errors.Is(context.Cause(streamCtx), errShuttingDown):
 			responder.Error(apierrors.NewServiceUnavailable(fmt.Sprintf("the server is shutting down before the %s log of attempt %d began; follow again", stageName, attempt)))
-		case err != nil && ctx.Err() == nil && isFinal(run.Status.Phase):
+		case err != nil && ctx.Err() == nil && finished(run):
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
 				"run %q ended %s with no %s log for attempt %d", name, run.Status.Phase, stageName, attempt)))
 		case err != nil && ctx.Err() == nil:
@@ -125,7 +127,7 @@ func (r *LogsREST) Connect(ctx context.Context, name string, options runtime.Obj
 				hint = ""
 			}
 			responder.Error(artifactError(err, name, "logs", fmt.Sprintf(
-				"run %q has no %s log for attempt %d yet (it is %s)%s", name, stageName, attempt, phaseOrPending(run), hint)))
+				"run %q has no %s log for attempt %d yet (it is %s)%s", name, stageName, attempt, phase(run), hint)))
 		default:
 			w.WriteHeader(http.StatusOK)
 		}
@@ -147,7 +149,7 @@ func (e runEnded) Error() string { return string(e) }
 // that will never be written or closed (a stage the run never reaches, an
 // attempt that never happens) ends too.
 func (r *LogsREST) endWithRun(ctx context.Context, cancel context.CancelCauseFunc, run *terrarun.TerraformRun) {
-	final, err := r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool { return isFinal(run.Status.Phase) })
+	final, err := r.status.watchUntil(ctx, run, func(run *terrarun.TerraformRun) bool { return finished(run) })
 	var why runEnded
 	switch {
 	case ctx.Err() != nil:

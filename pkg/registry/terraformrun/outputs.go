@@ -57,7 +57,7 @@ func (r *OutputsREST) Connect(ctx context.Context, name string, options runtime.
 		rc, _, err := r.artifacts.Get(ctx, runRef(run), artifacts.Outputs)
 		if err != nil {
 			responder.Error(artifactError(err, name, "outputs", fmt.Sprintf(
-				"run %q has no outputs yet (it is %s); outputs exist once the apply has succeeded", name, phaseOrPending(run))))
+				"run %q has no outputs yet (it is %s); outputs exist once the apply has succeeded", name, phase(run))))
 			return
 		}
 		defer rc.Close()

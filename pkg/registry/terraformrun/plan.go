@@ -25,6 +25,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -109,7 +110,7 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 		}
 	}
 	if !hasPlan(run) && !opts.Wait {
-		return nil, notFound(name, "plan", fmt.Sprintf("run %q has no plan yet (it is %s); add ?wait=true to wait for it", name, phaseOrPending(run)))
+		return nil, notFound(name, "plan", fmt.Sprintf("run %q has no plan yet (it is %s); add ?wait=true to wait for it", name, phase(run)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if err := r.serve(ctx, run, format, w, req); err != nil {
@@ -251,7 +252,7 @@ func (r *PlanREST) waitFor(ctx context.Context, run *terrarun.TerraformRun, what
 // without one.
 func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) (*terrarun.TerraformRun, error) {
 	run, err := r.waitFor(ctx, run, "get a plan", func(run *terrarun.TerraformRun) bool {
-		return hasPlan(run) || planFailed(run) != nil || isFinal(run.Status.Phase)
+		return hasPlan(run) || planFailed(run) != nil || finished(run)
 	})
 	switch {
 	case err != nil:
@@ -266,12 +267,11 @@ func (r *PlanREST) waitForPlan(ctx context.Context, run *terrarun.TerraformRun) 
 }
 
 // awaitsApply says whether the request is from the executor of the current
-// plan stage of a run whose plan stage goes on to apply (approval mode Auto,
-// operation other than Plan: executor.AppliesAfterPlan). The run read for
-// the request may not show the plan just recorded yet: the wait sees it.
+// plan stage of a run whose plan stage goes on to apply
+// (runrules.CarriesApply). The run read for the request may not show the
+// plan just recorded yet: the wait sees it.
 func awaitsApply(ctx context.Context, run *terrarun.TerraformRun) bool {
-	return run.Spec.Approval.Mode == terrarun.ApprovalModeAuto && run.Spec.Operation != terrarun.OperationPlan &&
-		checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") == nil
+	return runrules.CarriesApply(runrules.FromInternal(run)) && checkExecutor(ctx, run, terrarun.StagePlan, 0, "plan") == nil
 }
 
 // waitForApply waits until the controller grants the requesting plan
@@ -290,7 +290,7 @@ func (r *PlanREST) waitForApply(ctx context.Context, run *terrarun.TerraformRun)
 	case granted(run):
 		return run, nil
 	}
-	return nil, conflict(run.Name, "the plan stage ended without the apply stage (the run is %s: %s); this executor does not apply", phaseOrPending(run), run.Status.Message)
+	return nil, conflict(run.Name, "the plan stage ended without the apply stage (the run is %s: %s); this executor does not apply", phase(run), run.Status.Message)
 }
 
 // planFailed is the Planned condition of a run whose plan stage ended

@@ -415,7 +415,7 @@ func TestCarriedApply(t *testing.T) {
 		now := metav1.Now()
 		st.Stages[0].CompletionTime = &now
 		st.Phase = terrarun.RunPhaseApplying
-		st.Stages = append(st.Stages, terrarun.StageStatus{Name: terrarun.StageApply, Attempt: 1, Job: st.Stages[0].Job, StartTime: &now})
+		st.Stages = append(st.Stages, terrarun.StageStatus{Name: terrarun.StageApply, Attempt: 1, Job: st.Stages[0].Job, CarrierAttempt: st.Stages[0].Attempt, StartTime: &now})
 	}
 	setup := func(name string, spec func(*terrarun.TerraformRunSpec)) *terrarun.TerraformRun {
 		run := env.createRunWith(t, name, spec, planRunning(name))

@@ -63,7 +63,7 @@ func result(ctx context.Context, run *terrarun.TerraformRun, kind string) runtim
 	return &metav1.Status{
 		Status:  metav1.StatusSuccess,
 		Code:    http.StatusCreated,
-		Message: fmt.Sprintf("%s recorded for run %s/%s (now %s): %s", kind, run.Namespace, run.Name, phaseOrPending(run), run.Status.Message),
+		Message: fmt.Sprintf("%s recorded for run %s/%s (now %s): %s", kind, run.Namespace, run.Name, phase(run), run.Status.Message),
 		Details: &metav1.StatusDetails{Name: run.Name, Group: terrarun.GroupName, Kind: "terraformruns"},
 	}
 }

@@ -17,7 +17,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/pkg/statestore"
 )
 
@@ -114,7 +116,7 @@ func (r *stateBase) prepareState(ctx context.Context, name string, options runti
 
 // stateHolder returns the stage execution whose executor sends the
 // request, as the server knows it: the stage it writes for (an apply its
-// plan execution carries, see writesFor). Anyone else is refused, as
+// plan execution carries, see runrules.WritesFor). Anyone else is refused, as
 // checkExecutor refuses.
 func stateHolder(ctx context.Context, run *terrarun.TerraformRun, what string) (statestore.Holder, error) {
 	id, isExecutor, err := auth.IdentityFrom(ctx)
@@ -127,8 +129,8 @@ func stateHolder(ctx context.Context, run *terrarun.TerraformRun, what string) (
 		}
 		return statestore.Holder{}, err
 	}
-	stageName, attempt := writesFor(run, terrarun.StageName(id.Stage), id.Attempt)
-	if err := checkExecutor(ctx, run, stageName, 0, what); err != nil {
+	stageName, attempt := runrules.WritesFor(runrules.FromInternal(run), v1alpha1.StageName(id.Stage), id.Attempt)
+	if err := checkExecutor(ctx, run, terrarun.StageName(stageName), 0, what); err != nil {
 		return statestore.Holder{}, err
 	}
 	return statestore.Holder{Run: run.Name, RunUID: string(run.UID), Stage: string(stageName), Attempt: attempt}, nil
@@ -137,7 +139,7 @@ func stateHolder(ctx context.Context, run *terrarun.TerraformRun, what string) (
 // holderStage returns the stage record of holder's attempt when its run
 // exists with its UID and the attempt is the run's current one of its
 // stage; nil otherwise.
-func (r *stateBase) holderStage(ctx context.Context, holder statestore.Holder) (*terrarun.StageStatus, error) {
+func (r *stateBase) holderStage(ctx context.Context, holder statestore.Holder) (*v1alpha1.StageStatus, error) {
 	run, err := r.status.get(ctx, holder.Run)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -145,7 +147,7 @@ func (r *stateBase) holderStage(ctx context.Context, holder statestore.Holder) (
 	if err != nil {
 		return nil, err
 	}
-	st := currentStage(run, terrarun.StageName(holder.Stage))
+	st := runrules.CurrentStage(runrules.FromInternal(run), v1alpha1.StageName(holder.Stage))
 	if string(run.UID) != holder.RunUID || st == nil || st.Attempt != holder.Attempt {
 		return nil, nil
 	}
@@ -169,7 +171,7 @@ func (r *stateBase) alive(ctx context.Context, holder statestore.Holder) (bool, 
 	if st == nil || err != nil {
 		return false, err
 	}
-	lostApply := st.Name == terrarun.StageApply && st.Reason == terrarun.ReasonExecutorLost
+	lostApply := st.Name == v1alpha1.StageApply && st.Reason == terrarun.ReasonExecutorLost
 	return st.CompletionTime == nil || lostApply, nil
 }
 

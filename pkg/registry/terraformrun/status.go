@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // StatusREST serves terraformruns/status: get, update and patch of status only.
@@ -94,11 +96,14 @@ func conflict(name string, format string, args ...interface{}) error {
 	return apierrors.NewConflict(terrarun.Resource("terraformruns"), name, fmt.Errorf(format, args...))
 }
 
-func phaseOrPending(run *terrarun.TerraformRun) terrarun.RunPhase {
-	if run.Status.Phase == "" {
-		return terrarun.RunPhasePending
-	}
-	return run.Status.Phase
+// phase is runrules.Phase of a run of the internal types.
+func phase(run *terrarun.TerraformRun) v1alpha1.RunPhase {
+	return runrules.PhaseOf(v1alpha1.RunPhase(run.Status.Phase))
+}
+
+// finished is runrules.Finished of a run of the internal types.
+func finished(run *terrarun.TerraformRun) bool {
+	return runrules.Final(v1alpha1.RunPhase(run.Status.Phase))
 }
 
 // watchUntil watches the run from its resourceVersion until done holds for
@@ -137,11 +142,3 @@ func (w statusWriter) watchUntil(ctx context.Context, run *terrarun.TerraformRun
 // anyVersion is the resourceVersion of a watch that starts with the object
 // as it is now.
 const anyVersion = "0"
-
-func isFinal(p terrarun.RunPhase) bool {
-	switch p {
-	case terrarun.RunPhaseSucceeded, terrarun.RunPhaseFailed, terrarun.RunPhaseCanceled, terrarun.RunPhaseDiscarded:
-		return true
-	}
-	return false
-}

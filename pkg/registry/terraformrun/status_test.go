@@ -54,7 +54,7 @@ func TestStatusWriter(t *testing.T) {
 
 	_, err := w.update(requestContext(alice, "update", "status"), "web", func(run *terrarun.TerraformRun) error {
 		run.Status.Message = "not stored"
-		return conflict(run.Name, "the run is %s", phaseOrPending(run))
+		return conflict(run.Name, "the run is %s", phase(run))
 	})
 	expectAPIError(t, err, http.StatusConflict, "the run is Pending")
 	if after := env.getRun(t, "web"); after.ResourceVersion != before.ResourceVersion {

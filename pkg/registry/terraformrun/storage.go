@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 )
 
@@ -69,7 +70,15 @@ type Deps struct {
 	// none; nil in standalone mode, where those runs keep their state in
 	// the data directory.
 	States *StateBackend
+	// RunsOnState lists the other runs on a run's state, for the approve
+	// subresource's early refusal of a plan the state has moved past; nil
+	// skips that check (the run controller still discards a stale plan).
+	RunsOnState RunsOnState
 }
+
+// RunsOnState returns the other runs on run's Terraform state
+// (runrules.SameState), as an informer of runs shows them.
+type RunsOnState func(ctx context.Context, run *v1alpha1.TerraformRun) ([]*v1alpha1.TerraformRun, error)
 
 // REST serves the terraformruns resource from the generic registry store.
 type REST struct {
@@ -148,7 +157,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 		waiters:   waits,
 		Run:       &REST{store},
 		Status:    &StatusREST{store: &statusStore},
-		Approve:   newApproveREST(status),
+		Approve:   newApproveREST(status, deps.RunsOnState),
 		Discard:   newDiscardREST(status),
 		Cancel:    newCancelREST(status),
 		Plan:      &PlanREST{connectBase: base},

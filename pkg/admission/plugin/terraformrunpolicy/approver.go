@@ -8,6 +8,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // checkApprover enforces separation of duties for the approve subresource:
@@ -29,7 +30,7 @@ func checkApprover(cfg *policy.Config, run *terrarun.TerraformRun, approver user
 	if !cfg.SeparationOfDutiesEnabled() {
 		return nil
 	}
-	if how, ok := terrarun.Requested(run, approver.GetName()); ok {
+	if how, ok := runrules.Requested(runrules.FromInternal(run), approver.GetName()); ok {
 		return apierrors.NewForbidden(gr, run.Name, fmt.Errorf(
 			"separation of duties: %s %s and may not approve it; ask another user with create on terraformruns/approve",
 			approver.GetName(), how))

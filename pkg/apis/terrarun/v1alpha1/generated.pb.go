@@ -909,6 +909,9 @@ func (m *StageStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i = encodeVarintGenerated(dAtA, i, uint64(m.CarrierAttempt))
+	i--
+	dAtA[i] = 0x48
 	i = encodeVarintGenerated(dAtA, i, uint64(m.StartRevision))
 	i--
 	dAtA[i] = 0x40
@@ -2588,6 +2591,7 @@ func (m *StageStatus) Size() (n int) {
 	l = len(m.Reason)
 	n += 1 + l + sovGenerated(uint64(l))
 	n += 1 + sovGenerated(uint64(m.StartRevision))
+	n += 1 + sovGenerated(uint64(m.CarrierAttempt))
 	return n
 }
 
@@ -3311,6 +3315,7 @@ func (this *StageStatus) String() string {
 		`ExitCode:` + valueToStringGenerated(this.ExitCode) + `,`,
 		`Reason:` + fmt.Sprintf("%v", this.Reason) + `,`,
 		`StartRevision:` + fmt.Sprintf("%v", this.StartRevision) + `,`,
+		`CarrierAttempt:` + fmt.Sprintf("%v", this.CarrierAttempt) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6624,6 +6629,25 @@ func (m *StageStatus) Unmarshal(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.StartRevision |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CarrierAttempt", wireType)
+			}
+			m.CarrierAttempt = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CarrierAttempt |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

@@ -793,6 +793,12 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 		if s.Attempt < 1 {
 			allErrs = append(allErrs, field.Invalid(idxPath.Child("attempt"), s.Attempt, "must be at least 1; attempts are counted from 1"))
 		}
+		switch {
+		case s.CarrierAttempt < 0:
+			allErrs = append(allErrs, field.Invalid(idxPath.Child("carrierAttempt"), s.CarrierAttempt, "must be a plan stage's attempt, or 0 for an apply in an execution of its own"))
+		case s.CarrierAttempt > 0 && s.Name != terrarun.StageApply:
+			allErrs = append(allErrs, field.Invalid(idxPath.Child("carrierAttempt"), s.CarrierAttempt, "only an apply stage is carried by a plan stage's execution"))
+		}
 	}
 
 	seen := make(map[string]bool, len(st.Outputs))

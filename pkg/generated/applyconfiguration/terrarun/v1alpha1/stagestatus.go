@@ -47,6 +47,11 @@ type StageStatusApplyConfiguration struct {
 	// which, unlike startTime's seconds, cannot tie. It decides whether
 	// another run's apply made a plan stale.
 	StartRevision *int64 `json:"startRevision,omitempty"`
+	// carrierAttempt is set on an apply stage that the execution of a plan
+	// stage carries (approval mode Auto: one engine, initialized once, plans
+	// and then applies its own plan): the attempt of that plan stage. It is 0
+	// when the apply runs in an execution of its own.
+	CarrierAttempt *int32 `json:"carrierAttempt,omitempty"`
 }
 
 // StageStatusApplyConfiguration constructs a declarative configuration of the StageStatus type for use with
@@ -116,5 +121,13 @@ func (b *StageStatusApplyConfiguration) WithReason(value string) *StageStatusApp
 // If called multiple times, the StartRevision field is set to the value of the last call.
 func (b *StageStatusApplyConfiguration) WithStartRevision(value int64) *StageStatusApplyConfiguration {
 	b.StartRevision = &value
+	return b
+}
+
+// WithCarrierAttempt sets the CarrierAttempt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CarrierAttempt field is set to the value of the last call.
+func (b *StageStatusApplyConfiguration) WithCarrierAttempt(value int32) *StageStatusApplyConfiguration {
+	b.CarrierAttempt = &value
 	return b
 }

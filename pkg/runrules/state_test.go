@@ -1,37 +1,39 @@
-package terrarun
+package runrules
 
 import (
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
 func TestStateKey(t *testing.T) {
-	run := func(ns, ws string, b *Backend) *TerraformRun {
-		return &TerraformRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: TerraformRunSpec{Workspace: ws, Backend: b}}
+	run := func(ns, ws string, b *v1alpha1.Backend) *v1alpha1.TerraformRun {
+		return &v1alpha1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns}, Spec: v1alpha1.TerraformRunSpec{Workspace: ws, Backend: b}}
 	}
-	s3 := func(key string) *Backend {
-		return &Backend{Type: "s3", Config: map[string]string{"bucket": "b", "key": key}}
+	s3 := func(key string) *v1alpha1.Backend {
+		return &v1alpha1.Backend{Type: "s3", Config: map[string]string{"bucket": "b", "key": key}}
 	}
-	same := [][2]*TerraformRun{
+	same := [][2]*v1alpha1.TerraformRun{
 		{run("a", "", nil), run("a", "default", nil)},
-		{run("a", "", nil), run("a", "", &Backend{Type: "local"})},
-		{run("a", "x", s3("k")), run("a", "x", &Backend{Type: "s3", Config: map[string]string{"key": "k", "bucket": "b"}})},
+		{run("a", "", nil), run("a", "", &v1alpha1.Backend{Type: "local"})},
+		{run("a", "x", s3("k")), run("a", "x", &v1alpha1.Backend{Type: "s3", Config: map[string]string{"key": "k", "bucket": "b"}})},
 	}
 	for _, p := range same {
 		if StateKey(p[0]) != StateKey(p[1]) {
 			t.Errorf("%+v and %+v should share a state", p[0].Spec, p[1].Spec)
 		}
 	}
-	different := [][2]*TerraformRun{
+	different := [][2]*v1alpha1.TerraformRun{
 		{run("a", "", nil), run("b", "", nil)},
 		{run("a", "x", nil), run("a", "y", nil)},
-		{run("a", "", nil), run("a", "", &Backend{Type: "local", Config: map[string]string{"path": "/s/t.tfstate"}})},
+		{run("a", "", nil), run("a", "", &v1alpha1.Backend{Type: "local", Config: map[string]string{"path": "/s/t.tfstate"}})},
 		{run("a", "", s3("k1")), run("a", "", s3("k2"))},
-		{run("a", "", &Backend{Type: "s3", ConfigSecret: "one"}), run("a", "", &Backend{Type: "s3", ConfigSecret: "two"})},
+		{run("a", "", &v1alpha1.Backend{Type: "s3", ConfigSecret: "one"}), run("a", "", &v1alpha1.Backend{Type: "s3", ConfigSecret: "two"})},
 		// No ambiguity from the separator: a=b=c is not a=b and c.
-		{run("a", "", &Backend{Type: "t", Config: map[string]string{"a": "b=c"}}), run("a", "", &Backend{Type: "t", Config: map[string]string{"a=b": "c"}})},
+		{run("a", "", &v1alpha1.Backend{Type: "t", Config: map[string]string{"a": "b=c"}}), run("a", "", &v1alpha1.Backend{Type: "t", Config: map[string]string{"a=b": "c"}})},
 	}
 	for _, p := range different {
 		if StateKey(p[0]) == StateKey(p[1]) {
