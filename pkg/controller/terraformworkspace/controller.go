@@ -3,6 +3,7 @@ package terraformworkspace
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,8 @@ const configMapRecheck = time.Minute
 type Controller struct {
 	client     versioned.Interface
 	workspaces listers.TerraformWorkspaceLister
+	// dependents indexes workspaces by the workspaces they depend on.
+	dependents cache.Indexer
 	runs       listers.TerraformRunLister
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[string]
@@ -105,11 +108,15 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 	c := &Controller{
 		client:     client,
 		workspaces: workspaces.Lister(),
+		dependents: workspaces.Informer().GetIndexer(),
 		runs:       runs.Lister(),
 		synced:     []cache.InformerSynced{workspaces.Informer().HasSynced, runs.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformworkspaces"}),
 		opts: opts,
+	}
+	if err := workspaces.Informer().AddIndexers(cache.Indexers{dependsOnIndex: dependsOn}); err != nil {
+		return nil, err
 	}
 	// A workspace's change is also its dependents'.
 	if _, err := workspaces.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -119,10 +126,15 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 	}); err != nil {
 		return nil, err
 	}
-	// A run's change is its workspace's.
+	// A run's change is its workspace's, when it is one the workspace acts
+	// on.
 	if _, err := runs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueWorkspaceOf,
-		UpdateFunc: func(_, obj any) { c.enqueueWorkspaceOf(obj) },
+		AddFunc: c.enqueueWorkspaceOf,
+		UpdateFunc: func(old, obj any) {
+			if o, n, ok := runPair(old, obj); !ok || mattersToWorkspace(o, n) {
+				c.enqueueWorkspaceOf(obj)
+			}
+		},
 		DeleteFunc: c.enqueueWorkspaceOfDeleted,
 	}); err != nil {
 		return nil, err
@@ -148,15 +160,48 @@ func (c *Controller) enqueueWithDependents(obj any) {
 	if !ok {
 		return
 	}
-	all, err := c.workspaces.TerraformWorkspaces(ws.Namespace).List(labels.Everything())
+	dependents, err := c.dependents.ByIndex(dependsOnIndex, ws.Namespace+"/"+ws.Name)
 	if err != nil {
-		return
+		return // the index is added in New
 	}
-	for _, other := range all {
-		if slices.ContainsFunc(other.Spec.DependsOn, func(d v1alpha1.WorkspaceReference) bool { return d.Name == ws.Name }) {
-			c.queue.Add(other.Namespace + "/" + other.Name)
-		}
+	for _, d := range dependents {
+		c.enqueue(d)
 	}
+}
+
+// dependsOnIndex indexes workspaces by the namespace/name of each workspace
+// they depend on.
+const dependsOnIndex = "dependsOn"
+
+func dependsOn(obj any) ([]string, error) {
+	ws, ok := obj.(*v1alpha1.TerraformWorkspace)
+	if !ok {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(ws.Spec.DependsOn))
+	for _, d := range ws.Spec.DependsOn {
+		keys = append(keys, ws.Namespace+"/"+d.Name)
+	}
+	return keys, nil
+}
+
+// runPair returns the runs of an update event.
+func runPair(old, obj any) (*v1alpha1.TerraformRun, *v1alpha1.TerraformRun, bool) {
+	o, ok1 := old.(*v1alpha1.TerraformRun)
+	n, ok2 := obj.(*v1alpha1.TerraformRun)
+	return o, n, ok1 && ok2
+}
+
+// mattersToWorkspace says whether a change of a run, from o to n, is one its
+// workspace acts on: its phase (which ends it, and with it records its plan,
+// outputs and applied hash), the revision it resolved, its labels and
+// annotations (whose workspace's it is, and why), or its deletion. Stage
+// records, log progress and conditions within a phase are not.
+func mattersToWorkspace(o, n *v1alpha1.TerraformRun) bool {
+	return runrules.Phase(o) != runrules.Phase(n) ||
+		revisionOf(o) != revisionOf(n) ||
+		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
+		!maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations)
 }
 
 func (c *Controller) enqueueWorkspaceOf(obj any) {
@@ -647,10 +692,7 @@ func (r *reconciler) createRun(ctx context.Context, op v1alpha1.Operation, why v
 	for _, run := range r.h {
 		next = max(next, seq(ws.Name, run.Name)+1)
 	}
-	annotations := map[string]string{
-		v1alpha1.AnnotationSpecHash: ws.Status.DesiredHash,
-		v1alpha1.AnnotationTrigger:  string(why),
-	}
+	annotations := map[string]string{v1alpha1.AnnotationTrigger: string(why)}
 	if r.configMaps != "" {
 		annotations[v1alpha1.AnnotationConfigMapDigest] = r.configMaps
 	}

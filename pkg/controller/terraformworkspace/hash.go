@@ -11,6 +11,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
@@ -96,21 +97,17 @@ func sameSource(run *v1alpha1.TerraformRun, spec *v1alpha1.TerraformRunSpec) boo
 	return apiequality.Semantic.DeepEqual(run.Spec.Source, spec.Source)
 }
 
-// runSpec is the spec of a run of ws with operation op. A variable that
-// reads a workspace's output reads the output of that workspace's last
-// applied run, which lastApplied names: a new apply upstream is a new spec
-// downstream.
+// runSpec is the spec of a run of ws with operation op
+// (terrarun.RunSpecOf, through the internal types).
 func runSpec(ws *v1alpha1.TerraformWorkspace, op v1alpha1.Operation, lastApplied func(workspace string) string) v1alpha1.TerraformRunSpec {
-	spec := *ws.Spec.Template.DeepCopy()
-	spec.Operation = op
-	spec.Approval = *ws.Spec.Approval.DeepCopy()
-	for i := range spec.Variables {
-		vf := spec.Variables[i].ValueFrom
-		if vf == nil || vf.WorkspaceOutput == nil {
-			continue
-		}
-		vf.RunOutput = &v1alpha1.OutputSelector{Name: lastApplied(vf.WorkspaceOutput.Name), Output: vf.WorkspaceOutput.Output}
-		vf.WorkspaceOutput = nil
+	var in terrarun.TerraformWorkspaceSpec
+	var out v1alpha1.TerraformRunSpec
+	if err := v1alpha1.Convert_v1alpha1_TerraformWorkspaceSpec_To_terrarun_TerraformWorkspaceSpec(&ws.Spec, &in, nil); err != nil {
+		panic("converting a workspace's spec: " + err.Error()) // generated, for types it knows
 	}
-	return spec
+	spec := terrarun.RunSpecOf(&in, terrarun.Operation(op), lastApplied)
+	if err := v1alpha1.Convert_terrarun_TerraformRunSpec_To_v1alpha1_TerraformRunSpec(&spec, &out, nil); err != nil {
+		panic("converting a run's spec: " + err.Error())
+	}
+	return out
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -31,7 +31,7 @@ const rerunWait = 30 * time.Second
 // (create terraformworkspaces/rerun) decides who may rerun.
 type RerunREST struct {
 	workspaces *genericregistry.Store
-	runs       rest.Lister
+	runs       rest.Watcher
 }
 
 var _ rest.NamedCreater = &RerunREST{}
@@ -92,30 +92,70 @@ func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object,
 }
 
 // waitForRun returns the run that the controller creates for rerun request
-// n of workspace name.
+// n of workspace name. It watches the workspace's runs from the runs there
+// are now (resourceVersion "0": the watch starts with them), so that a run
+// created before the watch began is seen as well as one created after.
 func (r *RerunREST) waitForRun(ctx context.Context, name string, n int64) (runtime.Object, error) {
+	wctx, cancel := context.WithTimeout(ctx, rerunWait)
+	defer cancel()
 	selector := labels.SelectorFromSet(labels.Set{terrarun.LabelWorkspace: name})
 	want := strconv.FormatInt(n, 10)
-	var found runtime.Object
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, rerunWait, true, func(ctx context.Context) (bool, error) {
-		obj, err := r.runs.List(ctx, &metainternalversion.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err
-		}
-		for i, run := range obj.(*terrarun.TerraformRunList).Items {
-			if run.Annotations[terrarun.AnnotationRerunRequest] == want {
-				found = &obj.(*terrarun.TerraformRunList).Items[i]
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		if ctx.Err() == nil {
+	for {
+		run, err := r.watchForRun(wctx, selector, want)
+		switch {
+		case run != nil:
+			return run, nil
+		case err == nil:
+			// The watch ended early (its cache was re-initialized): again.
+			continue
+		case ctx.Err() == nil && wctx.Err() != nil:
 			return nil, apierrors.NewTimeoutError(fmt.Sprintf("rerun request %d of workspace %s is recorded, but the workspace controller has not started its run within %s; it starts when the controller runs: kubectl get terraformruns -l %s=%s",
 				n, name, rerunWait, terrarun.LabelWorkspace, name), 0)
+		default:
+			return nil, err
 		}
+	}
+}
+
+// watchForRun watches the runs selector matches until one serves rerun
+// request want, and returns it; it returns nil and no error when the watch
+// ends without one.
+func (r *RerunREST) watchForRun(ctx context.Context, selector labels.Selector, want string) (*terrarun.TerraformRun, error) {
+	// The request names the workspace, and the watch cache takes a
+	// request's name for the name of the objects watched: the runs' watch
+	// is a request of its own, which names none.
+	info := &genericapirequest.RequestInfo{}
+	if ri, ok := genericapirequest.RequestInfoFrom(ctx); ok {
+		*info = *ri
+	}
+	info.Verb, info.Resource, info.Subresource, info.Name = "watch", "terraformruns", "", ""
+	ctx = genericapirequest.WithRequestInfo(ctx, info)
+	w, err := r.runs.Watch(ctx, &metainternalversion.ListOptions{LabelSelector: selector, ResourceVersion: "0"})
+	if err != nil {
 		return nil, err
 	}
-	return found, nil
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, nil
+			}
+			obj := ev.Object
+			if c, ok := obj.(runtime.CacheableObject); ok {
+				// The watch cache wraps what it sends to several watchers.
+				obj = c.GetObject()
+			}
+			switch ev.Type {
+			case watch.Error:
+				return nil, apierrors.FromObject(obj)
+			case watch.Added, watch.Modified:
+				if run, ok := obj.(*terrarun.TerraformRun); ok && run.Annotations[terrarun.AnnotationRerunRequest] == want {
+					return run, nil
+				}
+			}
+		}
+	}
 }

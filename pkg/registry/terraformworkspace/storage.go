@@ -83,7 +83,7 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 // NewStorage builds the store of terraformworkspaces and its subresources.
 // runs lists the runs that a rerun waits for.
 // Without a host cluster (noHostCluster), spec.outputsSecret is refused.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, engine terrarun.EngineBinary, noHostCluster bool, runs rest.Lister) (*Storage, error) {
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, engine terrarun.EngineBinary, noHostCluster bool, runs rest.Watcher) (*Storage, error) {
 	s := newStrategy(scheme, engine)
 	s.noHostCluster = noHostCluster
 	store := &genericregistry.Store{

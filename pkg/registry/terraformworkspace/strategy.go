@@ -80,13 +80,12 @@ func (s strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object)
 // setDefaults applies the built-in run defaults to the template, with
 // spec.approval as the runs' approval.
 func (s strategy) setDefaults(spec *terrarun.TerraformWorkspaceSpec) {
-	t := &spec.Template
-	if t.Approval != (terrarun.Approval{}) {
+	if spec.Template.Approval != (terrarun.Approval{}) {
 		return // refused by validation
 	}
-	t.Approval = spec.Approval
-	terrarun.SetBuiltinDefaults(t, s.engine)
-	spec.Approval, t.Approval = t.Approval, terrarun.Approval{}
+	run := terrarun.RunTemplate(spec)
+	terrarun.SetBuiltinDefaults(&run, s.engine)
+	terrarun.SetRunTemplate(spec, run)
 	if spec.DriftPolicy == "" {
 		spec.DriftPolicy = terrarun.DriftPolicyReport
 	}

@@ -117,10 +117,7 @@ func applyWorkspaceDefaults(cfg *policy.Config, ws *terrarun.TerraformWorkspace)
 	if ws.Spec.Template.Approval != (terrarun.Approval{}) {
 		return // refused by validation: approval is spec.approval
 	}
-	run := &terrarun.TerraformRun{Spec: ws.Spec.Template}
-	run.Spec.Approval = ws.Spec.Approval
+	run := &terrarun.TerraformRun{Spec: terrarun.RunTemplate(&ws.Spec)}
 	ApplyDefaults(cfg, run)
-	ws.Spec.Approval = run.Spec.Approval
-	run.Spec.Approval = terrarun.Approval{}
-	ws.Spec.Template = run.Spec
+	terrarun.SetRunTemplate(&ws.Spec, run.Spec)
 }

@@ -267,15 +267,14 @@ func (p *Plugin) validateWorkspace(ctx context.Context, a admission.Attributes) 
 			return nil
 		}
 	}
-	run := &terrarun.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: ws.Name, Namespace: ws.Namespace}, Spec: *ws.Spec.Template.DeepCopy()}
-	run.Spec.Approval = ws.Spec.Approval
-	run.Spec.OutputsSecret = ws.Spec.OutputsSecret
-	for i := range run.Spec.Variables {
-		if vf := run.Spec.Variables[i].ValueFrom; vf != nil && vf.WorkspaceOutput != nil {
-			// Some run of the dependency: reading outputs in the namespace.
-			vf.RunOutput, vf.WorkspaceOutput = &terrarun.OutputSelector{Output: vf.WorkspaceOutput.Output}, nil
-		}
+	// A workspace output is read from some run of the dependency: the
+	// right to read outputs in the namespace. The outputs Secret is written
+	// as the runs' creator.
+	run := &terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: ws.Name, Namespace: ws.Namespace},
+		Spec:       terrarun.RunSpecOf(&ws.Spec, ws.Spec.Template.Operation, func(string) string { return "" }),
 	}
+	run.Spec.OutputsSecret = ws.Spec.OutputsSecret
 	namespace := a.GetNamespace()
 	if namespace == "" {
 		namespace = ws.Namespace

@@ -226,8 +226,6 @@ const (
 const (
 	// LabelWorkspace names the workspace that created a run.
 	LabelWorkspace = "terrarun.dev/workspace"
-	// AnnotationSpecHash is the workspace's hash that a run applies.
-	AnnotationSpecHash = "terrarun.dev/spec-hash"
 	// AnnotationTrigger says why a workspace created a run (a Trigger).
 	AnnotationTrigger = "terrarun.dev/trigger"
 	// AnnotationConfigMapDigest is the digest of the ConfigMaps a run reads,
