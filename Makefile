@@ -18,8 +18,27 @@ LDFLAGS   := -X github.com/terrarun/terrarun/pkg/cmd/server.buildVersion=$(VERSI
 help: ## Show the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
+# Each target that runs more than go build first checks, with
+# hack/requirements.sh, that the machine has what it needs (as root on Debian
+# it installs the packages that are missing; otherwise it stops and says what
+# to install): a target lists requirements-<target> as its first
+# prerequisite, so that nothing runs before the check.
+REQUIREMENTS := run codegen verify unit integration images e2e test
+.PHONY: $(addprefix requirements-,$(REQUIREMENTS))
+$(addprefix requirements-,$(REQUIREMENTS)): requirements-%:
+	@hack/requirements.sh $*
+
+# cold_build_notice prints $(2) before a build when it will take minutes: when
+# the module cache lacks terrarun's dependencies (go then prints each module
+# it downloads), or the build cache lacks them compiled as `$(1)`, a go list
+# with the build's environment and flags, compiles them. It asks about
+# k8s.io/apiserver, the bulk of them.
+cold_build_notice = if [[ -z "$$($(GO) list -m -f '{{.Dir}}' k8s.io/apiserver 2>/dev/null)" || \
+	  "$$($(1) -f '{{.Stale}}' k8s.io/apiserver/pkg/server 2>/dev/null)" != false ]]; then echo "$(2)"; fi
+
 .PHONY: build
 build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin into bin/.
+	@$(call cold_build_notice,$(GO) list,building terrarun into bin/ (the first build downloads and compiles the Go modules: a few minutes))
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 IMAGES    ?= $(BIN)/images
@@ -27,7 +46,8 @@ REGISTRY  ?= ghcr.io/terrarun
 TERRAFORM ?=
 
 .PHONY: images
-images: ## Build the terrarun-apiserver and terrarun-executor images (OCI layouts and tarballs in bin/images) without a container runtime; TERRAFORM=path adds terraform to the executor image.
+images: requirements-images ## Build the terrarun-apiserver and terrarun-executor images (OCI layouts and tarballs in bin/images) without a container runtime; TERRAFORM=path adds terraform to the executor image.
+	@$(call cold_build_notice,CGO_ENABLED=0 $(GO) list -trimpath,building the static binaries for the images (a first static build compiles the Go modules again: a few minutes))
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(IMAGES)/static/ ./cmd/terrarun-apiserver ./cmd/terrarun-executor
 	tofu=$$(hack/engine.sh --build) && \
 	  $(GO) run ./hack/images -out $(IMAGES) -version $(VERSION) -registry $(REGISTRY) \
@@ -38,23 +58,23 @@ engine: ## Find terraform or tofu (or the one TERRARUN_ENGINE names), else build
 	@hack/engine.sh
 
 .PHONY: run
-run: build ## Start terrarun standalone (embedded etcd, self-signed certificates, admin kubeconfig in .terrarun/); RUN_FLAGS adds server flags.
+run: requirements-run build ## Start terrarun standalone (embedded etcd, self-signed certificates, admin kubeconfig in .terrarun/); RUN_FLAGS adds server flags.
 	@engine=$$(hack/engine.sh) && PATH="$$(dirname "$$engine"):$$PATH" && export PATH && \
 	  echo "engine: $$engine" && exec $(BIN)/terrarun-apiserver --standalone --data-dir $(DATA_DIR) $(RUN_FLAGS)
 
 .PHONY: test
-test: verify unit integration e2e ## Run every test: static checks, codegen verification, unit, integration and end-to-end.
+test: requirements-test verify unit integration e2e ## Run every test: static checks, codegen verification, unit, integration and end-to-end.
 
 .PHONY: verify
-verify: ## gofmt, go vet and generated-code freshness.
+verify: requirements-verify ## gofmt, go vet and generated-code freshness.
 	@out=$$(gofmt -l cmd pkg test hack charts); if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	hack/verify-codegen.sh
 
 .PHONY: unit
-unit: ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist), and the chart's with helm.
+unit: requirements-unit ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist), and the chart's with helm; as any user.
 	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && helm=$$(hack/helm.sh) && \
-	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm $(GO_TEST) ./pkg/... ./cmd/... ./charts/... ./test/e2e/nodeagent/... && \
+	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm $(GO_TEST) ./pkg/... ./cmd/... ./charts/... && \
 	  if [[ "$$tofu" != "$$engine" ]]; then TERRARUN_ENGINE=$$tofu $(GO_TEST) -count=1 ./pkg/runner/... ./cmd/terrarun-executor/...; fi
 
 FUZZTIME ?= 1m
@@ -66,9 +86,10 @@ fuzz: ## Fuzz spec validation, the logs and plan options and the plan-JSON redac
 	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./pkg/runner/planjson/
 
 .PHONY: integration
-integration: build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl; with terraform and tofu where both exist (tofu is built when missing).
+integration: requirements-integration build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl (KUBECTL, else the one on PATH, else the e2e tools' build); with terraform and tofu where both exist (tofu is built when missing).
 	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && \
-	  TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
+	  if [[ -z $${KUBECTL:-} ]] && ! KUBECTL=$$(command -v kubectl); then KUBECTL=$$(hack/e2e-tools.sh)/kubectl; fi && \
+	  KUBECTL=$$KUBECTL TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
 
 .PHONY: helm
 helm: ## Build helm from hack/tools/helm into .cache/helm (only when the pin changes); make test lints, renders and installs charts/terrarun with it.
@@ -79,7 +100,8 @@ e2e-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl fr
 	@hack/e2e-tools.sh
 
 .PHONY: e2e
-e2e: images ## End-to-end tests (root): a real cluster in a network namespace, terrarun installed by its chart from its images behind an APIService, executor Jobs, all through kubectl.
+e2e: requirements-e2e images ## End-to-end tests (root): the node agent's own tests, with the race detector; then a real cluster in a network namespace, terrarun installed by its chart from its images behind an APIService, executor Jobs, all through kubectl.
+	$(GO_TEST) ./test/e2e/nodeagent/...
 	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && \
 	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm \
 	  $(GO) test -count=1 -timeout 30m ./test/e2e/
@@ -101,7 +123,7 @@ bench: build ## Benchmarks against the standalone server; figures go in docs/ben
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...
 
 .PHONY: codegen
-codegen: ## Regenerate deepcopy, defaults, conversion, openapi, clientset, listers, informers and applyconfigurations.
+codegen: requirements-codegen ## Regenerate deepcopy, defaults, conversion, openapi, clientset, listers, informers and applyconfigurations.
 	hack/update-codegen.sh
 
 .PHONY: clean
