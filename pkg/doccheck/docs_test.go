@@ -116,6 +116,7 @@ func TestCitationRules(t *testing.T) {
 		{"`pkg/sandbox`'s `TestHandOver`", 1},
 		// Subtests are string literals of the test's file.
 		{"`pkg/registry/terraformrun/approve_test.go: TestApprove` (\"stale digest\", \"wrong phase\")", 0},
+		{"`pkg/registry/terraformrun/approve_test.go: TestApprove` (\"stale\ndigest\")", 0},
 		{"`pkg/registry/terraformrun/approve_test.go: TestApprove` (\"a subtest nobody wrote\")", 1},
 		// Files and functions that do not exist.
 		{"`pkg/nowhere/gone_test.go: TestGone`", 1},
@@ -687,15 +688,16 @@ func (r *repo) checkSubtests(where, test string, files []string, after string, e
 		return
 	}
 	for _, m := range quoted.FindAllStringSubmatch(after[open:open+closing], -1) {
+		name := strings.Join(strings.Fields(m[1]), " ") // a quote may wrap
 		found := false
 		for _, f := range files {
 			src, err := r.source(f)
-			if err == nil && (strings.Contains(src, strconv.Quote(m[1])) || strings.Contains(src, "`"+m[1]+"`")) {
+			if err == nil && (strings.Contains(src, strconv.Quote(name)) || strings.Contains(src, "`"+name+"`")) {
 				found = true
 			}
 		}
 		if !found {
-			errorf("%s: subtest %q of %s is cited, and %s has no such string", where, m[1], test, strings.Join(files, ", "))
+			errorf("%s: subtest %q of %s is cited, and %s has no such string", where, name, test, strings.Join(files, ", "))
 		}
 	}
 }
