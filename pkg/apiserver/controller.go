@@ -67,7 +67,11 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 	go leaderelection.RunWhileLeader(ctx, c.Controller.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
 		factory := informers.NewSharedInformerFactory(clientset, 0)
 		runInformer := factory.Terrarun().V1alpha1().TerraformRuns()
-		ctrl, err := runcontroller.New(clientset, runInformer, c.Executor, c.Artifacts, opts)
+		var arts runcontroller.Artifacts // a nil store is no Artifacts
+		if c.Artifacts != nil {
+			arts = c.Artifacts
+		}
+		ctrl, err := runcontroller.New(clientset, runInformer, c.Executor, arts, opts)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Building the run controller")
 			return

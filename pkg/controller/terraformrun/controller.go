@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,15 +74,13 @@ type Controller struct {
 	seen      func() string
 	queue     workqueue.TypedRateLimitingInterface[string]
 	exec      executor.Executor
-	artifacts *artifacts.Store
-	// logs closes stage logs: artifacts, when there are.
-	logs  logCloser
-	opts  Options
-	slots slots
+	artifacts Artifacts
+	opts      Options
+	slots     slots
 }
 
 // New returns a controller for the runs of informer.
-func New(client versioned.Interface, informer informers.TerraformRunInformer, exec executor.Executor, store *artifacts.Store, opts Options) (*Controller, error) {
+func New(client versioned.Interface, informer informers.TerraformRunInformer, exec executor.Executor, store Artifacts, opts Options) (*Controller, error) {
 	if opts.MaxPlanAttempts <= 0 {
 		opts.MaxPlanAttempts = 3
 	}
@@ -105,9 +104,6 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		artifacts: store,
 		opts:      opts,
 		slots:     slots{admitted: map[string]bool{}, written: map[string]time.Time{}},
-	}
-	if store != nil {
-		c.logs = store
 	}
 	if err := informer.Informer().AddIndexers(runrules.StateIndexers); err != nil {
 		return nil, err
@@ -746,10 +742,19 @@ func (c *Controller) endStage(run *v1alpha1.TerraformRun, st *v1alpha1.StageStat
 	}
 }
 
-// logCloser closes the log of a run's stage attempt, so that its followers
-// end; closing a closed log is no error.
-type logCloser interface {
+// Artifacts is what the run controller does with the artifact store: it
+// reads the outputs of the runs a run's variables read (OutputsReader), and
+// closes the log of a run's stage attempt that ended, so that its followers
+// end (closing a closed log is no error). Nil where the server stores no
+// artifacts.
+type Artifacts interface {
+	OutputsReader
 	CloseLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32) error
+}
+
+// OutputsReader reads a run's artifacts, such as its outputs.
+type OutputsReader interface {
+	Get(ctx context.Context, run artifacts.RunRef, kind artifacts.Kind) (io.ReadCloser, artifacts.Meta, error)
 }
 
 // closeLogs closes the log of the ended stage st and, when st is an apply
@@ -757,12 +762,12 @@ type logCloser interface {
 // which the execution ends itself unless it was lost first. Closing an ended
 // log writes nothing.
 func (c *Controller) closeLogs(ctx context.Context, run *v1alpha1.TerraformRun, st *v1alpha1.StageStatus) {
-	if c.logs == nil {
+	if c.artifacts == nil {
 		return
 	}
 	ref := artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}
 	closeLog := func(stageName v1alpha1.StageName, attempt int32) {
-		if err := c.logs.CloseLog(ctx, ref, string(stageName), attempt); err != nil {
+		if err := c.artifacts.CloseLog(ctx, ref, string(stageName), attempt); err != nil {
 			klog.FromContext(ctx).Error(err, "Closing a stage log", "run", klog.KObj(run), "stage", stageName, "attempt", attempt)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strconv"
@@ -444,7 +445,7 @@ func newHarness(t *testing.T, run *v1alpha1.TerraformRun, hopts ...harnessOption
 		o(&opts)
 	}
 	h.ctrl, h.indexer = newManualController(t, h.cs, &fakeExec{w: h.world}, opts)
-	h.ctrl.logs = &h.logs
+	h.ctrl.artifacts = &h.logs
 	return h
 }
 
@@ -459,6 +460,11 @@ func (l *closedLogs) CloseLog(_ context.Context, _ artifacts.RunRef, stage strin
 	defer l.mu.Unlock()
 	l.closed = append(l.closed, fmt.Sprintf("%s/%d", stage, attempt))
 	return nil
+}
+
+// Get finds no artifact: these tests read no run's outputs.
+func (l *closedLogs) Get(context.Context, artifacts.RunRef, artifacts.Kind) (io.ReadCloser, artifacts.Meta, error) {
+	return nil, artifacts.Meta{}, errors.New("the controller tests store no artifacts")
 }
 
 func (l *closedLogs) list() []string {

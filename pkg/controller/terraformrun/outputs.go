@@ -19,7 +19,7 @@ import (
 // OutputsSecretPublisher writes a run's outputs to the Secret named by
 // spec.outputsSecret, in the run's namespace of the host cluster, owned by the
 // run so that it is removed with it (see PublishOutputs).
-func OutputsSecretPublisher(client kubernetes.Interface, store *artifacts.Store) func(context.Context, *v1alpha1.TerraformRun) error {
+func OutputsSecretPublisher(client kubernetes.Interface, store OutputsReader) func(context.Context, *v1alpha1.TerraformRun) error {
 	return func(ctx context.Context, run *v1alpha1.TerraformRun) error {
 		if run.Spec.OutputsSecret == "" {
 			return nil
@@ -35,7 +35,7 @@ func OutputsSecretPublisher(client kubernetes.Interface, store *artifacts.Store)
 // outputs as they are, others as JSON. A Secret of that name that owner does
 // not own is left alone, with an error; one that already holds run's
 // outputs is not written again.
-func PublishOutputs(ctx context.Context, client kubernetes.Interface, store *artifacts.Store, run *v1alpha1.TerraformRun, name string, owner metav1.OwnerReference) error {
+func PublishOutputs(ctx context.Context, client kubernetes.Interface, store OutputsReader, run *v1alpha1.TerraformRun, name string, owner metav1.OwnerReference) error {
 	secrets := client.CoreV1().Secrets(run.Namespace)
 	existing, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -94,7 +94,7 @@ func PublishOutputs(ctx context.Context, client kubernetes.Interface, store *art
 const outputsRunLabel = "terrarun.dev/run"
 
 // readOutputs returns the values of a run's outputs, as JSON, by name.
-func readOutputs(ctx context.Context, store *artifacts.Store, run *v1alpha1.TerraformRun) (map[string]json.RawMessage, error) {
+func readOutputs(ctx context.Context, store OutputsReader, run *v1alpha1.TerraformRun) (map[string]json.RawMessage, error) {
 	rc, _, err := store.Get(ctx, artifacts.RunRef{Namespace: run.Namespace, Name: run.Name, UID: string(run.UID)}, artifacts.Outputs)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outputs of run %s: %w", run.Name, err)

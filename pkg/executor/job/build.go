@@ -125,13 +125,11 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 		}
 	}
-	inputs := ""
-	if ex.Stage == v1alpha1.StagePlan && readsRunOutputs(spec.Variables) {
-		inputs = inputsSecretName(name)
+	vars, err := executor.Variables(ex)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := b.addVariables(spec.Variables, inputs, ex.Inputs, &st); err != nil {
-		return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
-	}
+	b.addVariables(vars, inputsSecretName(name), &st)
 	b.addBackend(run, &st.Backend)
 	// A Kubernetes API token reaches the run's code only for a ServiceAccount
 	// the run names (admission checks that its creator may use it, and
@@ -387,46 +385,34 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 	return nil
 }
 
-// addVariables lists the variables in the stage, and mounts every variable
-// read from a Secret or ConfigMap as a file: one volume per Secret or
-// ConfigMap, at VariablesDir/<volume>, one item per variable, named after it.
-// Variables read from run outputs are keys of the Secret inputs (none in the
-// apply stage), whose values are inputValues.
-func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, inputValues map[string][]byte, st *stage.Spec) error {
+// addVariables lists the variables in the stage (executor.Variables), and
+// mounts every variable read from a Secret or ConfigMap as a file: one
+// volume per Secret or ConfigMap, at VariablesDir/<volume>, one item per
+// variable, named after it. A variable read from another run's output is a
+// key of the Secret inputs in the plan stage, which Start writes with its
+// value (inputsSecret); the apply stage needs only its name.
+func (b *podBuilder) addVariables(vars []executor.Variable, inputs string, st *stage.Spec) {
 	type source struct {
 		secret bool
 		name   string
 	}
 	volumeOf := map[source]int{} // index into b.volumes
 	for _, v := range vars {
-		out := stage.Variable{Name: v.Name, HCL: v.HCL}
-		if v.ValueFrom == nil {
-			out.Value = v.Value
-			st.Variables = append(st.Variables, out)
-			continue
-		}
+		out := v.Variable
 		var (
 			src source
-			sel *v1alpha1.KeySelector
+			key string
 		)
 		switch {
-		case v.ValueFrom.SecretKeyRef != nil:
-			src, sel = source{secret: true, name: v.ValueFrom.SecretKeyRef.Name}, v.ValueFrom.SecretKeyRef
-		case v.ValueFrom.ConfigMapKeyRef != nil:
-			src, sel = source{name: v.ValueFrom.ConfigMapKeyRef.Name}, v.ValueFrom.ConfigMapKeyRef
-		case v.ValueFrom.RunOutput != nil:
-			// Another run's output is a secret: in the plan stage a key of
-			// the execution's inputs Secret (which Start writes), named after
-			// the variable; the apply stage applies the saved plan and needs
-			// only its name.
-			out.Secret, out.JSON = true, true
-			if inputs == "" {
-				st.Variables = append(st.Variables, out)
-				continue
-			}
-			src, sel = source{secret: true, name: inputs}, &v1alpha1.KeySelector{Name: inputs, Key: v.Name}
+		case v.SecretKeyRef != nil:
+			src, key = source{secret: true, name: v.SecretKeyRef.Name}, v.SecretKeyRef.Key
+		case v.ConfigMapKeyRef != nil:
+			src, key = source{name: v.ConfigMapKeyRef.Name}, v.ConfigMapKeyRef.Key
+		case v.NeedsInput:
+			src, key = source{secret: true, name: inputs}, v.Name
 		default:
-			return fmt.Errorf("variable %s: valueFrom names no source", v.Name)
+			st.Variables = append(st.Variables, out)
+			continue
 		}
 		i, ok := volumeOf[src]
 		if !ok {
@@ -443,24 +429,25 @@ func (b *podBuilder) addVariables(vars []v1alpha1.Variable, inputs string, input
 			b.addVolume(corev1.Volume{Name: name, VolumeSource: vs}, VariablesDir+"/"+name)
 		}
 		vol := &b.volumes[i]
-		item := corev1.KeyToPath{Key: sel.Key, Path: v.Name}
+		item := corev1.KeyToPath{Key: key, Path: v.Name}
 		if vol.Secret != nil {
 			vol.Secret.Items = append(vol.Secret.Items, item)
 		} else {
 			vol.ConfigMap.Items = append(vol.ConfigMap.Items, item)
 		}
 		out.File = VariablesDir + "/" + vol.Name + "/" + v.Name
-		out.Secret = src.secret
-		if src.name == inputs && src.secret {
-			if val, ok := inputValues[v.Name]; ok {
-				b.bind(out.File, val)
+		if v.NeedsInput {
+			// The stage binds the inputs it reads; when the Execution does
+			// not hold them (Status rebuilds the Job), their binding is
+			// unknown.
+			if v.Input != nil {
+				b.bind(out.File, v.Input)
 			} else {
 				b.unknownInputs = true
 			}
 		}
 		st.Variables = append(st.Variables, out)
 	}
-	return nil
 }
 
 // addBackend fills in the run's backend, or the default: the state terrarun
@@ -561,37 +548,29 @@ func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// readsRunOutputs reports whether a variable reads a run's output.
-func readsRunOutputs(vars []v1alpha1.Variable) bool {
-	for _, v := range vars {
-		if v.ValueFrom != nil && v.ValueFrom.RunOutput != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // inputsSecret is the Secret of a plan stage's inputs (Execution.Inputs),
 // beside its stage Secret and like it; nil when the stage reads no run
 // output. Every such variable must have its value.
 func inputsSecret(ex executor.Execution, stageSecret *corev1.Secret) (*corev1.Secret, error) {
-	run := ex.Run
-	if ex.Stage != v1alpha1.StagePlan || !readsRunOutputs(run.Spec.Variables) {
-		return nil, nil
+	vars, err := executor.Variables(ex)
+	if err != nil {
+		return nil, err
 	}
 	data := map[string][]byte{}
-	for _, v := range run.Spec.Variables {
-		if v.ValueFrom == nil || v.ValueFrom.RunOutput == nil {
+	for _, v := range vars {
+		if !v.NeedsInput {
 			continue
 		}
-		val, ok := ex.Inputs[v.Name]
-		if !ok {
-			return nil, fmt.Errorf("run %s/%s: variable %s: the value of output %q of run %q was not resolved", run.Namespace, run.Name, v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
+		if err := v.CheckInput(ex.Run); err != nil {
+			return nil, err
 		}
-		data[v.Name] = val
+		data[v.Name] = v.Input
+	}
+	if len(data) == 0 {
+		return nil, nil
 	}
 	s := stageSecret.DeepCopy()
-	s.Name = inputsSecretName(JobName(run.Name, ex.Stage, ex.Attempt))
+	s.Name = inputsSecretName(JobName(ex.Run.Name, ex.Stage, ex.Attempt))
 	s.Data = data
 	return s, nil
 }

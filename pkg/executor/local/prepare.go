@@ -71,52 +71,42 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		spec.Source = src
 	}
 
-	// Variables.
-	for _, v := range run.Spec.Variables {
-		sv := stage.Variable{Name: v.Name, HCL: v.HCL}
-		switch {
-		case v.ValueFrom == nil:
-			sv.Value = v.Value
-		case v.ValueFrom.SecretKeyRef != nil:
-			ref := v.ValueFrom.SecretKeyRef
-			val, err := e.values.SecretValue(ctx, ns, ref.Name, ref.Key)
-			if err != nil {
-				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
-			}
-			p.addSecret(val)
-			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-				return nil, err
-			}
-			sv.Secret = true
-		case v.ValueFrom.ConfigMapKeyRef != nil:
-			ref := v.ValueFrom.ConfigMapKeyRef
-			val, err := e.values.ConfigMapValue(ctx, ns, ref.Name, ref.Key)
-			if err != nil {
-				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
-			}
-			if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-				return nil, err
-			}
-		case v.ValueFrom.RunOutput != nil:
-			// Another run's output is a secret, as every output is: a
-			// private file in the plan stage, only its name in the apply
-			// stage, which applies the saved plan.
-			sv.Secret, sv.JSON = true, true
-			if ex.Stage == v1alpha1.StagePlan {
-				val, ok := ex.Inputs[v.Name]
-				if !ok {
-					return nil, fmt.Errorf("variable %q: the value of output %q of run %q was not resolved", v.Name, v.ValueFrom.RunOutput.Output, v.ValueFrom.RunOutput.Name)
-				}
-				p.addSecret(val)
-				var err error
-				if sv.File, err = writeVariable(dir, v.Name, val); err != nil {
-					return nil, err
-				}
-			}
-		default:
-			return nil, fmt.Errorf("variable %q: valueFrom names no source", v.Name)
+	// Variables (executor.Variables), each value a private file: a
+	// Secret's or a ConfigMap's key read from the values directory, another
+	// run's output (a secret, as every output is) in the plan stage.
+	vars, err := executor.Variables(ex)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vars {
+		if err := v.CheckInput(run); err != nil {
+			return nil, err
 		}
-		spec.Variables = append(spec.Variables, sv)
+		var val []byte
+		file := true
+		switch {
+		case v.SecretKeyRef != nil:
+			if val, err = e.values.SecretValue(ctx, ns, v.SecretKeyRef.Name, v.SecretKeyRef.Key); err != nil {
+				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
+			}
+		case v.ConfigMapKeyRef != nil:
+			if val, err = e.values.ConfigMapValue(ctx, ns, v.ConfigMapKeyRef.Name, v.ConfigMapKeyRef.Key); err != nil {
+				return nil, referenceError(fmt.Errorf("variable %q: %w", v.Name, err))
+			}
+		case v.NeedsInput:
+			val = v.Input
+		default:
+			file = false // a literal, or an output the apply stage does not read
+		}
+		if file {
+			if v.Secret {
+				p.addSecret(val)
+			}
+			if v.File, err = writeVariable(dir, v.Name, val); err != nil {
+				return nil, err
+			}
+		}
+		spec.Variables = append(spec.Variables, v.Variable)
 	}
 
 	// Backend.
