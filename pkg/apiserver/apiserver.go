@@ -70,32 +70,13 @@ func init() {
 	}
 }
 
-// ExtraConfig is terrarun's configuration beyond the generic server's.
+// ExtraConfig is terrarun's configuration beyond the generic server's: where
+// runs and their artifacts are kept, what runs their stages, and the
+// controllers.
 type ExtraConfig struct {
-	// Artifacts stores plans, logs and outputs.
-	Artifacts *artifacts.Store
-	// Runs, when set, is bound to the run store once it is built: the
-	// admission plugins read runs through it.
-	Runs *initializer.StoreRunGetter
-	// States is the state served to the stages of runs that name no
-	// backend; nil where the executor keeps that state itself.
-	States *terraformrun.StateBackend
-	// Executor runs the runs' stages.
-	Executor executor.Executor
-	// DefaultEngine is spec.engine.binary when neither the run nor the
-	// cluster policy sets it; terraform when empty.
-	DefaultEngine terrarun.EngineBinary
-	// MaxFollowsPerUser caps the log follows and plan waits one user holds
-	// open on this server.
-	MaxFollowsPerUser int
-	// ListCacheBytes bounds the encoded runs and workspaces kept for LIST
-	// responses (listCachingJSON); 0 keeps none.
-	ListCacheBytes int
-	// Controller configures the run controller.
-	Controller ControllerConfig
-	// StorageMediaType is how objects are stored (--storage-media-type):
-	// protobuf by default, JSON or YAML.
-	StorageMediaType string
+	Storage     StorageConfig
+	Executor    ExecutorConfig
+	Controllers ControllerConfig
 
 	// applying names the executions that apply now, while this replica's
 	// run controller runs; the shutdown gives them time to end.
@@ -116,8 +97,39 @@ func (a *applyingExecutions) names() []string {
 	return nil
 }
 
-// ControllerConfig configures the run controller, which runs on the elected
-// replica only.
+// StorageConfig says where the server keeps runs and workspaces, their
+// artifacts and the state it serves, and how it serves them.
+type StorageConfig struct {
+	// Artifacts stores plans, logs and outputs.
+	Artifacts *artifacts.Store
+	// States is the state served to the stages of runs that name no
+	// backend; nil where the executor keeps that state itself.
+	States *terraformrun.StateBackend
+	// Runs, when set, is bound to the run store once it is built: the
+	// admission plugins read runs through it.
+	Runs *initializer.StoreRunGetter
+	// MediaType is how objects are stored (--storage-media-type):
+	// protobuf by default, JSON or YAML.
+	MediaType string
+	// ListCacheBytes bounds the encoded runs and workspaces kept for LIST
+	// responses (listCachingJSON); 0 keeps none.
+	ListCacheBytes int
+	// MaxFollowsPerUser caps the log follows and plan waits one user holds
+	// open on this server.
+	MaxFollowsPerUser int
+}
+
+// ExecutorConfig says what runs the stages of runs.
+type ExecutorConfig struct {
+	// Executor runs the runs' stages.
+	Executor executor.Executor
+	// DefaultEngine is spec.engine.binary when neither the run nor the
+	// cluster policy sets it; terraform when empty.
+	DefaultEngine terrarun.EngineBinary
+}
+
+// ControllerConfig configures the run and workspace controllers, which run
+// on the elected replica only.
 type ControllerConfig struct {
 	// Enabled runs the controller; without it the server serves the API only
 	// and runs stay Pending.
@@ -162,8 +174,8 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
-	if c.ExtraConfig.Controller.Workers <= 0 {
-		c.ExtraConfig.Controller.Workers = 4
+	if c.ExtraConfig.Controllers.Workers <= 0 {
+		c.ExtraConfig.Controllers.Workers = 4
 	}
 	if c.ExtraConfig.applying == nil {
 		c.ExtraConfig.applying = &applyingExecutions{}
@@ -192,13 +204,13 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
 		RunsOnState:       runsOnState,
-		Artifacts:         extra.Artifacts,
-		States:            extra.States,
-		DefaultEngine:     extra.DefaultEngine,
-		NoHostCluster:     extra.Controller.Kube == nil,
-		MaxFollowsPerUser: extra.MaxFollowsPerUser,
+		Artifacts:         extra.Storage.Artifacts,
+		States:            extra.Storage.States,
+		DefaultEngine:     extra.Executor.DefaultEngine,
+		NoHostCluster:     extra.Controllers.Kube == nil,
+		MaxFollowsPerUser: extra.Storage.MaxFollowsPerUser,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
-			if err := extra.Executor.Forget(ctx, namespace, name, uid); err != nil {
+			if err := extra.Executor.Executor.Forget(ctx, namespace, name, uid); err != nil {
 				klog.FromContext(ctx).Error(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
 			}
 		},
@@ -206,11 +218,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if extra.Runs != nil {
-		extra.Runs.Bind(runs.Run)
+	if extra.Storage.Runs != nil {
+		extra.Storage.Runs.Bind(runs.Run)
 	}
 
-	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.DefaultEngine, extra.Controller.Kube == nil, runs.Run)
+	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.Executor.DefaultEngine, extra.Controllers.Kube == nil, runs.Run)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +230,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// The group's serializer serves JSON, YAML and protobuf, streams lists,
 	// and serves CBOR when the CBORServingAndStorage feature gate is on.
-	group.NegotiatedSerializer = groupSerializer{group.NegotiatedSerializer, newEncodingCache(extra.ListCacheBytes)}
+	group.NegotiatedSerializer = groupSerializer{group.NegotiatedSerializer, newEncodingCache(extra.Storage.ListCacheBytes)}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"terraformruns":           runs.Run,
 		"terraformruns/status":    runs.Status,
@@ -238,15 +250,15 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
 	}
-	if extra.Controller.Kube == nil {
-		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, extra.StorageMediaType, c.GenericConfig.Authorization.Authorizer); err != nil {
+	if extra.Controllers.Kube == nil {
+		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, extra.Storage.MediaType, c.GenericConfig.Authorization.Authorizer); err != nil {
 			return nil, err
 		}
 	}
 
-	if extra.Controller.Enabled {
+	if extra.Controllers.Enabled {
 		if err := generic.AddPostStartHook("terrarun-run-controller", func(hook genericapiserver.PostStartHookContext) error {
-			return extra.startController(hook)
+			return extra.startControllers(hook)
 		}); err != nil {
 			return nil, err
 		}
@@ -262,12 +274,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	if err := generic.AddPreShutdownHook("terrarun-executor-shutdown", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), extra.Controller.ApplyGrace+extra.Controller.CancelGrace+10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), extra.Controllers.ApplyGrace+extra.Controllers.CancelGrace+10*time.Second)
 		defer cancel()
-		return extra.Executor.Shutdown(ctx, executor.ShutdownOptions{
-			Grace:      extra.Controller.CancelGrace,
+		return extra.Executor.Executor.Shutdown(ctx, executor.ShutdownOptions{
+			Grace:      extra.Controllers.CancelGrace,
 			Applying:   extra.applying.names,
-			ApplyGrace: extra.Controller.ApplyGrace,
+			ApplyGrace: extra.Controllers.ApplyGrace,
 		})
 	}); err != nil {
 		return nil, err

@@ -33,23 +33,40 @@ const (
 	leaseTTL = 15 * time.Second
 )
 
-// startController runs the run and workspace controllers, through the
-// loopback client, while this replica is the elected leader. It returns at
-// once.
-func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext) error {
+// controllerContext is what the controllers of one leadership term share:
+// the loopback clientset, one informer factory, the Event recorder, and
+// what the configuration gives them.
+type controllerContext struct {
+	config    *ExtraConfig
+	clientset versioned.Interface
+	factory   informers.SharedInformerFactory
+	recorder  record.EventRecorder
+}
+
+// controllerInit builds one controller from the shared context and returns
+// the function that runs it until its context ends.
+type controllerInit func(*controllerContext) (run func(context.Context) error, err error)
+
+// controllers are the controllers a leader runs, by name, started from one
+// place (runControllers), as kube-controller-manager starts its own.
+var controllers = []struct {
+	name string
+	init controllerInit
+}{
+	{"run-controller", newRunController},
+	{"workspace-controller", newWorkspaceController},
+}
+
+// startControllers runs the controllers, through the loopback client, while
+// this replica is the elected leader. It returns at once.
+func (c *ExtraConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
 	clientset, err := versioned.NewForConfig(ProtobufClientConfig(hook.LoopbackClientConfig))
 	if err != nil {
 		return err
 	}
 	// In cluster mode, Events go to the host cluster (kubectl describe shows
-	// them) and outputs can be published to a Secret there; in standalone
-	// mode, Events go to this server's own core/v1 events.
-	opts := runcontroller.Options{
-		CancelGrace:                     c.Controller.CancelGrace,
-		MaxConcurrentStages:             c.Controller.MaxStages,
-		MaxConcurrentStagesPerNamespace: c.Controller.MaxStagesPerNamespace,
-	}
-	events := c.Controller.Kube
+	// them); in standalone mode, to this server's own core/v1 events.
+	events := c.Controllers.Kube
 	if events == nil {
 		if events, err = kubernetes.NewForConfig(ProtobufClientConfig(hook.LoopbackClientConfig)); err != nil {
 			return err
@@ -57,58 +74,96 @@ func (c *ExtraConfig) startController(hook genericapiserver.PostStartHookContext
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(hook))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	opts.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
-	if kube := c.Controller.Kube; kube != nil {
-		opts.OnApplied = runcontroller.OutputsSecretPublisher(kube, c.Artifacts)
-	}
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "terrarun-controller"})
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s_%s", host, uuid.NewString())
-	ctx := klog.NewContext(hook, klog.Background().WithName("run-controller"))
-	go leaderelection.RunWhileLeader(ctx, c.Controller.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
-		factory := informers.NewSharedInformerFactory(clientset, 0)
-		runInformer := factory.Terrarun().V1alpha1().TerraformRuns()
-		var arts runcontroller.Artifacts // a nil store is no Artifacts
-		if c.Artifacts != nil {
-			arts = c.Artifacts
-		}
-		ctrl, err := runcontroller.New(clientset, runInformer, c.Executor, arts, opts)
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Building the run controller")
-			return
-		}
-		wsOpts := workspacecontroller.Options{Recorder: opts.Recorder, ConfigMapData: c.Controller.ConfigMapData}
-		if kube := c.Controller.Kube; kube != nil {
-			wsOpts.PublishOutputs = func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error {
-				return runcontroller.PublishOutputs(ctx, kube, c.Artifacts, run, ws.Spec.OutputsSecret, metav1.OwnerReference{
-					APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TerraformWorkspace", Name: ws.Name, UID: ws.UID,
-				})
-			}
-		}
-		wsCtrl, err := workspacecontroller.New(clientset, factory.Terrarun().V1alpha1().TerraformWorkspaces(), runInformer, wsOpts)
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Building the workspace controller")
-			return
-		}
-		// Kept once the controller stops (a shutdown stops it first): its
-		// cache is what the executor's shutdown goes by.
-		applying := ctrl.Applying
-		c.applying.fn.Store(&applying)
-		factory.Start(ctx.Done())
-		// The leader reports the runs it sees; the others report none.
-		metrics.Watch(runInformer.Lister())
-		defer metrics.Watch(nil)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			wsCtx := klog.NewContext(ctx, klog.Background().WithName("workspace-controller"))
-			if err := wsCtrl.Run(wsCtx, c.Controller.Workers); err != nil {
-				klog.FromContext(ctx).Error(err, "Workspace controller")
-			}
+	ctx := klog.NewContext(hook, klog.Background().WithName("controllers"))
+	go leaderelection.RunWhileLeader(ctx, c.Controllers.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
+		runControllers(ctx, &controllerContext{
+			config:    c,
+			clientset: clientset,
+			factory:   informers.NewSharedInformerFactory(clientset, 0),
+			recorder:  recorder,
 		})
-		if err := ctrl.Run(ctx, c.Controller.Workers); err != nil {
-			klog.FromContext(ctx).Error(err, "Run controller")
-		}
-		wg.Wait()
-		factory.Shutdown()
 	})
 	return nil
+}
+
+// runControllers builds every controller, starts their informers, and runs
+// them until ctx ends (the term of leadership, or the server's life). A
+// controller that cannot be built keeps the others from starting: a leader
+// runs all of them or none.
+func runControllers(ctx context.Context, cc *controllerContext) {
+	logger := klog.FromContext(ctx)
+	runs := make([]func(context.Context) error, 0, len(controllers))
+	for _, ctrl := range controllers {
+		run, err := ctrl.init(cc)
+		if err != nil {
+			logger.Error(err, "Building a controller; none runs in this term", "controller", ctrl.name)
+			return
+		}
+		runs = append(runs, run)
+	}
+	cc.factory.Start(ctx.Done())
+	defer cc.factory.Shutdown()
+	// The leader reports the runs it sees; the others report none.
+	metrics.Watch(cc.factory.Terrarun().V1alpha1().TerraformRuns().Lister())
+	defer metrics.Watch(nil)
+	var wg sync.WaitGroup
+	for i, run := range runs {
+		name := controllers[i].name
+		wg.Go(func() {
+			if err := run(klog.NewContext(ctx, klog.Background().WithName(name))); err != nil {
+				logger.Error(err, "Controller ended", "controller", name)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// newRunController builds the run controller.
+func newRunController(cc *controllerContext) (func(context.Context) error, error) {
+	c := cc.config
+	opts := runcontroller.Options{
+		CancelGrace:                     c.Controllers.CancelGrace,
+		MaxConcurrentStages:             c.Controllers.MaxStages,
+		MaxConcurrentStagesPerNamespace: c.Controllers.MaxStagesPerNamespace,
+		Recorder:                        cc.recorder,
+	}
+	var arts runcontroller.Artifacts // a nil store is no Artifacts
+	if c.Storage.Artifacts != nil {
+		arts = c.Storage.Artifacts
+	}
+	// In cluster mode outputs can be published to a Secret there.
+	if kube := c.Controllers.Kube; kube != nil {
+		opts.OnApplied = runcontroller.OutputsSecretPublisher(kube, c.Storage.Artifacts)
+	}
+	ctrl, err := runcontroller.New(cc.clientset, cc.factory.Terrarun().V1alpha1().TerraformRuns(), c.Executor.Executor, arts, opts)
+	if err != nil {
+		return nil, err
+	}
+	// Kept once the controller stops (a shutdown stops it first): its
+	// cache is what the executor's shutdown goes by.
+	applying := ctrl.Applying
+	c.applying.fn.Store(&applying)
+	return func(ctx context.Context) error { return ctrl.Run(ctx, c.Controllers.Workers) }, nil
+}
+
+// newWorkspaceController builds the workspace controller.
+func newWorkspaceController(cc *controllerContext) (func(context.Context) error, error) {
+	c := cc.config
+	opts := workspacecontroller.Options{Recorder: cc.recorder, ConfigMapData: c.Controllers.ConfigMapData}
+	if kube := c.Controllers.Kube; kube != nil {
+		opts.PublishOutputs = func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error {
+			return runcontroller.PublishOutputs(ctx, kube, c.Storage.Artifacts, run, ws.Spec.OutputsSecret, metav1.OwnerReference{
+				APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TerraformWorkspace", Name: ws.Name, UID: ws.UID,
+			})
+		}
+	}
+	v1 := cc.factory.Terrarun().V1alpha1()
+	ctrl, err := workspacecontroller.New(cc.clientset, v1.TerraformWorkspaces(), v1.TerraformRuns(), opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return ctrl.Run(ctx, c.Controllers.Workers) }, nil
 }

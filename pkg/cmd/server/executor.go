@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,35 +16,23 @@ import (
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
-	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
-	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
-	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/transport"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
-	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/executor/auth"
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stagelimits"
 
-	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
-	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	genericoptions "k8s.io/apiserver/pkg/server/options"
 )
 
 // ExecutorOptions configure how runs execute.
@@ -357,57 +343,6 @@ func (o *ExecutorOptions) executorBinary() string {
 	return "terrarun-executor"
 }
 
-// newEtcdClient connects to the etcd that holds the objects, for artifacts,
-// execution records and leader election.
-func newEtcdClient(o *genericoptions.EtcdOptions) (*clientv3.Client, error) {
-	t := o.StorageConfig.Transport
-	var tlsConfig *tls.Config
-	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
-		cfg, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.TrustedCAFile}})
-		if err != nil {
-			return nil, fmt.Errorf("loading etcd client certificates: %w", err)
-		}
-		tlsConfig = cfg
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   t.ServerList,
-		TLS:         tlsConfig,
-		DialTimeout: 20 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-}
-
-// artifactTransformer returns the value transformer for artifacts: the one
-// the encryption configuration names for terraformruns.terrarun.dev, so that
-// plan files and outputs are encrypted at rest exactly when the objects are.
-func artifactTransformer(ctx context.Context, o *genericoptions.EtcdOptions) (value.Transformer, error) {
-	path := o.EncryptionProviderConfigFilepath
-	if path == "" {
-		return nil, nil
-	}
-	cfg, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, "terrarun-apiserver")
-	if err != nil {
-		return nil, fmt.Errorf("loading --encryption-provider-config for artifacts: %w", err)
-	}
-	if t, ok := cfg.Transformers[terrarun.Resource("terraformruns")]; ok {
-		return t, nil
-	}
-	return nil, fmt.Errorf("--encryption-provider-config has no entry for terraformruns.terrarun.dev: add it to encrypt runs and their plans, logs and outputs")
-}
-
-func newArtifactStore(ctx context.Context, etcd *genericoptions.EtcdOptions, o *ExecutorOptions, client *clientv3.Client) (*artifacts.Store, error) {
-	t, err := artifactTransformer(ctx, etcd)
-	if err != nil {
-		return nil, err
-	}
-	return artifacts.New(client, artifacts.Options{
-		Transformer: t,
-		Retention:   o.ArtifactRetention,
-		Limits: artifacts.Limits{Log: o.MaxLogBytes, PlanText: o.MaxPlanBytes, PlanJSON: o.MaxPlanBytes,
-			RunLogs: o.MaxRunLogBytes, NamespaceLogs: o.MaxNamespaceLogBytes, TotalLogs: o.MaxTotalLogBytes},
-	}), nil
-}
-
 // workRoot is where the local executor keeps work directories, state and
 // values: the data directory in standalone mode.
 func (o *Options) workRoot() string {
@@ -427,22 +362,21 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 		sets.NewString("watch"), longRunningSubresources)
 }
 
-// newExecutor builds the configured executor, and lets its identities
-// authenticate and be authorized (pkg/executor/auth) before any user's. Job
-// stages also prove themselves with their key (loadStageKeys).
-// serverURL and caFile are where executors reach this server.
-func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig, kube kubernetes.Interface, etcd *clientv3.Client,
-	root, serverURL, caFile string) (executor.Executor, error) {
+// newExecutor builds the configured executor, and the credentials its
+// stages prove themselves with (applyExecutorAuth lets them in). Job stages
+// also prove themselves with their key (loadStageKeys). serverURL and
+// caFile are where executors reach this server.
+func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, etcd *clientv3.Client,
+	root, serverURL, caFile string) (executor.Executor, stageCredentials, error) {
 	var (
-		exec       executor.Executor
-		tokens     authenticator.Request
-		identities auth.Resolver
+		exec  executor.Executor
+		creds stageCredentials
 	)
 	switch o.Kind {
 	case "local":
 		so, err := o.localSandbox()
 		if err != nil {
-			return nil, err
+			return nil, stageCredentials{}, err
 		}
 		// Nothing of the data directory is for stages: not the PKI, not
 		// etcd's data, not values, other runs' work or other namespaces' state.
@@ -465,84 +399,34 @@ func (o *ExecutorOptions) newExecutor(config *genericapiserver.RecommendedConfig
 			if o.LocalSandbox {
 				err = fmt.Errorf("%w (check --local-executor-user and --local-executor-mount, or run stages unsandboxed with --local-executor-sandbox=false)", err)
 			}
-			return nil, err
+			return nil, stageCredentials{}, err
 		}
-		exec, tokens, identities = l, bearertoken.New(l.Tokens()), l.Tokens()
+		exec, creds = l, stageCredentials{tokens: bearertoken.New(l.Tokens()), identities: l.Tokens(), first: true}
 	default:
 		if kube == nil {
-			return nil, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
+			return nil, stageCredentials{}, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
 		}
 		var caBundle []byte
 		if caFile != "" {
 			var err error
 			if caBundle, err = os.ReadFile(caFile); err != nil {
-				return nil, fmt.Errorf("reading --executor-ca-file: %w", err)
+				return nil, stageCredentials{}, fmt.Errorf("reading --executor-ca-file: %w", err)
 			}
 		}
 		var err error
-		if tokens, err = podTokenAuthenticator(kube); err != nil {
-			return nil, err
+		if creds.tokens, err = podTokenAuthenticator(kube); err != nil {
+			return nil, stageCredentials{}, err
 		}
 		keys, err := loadStageKeys(etcd)
 		if err != nil {
-			return nil, err
+			return nil, stageCredentials{}, err
 		}
 		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter,
 			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}, StageKeys: keys})
-		identities = job.NewIdentityResolver(kube, keys)
+		creds.identities = job.NewIdentityResolver(kube, keys)
 	}
 
-	executors := auth.NewAuthenticator(tokens, identities)
-	switch {
-	case config.Authentication.Authenticator == nil:
-		config.Authentication.Authenticator = executors
-	case o.Kind == "local":
-		// A stage token is looked up in memory; try it first.
-		config.Authentication.Authenticator = authenticatorunion.New(executors, config.Authentication.Authenticator)
-	default:
-		// A pod's token is reviewed by kube-apiserver; users' tokens first.
-		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, executors)
-	}
-	if config.Authorization.Authorizer == nil {
-		config.Authorization.Authorizer = auth.NewAuthorizer()
-	} else {
-		union, err := authorizerunion.New(
-			authorizerunion.NamedAuthorizer{AuthorizerName: "terrarun-executors", Authorizer: auth.NewAuthorizer()},
-			authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
-		)
-		if err != nil {
-			return nil, err
-		}
-		config.Authorization.Authorizer = union
-	}
-	return exec, nil
-}
-
-// podTokenAuthenticator authenticates executor pods' projected, pod-bound
-// service-account tokens for the audience terrarun.dev, through a TokenReview
-// by the cluster.
-func podTokenAuthenticator(kube kubernetes.Interface) (authenticator.Request, error) {
-	tokens, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                &apiserverconfig.AnonymousAuthConfig{Enabled: false},
-		TokenAccessReviewClient:  kube.AuthenticationV1(),
-		TokenAccessReviewTimeout: 10 * time.Second,
-		WebhookRetryBackoff:      genericoptions.DefaultAuthWebhookRetryBackoff(),
-		CacheTTL:                 10 * time.Second,
-		APIAudiences:             authenticator.Audiences{job.DefaultAudience},
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("building the executor token authenticator: %w", err)
-	}
-	// The executor authenticator reviews tokens for its own audience, not the
-	// API audiences of the request, and vouches for them to this server only.
-	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
-		ctx := authenticator.WithAudiences(req.Context(), authenticator.Audiences{job.DefaultAudience})
-		resp, ok, err := tokens.AuthenticateRequest(req.WithContext(ctx))
-		if resp != nil {
-			resp.Audiences = nil
-		}
-		return resp, ok, err
-	}), nil
+	return exec, creds, nil
 }
 
 // defaultEngine is --default-engine, or with the local executor the engine

@@ -279,8 +279,11 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			return nil, cleanup, err
 		}
 	}
-	exec, err := o.Executor.newExecutor(config, kube, etcdClient, o.workRoot(), executorServer, executorCA)
+	exec, creds, err := o.Executor.newExecutor(kube, etcdClient, o.workRoot(), executorServer, executorCA)
 	if err != nil {
+		return nil, cleanup, err
+	}
+	if err := applyExecutorAuth(config, creds); err != nil {
 		return nil, cleanup, err
 	}
 	var states *terraformrun.StateBackend
@@ -292,15 +295,19 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	return &apiserver.Config{
 		GenericConfig: config,
 		ExtraConfig: apiserver.ExtraConfig{
-			Artifacts:         store,
-			States:            states,
-			Runs:              runs,
-			Executor:          exec,
-			DefaultEngine:     o.Executor.defaultEngine(),
-			MaxFollowsPerUser: o.MaxFollowsPerUser,
-			ListCacheBytes:    o.ListCacheBytes,
-			StorageMediaType:  o.Recommended.Etcd.DefaultStorageMediaType,
-			Controller: apiserver.ControllerConfig{
+			Storage: apiserver.StorageConfig{
+				Artifacts:         store,
+				States:            states,
+				Runs:              runs,
+				MediaType:         o.Recommended.Etcd.DefaultStorageMediaType,
+				ListCacheBytes:    o.ListCacheBytes,
+				MaxFollowsPerUser: o.MaxFollowsPerUser,
+			},
+			Executor: apiserver.ExecutorConfig{
+				Executor:      exec,
+				DefaultEngine: o.Executor.defaultEngine(),
+			},
+			Controllers: apiserver.ControllerConfig{
 				Enabled:               o.Executor.RunController,
 				Etcd:                  etcdClient,
 				Workers:               o.Executor.Workers,

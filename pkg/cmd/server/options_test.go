@@ -121,7 +121,7 @@ func TestConfigLeavesOptionsAlone(t *testing.T) {
 		t.Fatalf("Config changed the options:\nbefore %+v\nafter  %+v", before, after)
 	}
 	if config.GenericConfig.Authentication.Authenticator == nil || config.GenericConfig.Authorization.Authorizer == nil ||
-		config.GenericConfig.AdmissionControl == nil || config.ExtraConfig.Executor == nil || config.ExtraConfig.Artifacts == nil {
+		config.GenericConfig.AdmissionControl == nil || config.ExtraConfig.Executor.Executor == nil || config.ExtraConfig.Storage.Artifacts == nil {
 		t.Errorf("standalone config is missing authentication, authorization, admission, the executor or the artifact store: %+v", config.ExtraConfig)
 	}
 	if ip := config.GenericConfig.SecureServing.Listener.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
