@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -153,6 +154,10 @@ type ControllerConfig struct {
 	// ConfigMapData reads the ConfigMaps whose content is part of a
 	// workspace's hash, where the executor reads them.
 	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
+	// Metadata reads the metadata of the host cluster's objects, to watch
+	// the ConfigMaps workspaces read; nil in standalone mode, which reads
+	// them again every minute.
+	Metadata metadata.Interface
 }
 
 // Config is the configuration of a terrarun API server.

@@ -13,6 +13,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -40,7 +41,10 @@ type controllerContext struct {
 	config    *ExtraConfig
 	clientset versioned.Interface
 	factory   informers.SharedInformerFactory
-	recorder  record.EventRecorder
+	// metadata watches the host cluster's objects' metadata; nil in
+	// standalone mode.
+	metadata metadatainformer.SharedInformerFactory
+	recorder record.EventRecorder
 }
 
 // controllerInit builds one controller from the shared context and returns
@@ -79,12 +83,16 @@ func (c *ExtraConfig) startControllers(hook genericapiserver.PostStartHookContex
 	id := fmt.Sprintf("%s_%s", host, uuid.NewString())
 	ctx := klog.NewContext(hook, klog.Background().WithName("controllers"))
 	go leaderelection.RunWhileLeader(ctx, c.Controllers.Etcd, leaderElectionKey, id, leaseTTL, func(ctx context.Context) {
-		runControllers(ctx, &controllerContext{
+		cc := &controllerContext{
 			config:    c,
 			clientset: clientset,
 			factory:   informers.NewSharedInformerFactory(clientset, 0),
 			recorder:  recorder,
-		})
+		}
+		if c.Controllers.Metadata != nil {
+			cc.metadata = metadatainformer.NewSharedInformerFactory(c.Controllers.Metadata, 0)
+		}
+		runControllers(ctx, cc)
 	})
 	return nil
 }
@@ -106,6 +114,10 @@ func runControllers(ctx context.Context, cc *controllerContext) {
 	}
 	cc.factory.Start(ctx.Done())
 	defer cc.factory.Shutdown()
+	if cc.metadata != nil {
+		cc.metadata.Start(ctx.Done())
+		defer cc.metadata.Shutdown()
+	}
 	// The leader reports the runs it sees; the others report none.
 	metrics.Watch(cc.factory.Terrarun().V1alpha1().TerraformRuns().Lister())
 	defer metrics.Watch(nil)
@@ -153,6 +165,9 @@ func newRunController(cc *controllerContext) (func(context.Context) error, error
 func newWorkspaceController(cc *controllerContext) (func(context.Context) error, error) {
 	c := cc.config
 	opts := workspacecontroller.Options{Recorder: cc.recorder, ConfigMapData: c.Controllers.ConfigMapData}
+	if cc.metadata != nil {
+		opts.ConfigMaps = cc.metadata.ForResource(workspacecontroller.ConfigMapResource).Informer()
+	}
 	if kube := c.Controllers.Kube; kube != nil {
 		opts.PublishOutputs = func(ctx context.Context, ws *v1alpha1.TerraformWorkspace, run *v1alpha1.TerraformRun) error {
 			return runcontroller.PublishOutputs(ctx, kube, c.Storage.Artifacts, run, ws.Spec.OutputsSecret, metav1.OwnerReference{

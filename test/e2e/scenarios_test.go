@@ -622,8 +622,9 @@ spec:
 
 // TestWorkspaceInCluster keeps a workspace applied through executor Jobs:
 // its outputs go to a Secret it owns (which alice may name only once she may
-// create Secrets), and deleting it runs a destroy Job before the finalizer
-// lets it go.
+// create Secrets), a change of the ConfigMap it reads starts a run at once
+// (ConfigMaps are watched, not read again every minute), and deleting it
+// runs a destroy Job before the finalizer lets it go.
 func TestWorkspaceInCluster(t *testing.T) {
 	ns := newNamespace(t)
 	ws := fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
@@ -636,16 +637,24 @@ spec:
   outputsSecret: infra-outputs
   template:
     workspace: infra
+    variables:
+      - name: greeting
+        valueFrom:
+          configMapKeyRef:
+            name: infra-settings
+            key: greeting
     source:
       inline:
         main.tf: |
+          variable "greeting" {}
           resource "terraform_data" "hello" {
-            input = "hello"
+            input = var.greeting
           }
           output "greeting" {
             value = terraform_data.hello.output
           }
 `, ns)
+	mustAs(t, "admin", "create", "configmap", "infra-settings", "-n", ns, "--from-literal=greeting=hello")
 	out, err := cl.kubectlStdin("alice", ws, "create", "-f", "-")
 	if err == nil || !strings.Contains(out+err.Error(), "spec.outputsSecret") {
 		t.Fatalf("alice named an outputs Secret she may not create: %v %s; want it refused naming spec.outputsSecret", err, out)
@@ -678,17 +687,34 @@ spec:
 		t.Errorf("the outputs Secret is owned by %q, want the workspace", owner)
 	}
 
-	mustAs(t, "alice", "delete", "tfws", "infra", "-n", ns, "--wait=false")
+	// The ConfigMap changes: its watch starts the run of the new content
+	// well before the minute after which an unwatched one is read again.
+	mustAs(t, "admin", "patch", "configmap", "infra-settings", "-n", ns, "--type=merge", "-p", `{"data":{"greeting":"hi"}}`)
+	waitFor(t, 40*time.Second, "the ConfigMap's change to start run infra-2", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "tfr", "infra-2", "-n", ns, "-o", "jsonpath={.metadata.annotations.terrarun\\.dev/trigger}")
+		return out == "SpecChange"
+	})
 	waitPhase(t, ns, "infra-2", 5*time.Minute, "AwaitingApproval")
-	if op := mustAs(t, "admin", "get", "tfr", "infra-2", "-n", ns, "-o", "jsonpath={.spec.operation}"); op != "Destroy" {
-		t.Fatalf("run infra-2 is a %s, want the Destroy run", op)
-	}
 	if out, err := approve(t, "bob", ns, "infra-2"); err != nil {
+		t.Fatalf("approving infra-2: %v %s", err, out)
+	}
+	waitPhase(t, ns, "infra-2", 5*time.Minute, "Succeeded")
+	waitFor(t, time.Minute, "the outputs Secret of the new content", func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "secret", "infra-outputs", "-n", ns, "-o", "jsonpath={.data.greeting}")
+		return decode(out) == "hi"
+	})
+
+	mustAs(t, "alice", "delete", "tfws", "infra", "-n", ns, "--wait=false")
+	waitPhase(t, ns, "infra-3", 5*time.Minute, "AwaitingApproval")
+	if op := mustAs(t, "admin", "get", "tfr", "infra-3", "-n", ns, "-o", "jsonpath={.spec.operation}"); op != "Destroy" {
+		t.Fatalf("run infra-3 is a %s, want the Destroy run", op)
+	}
+	if out, err := approve(t, "bob", ns, "infra-3"); err != nil {
 		t.Fatalf("approving the destroy: %v %s", err, out)
 	}
 	// The destroy Job lives until its run goes with the workspace.
 	waitFor(t, 5*time.Minute, "the destroy Job", func() bool {
-		_, err := cl.kubectlAs("admin", "get", "job", "infra-2-apply-1", "-n", ns)
+		_, err := cl.kubectlAs("admin", "get", "job", "infra-3-apply-1", "-n", ns)
 		return err == nil
 	})
 	// The leader dies with the workspace mid-destroy: the next one adopts

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
@@ -273,10 +274,20 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	if err != nil {
 		return nil, cleanup, err
 	}
-	var kube kubernetes.Interface
+	var (
+		kube kubernetes.Interface
+		meta metadata.Interface
+	)
 	if config.ClientConfig != nil {
 		if kube, err = kubernetes.NewForConfig(config.ClientConfig); err != nil {
 			return nil, cleanup, err
+		}
+		// The ConfigMaps workspaces read are the cluster's, and watched,
+		// where the executor reads them there (configMapData).
+		if o.Executor.Kind != "local" {
+			if meta, err = metadata.NewForConfig(config.ClientConfig); err != nil {
+				return nil, cleanup, err
+			}
 		}
 	}
 	exec, creds, err := o.Executor.newExecutor(kube, etcdClient, o.workRoot(), executorServer, executorCA)
@@ -317,6 +328,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				ApplyGrace:            o.Executor.ShutdownApplyGrace,
 				Kube:                  kube,
 				ConfigMapData:         o.Executor.configMapData(kube, o.workRoot()),
+				Metadata:              meta,
 			},
 		},
 	}, cleanup, nil

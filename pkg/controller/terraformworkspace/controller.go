@@ -79,10 +79,15 @@ type Options struct {
 	// ConfigMapData reads the data of a ConfigMap that a workspace's runs
 	// read, whose content is part of the hash; nil ignores their content.
 	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
+	// ConfigMaps, when set, is an informer of the ConfigMaps' metadata
+	// (ConfigMapResource): the ConfigMaps are watched rather than read
+	// again every minute (configmaps.go).
+	ConfigMaps cache.SharedIndexInformer
 }
 
 // configMapRecheck is how often the ConfigMaps a workspace reads are read
-// again, when its interval is not shorter.
+// again when they are not watched, or could not be read, and its interval
+// is not shorter.
 const configMapRecheck = time.Minute
 
 // Controller reconciles TerraformWorkspaces.
@@ -92,6 +97,9 @@ type Controller struct {
 	// dependents indexes workspaces by the workspaces they depend on.
 	dependents cache.Indexer
 	runs       listers.TerraformRunLister
+	// configMaps holds the content of watched ConfigMaps; nil when they are
+	// not watched.
+	configMaps *configMapCache
 	synced     []cache.InformerSynced
 	queue      workqueue.TypedRateLimitingInterface[string]
 	opts       Options
@@ -115,8 +123,13 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformworkspaces"}),
 		opts: opts,
 	}
-	if err := workspaces.Informer().AddIndexers(cache.Indexers{dependsOnIndex: dependsOn}); err != nil {
+	if err := workspaces.Informer().AddIndexers(cache.Indexers{dependsOnIndex: dependsOn, configMapIndex: configMapsOf}); err != nil {
 		return nil, err
+	}
+	if opts.ConfigMaps != nil && opts.ConfigMapData != nil {
+		if err := c.watchConfigMaps(opts.ConfigMaps); err != nil {
+			return nil, err
+		}
 	}
 	// A workspace's change is also its dependents'.
 	if _, err := workspaces.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -420,7 +433,11 @@ func (r *reconciler) setCondition(typ string, status metav1.ConditionStatus, rea
 func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	ws, st := r.ws, &r.ws.Status
 	spec := runSpec(ws, v1alpha1.OperationApply, r.lastApplied)
-	digest, err := configMapDigest(ctx, &spec, ws.Namespace, r.c.opts.ConfigMapData)
+	read := r.c.opts.ConfigMapData
+	if r.c.configMaps != nil {
+		read = r.c.configMaps.get
+	}
+	digest, err := configMapDigest(ctx, &spec, ws.Namespace, read)
 	if err != nil && ws.DeletionTimestamp == nil {
 		r.setCondition(v1alpha1.WorkspaceConditionStalled, metav1.ConditionTrue, ReasonConfigMapUnreadable, err.Error()+"; create it, or fix the reference")
 		return configMapRecheck, nil
@@ -517,7 +534,7 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	if why == "" && st.NextDriftCheck != nil {
 		after = max(st.NextDriftCheck.Sub(r.now), time.Second)
 	}
-	if len(configMapNames(&spec)) > 0 {
+	if len(configMapNames(&spec)) > 0 && r.c.configMaps == nil {
 		// ConfigMaps are not watched: their content is read again every
 		// minute, or every interval when that is shorter.
 		recheck := configMapRecheck
