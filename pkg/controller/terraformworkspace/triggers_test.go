@@ -390,6 +390,24 @@ func TestDrift(t *testing.T) {
 		wantNext: t0.Add(9 * time.Minute), wantLast: t0.Add(-time.Minute), wantAfter: 9 * time.Minute,
 		wantDrifted: &cond{v1alpha1.WorkspaceConditionDrifted, metav1.ConditionFalse, ReasonNoChanges},
 	}, {
+		// Not at once: a check that cannot run (an unreachable repository,
+		// expired credentials) would start again as soon as it ended.
+		name: "a check failed: the next is an interval after it",
+		runs: []*v1alpha1.TerraformRun{
+			apply(1, v1alpha1.TriggerSpecChange, t0.Add(-time.Hour)),
+			newRun(ws, 2, v1alpha1.OperationPlan, v1alpha1.TriggerDriftCheck, ended(v1alpha1.RunPhaseFailed, t0.Add(-time.Minute))),
+		},
+		wantNext: t0.Add(9 * time.Minute), wantAfter: 9 * time.Minute,
+	}, {
+		name: "a check was canceled: the next is an interval after it",
+		runs: []*v1alpha1.TerraformRun{
+			apply(1, v1alpha1.TriggerSpecChange, t0.Add(-time.Hour)),
+			check(2, true, t0.Add(-30*time.Minute)),
+			newRun(ws, 3, v1alpha1.OperationPlan, v1alpha1.TriggerDriftCheck, ended(v1alpha1.RunPhaseCanceled, t0.Add(-time.Minute))),
+		},
+		wantNext: t0.Add(9 * time.Minute), wantLast: t0.Add(-30 * time.Minute), wantAfter: 9 * time.Minute,
+		wantDrifted: &cond{v1alpha1.WorkspaceConditionDrifted, metav1.ConditionTrue, ReasonChangesFound},
+	}, {
 		name:   "the repair applied",
 		policy: v1alpha1.DriftPolicyApply,
 		mutate: drifted,
