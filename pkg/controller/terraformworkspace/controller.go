@@ -610,6 +610,15 @@ func (r *reconciler) observeResults() {
 			}
 		}
 	}
+	// A check that did not succeed (failed, canceled) found nothing, but
+	// the next is due an interval after it too, not at once: a check that
+	// cannot run (an unreachable repository, expired credentials) would
+	// start again as soon as it ended, without end.
+	if ended := r.h.newest(func(run *v1alpha1.TerraformRun) bool {
+		return trigger(run) == v1alpha1.TriggerDriftCheck && runrules.Finished(run)
+	}); ended != nil && completion(ended).After(last) {
+		last = completion(ended)
+	}
 	st.NextDriftCheck = nil
 	if iv := checkInterval(&r.ws.Spec); iv > 0 && !last.IsZero() {
 		st.NextDriftCheck = &metav1.Time{Time: last.Add(iv)}
