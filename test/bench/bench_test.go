@@ -65,12 +65,14 @@ func samples(fixed int, b *testing.B) int { return max(fixed, b.N) }
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // reportLatency reports the p50 and p99 of lat as <prefix>p50-ms and
-// <prefix>p99-ms.
+// <prefix>p99-ms, and the number of samples they come from as
+// <prefix>samples: a p99 of fewer than 100 samples is their maximum.
 func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
 	b.ReportMetric(ms(harness.Percentile(sorted, 0.50)), prefix+"p50-ms")
 	b.ReportMetric(ms(harness.Percentile(sorted, 0.99)), prefix+"p99-ms")
+	b.ReportMetric(float64(len(sorted)), prefix+"samples")
 }
 
 // reportMean sets ns/op to the mean of lat, replacing the wall time of the

@@ -32,8 +32,9 @@ import (
 
 const (
 	// overheadIterations is the number of measured runs of each arm of
-	// BenchmarkOrchestrationOverhead (after one unmeasured warm-up each).
-	overheadIterations = 5
+	// BenchmarkOrchestrationOverhead (after one unmeasured warm-up each):
+	// the interleaved pairs its ratios are the medians of.
+	overheadIterations = 20
 	// tickLines is the number of timestamped log lines of
 	// BenchmarkLogFollowLatency, one every tickInterval.
 	tickLines    = 500
@@ -77,18 +78,22 @@ func median(ds []time.Duration) time.Duration {
 // Orchestration overhead
 
 // directStep is one engine command of the direct arm, as terrarun-executor
-// runs it through terraform-exec (same flags).
+// runs it through terraform-exec (same flags); with with, another command
+// that runs at the same time, as the executor's runner runs show and
+// show -json of one plan file at once.
 type directStep struct {
 	name string
 	args []string
+	with *directStep
 }
 
 // directRun runs, in a fresh temporary directory that holds config (file
 // names and contents) with the local backend, and in the executor's
 // environment (PATH, a private HOME and TMPDIR, CHECKPOINT_DISABLE=1) and
-// extraEnv, the commands the executor runs for a run: init, plan -out, show,
-// show -json, apply of the plan file, output -json. It returns the wall time
-// of all of it and of each command.
+// extraEnv, the commands the executor runs for a run, as a careful script
+// would: init, plan -out, show and show -json at once, apply of the plan
+// file, output -json. It returns the wall time of all of it and of each
+// step.
 func directRun(ctx context.Context, engine string, config map[string]string, extraEnv []string) (time.Duration, map[string]time.Duration, error) {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "terrarun-bench-direct-")
@@ -114,17 +119,15 @@ func directRun(ctx context.Context, engine string, config map[string]string, ext
 	plan := filepath.Join(dir, "plan.tfplan")
 	steps := []directStep{
 		{"init", []string{"init", "-no-color", "-input=false", "-backend=true", "-get=true", "-upgrade=false",
-			"-backend-config=path=" + filepath.Join(state, "default", "terraform.tfstate"), "-backend-config=workspace_dir=" + state}},
-		{"plan", []string{"plan", "-no-color", "-input=false", "-detailed-exitcode", "-lock-timeout=0s", "-out=" + plan, "-lock=true", "-parallelism=10", "-refresh=true"}},
-		{"show", []string{"show", "-no-color", plan}},
-		{"show-json", []string{"show", "-json", "-no-color", plan}},
-		{"apply", []string{"apply", "-no-color", "-auto-approve", "-input=false", "-lock-timeout=0s", "-lock=true", "-parallelism=10", "-refresh=true", plan}},
-		{"output", []string{"output", "-no-color", "-json"}},
+			"-backend-config=path=" + filepath.Join(state, "default", "terraform.tfstate"), "-backend-config=workspace_dir=" + state}, nil},
+		{"plan", []string{"plan", "-no-color", "-input=false", "-detailed-exitcode", "-lock-timeout=0s", "-out=" + plan, "-lock=true", "-parallelism=10", "-refresh=true"}, nil},
+		{"show", []string{"show", "-no-color", plan}, &directStep{"show-json", []string{"show", "-json", "-no-color", plan}, nil}},
+		{"apply", []string{"apply", "-no-color", "-auto-approve", "-input=false", "-lock-timeout=0s", "-lock=true", "-parallelism=10", "-refresh=true", plan}, nil},
+		{"output", []string{"output", "-no-color", "-json"}, nil},
 	}
 	env := append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "CHECKPOINT_DISABLE=1"}, extraEnv...)
 	times := map[string]time.Duration{}
-	for _, s := range steps {
-		t0 := time.Now()
+	run := func(s *directStep) error {
 		cmd := exec.CommandContext(ctx, engine, s.args...)
 		cmd.Dir, cmd.Env = cfg, env
 		var out bytes.Buffer
@@ -132,9 +135,30 @@ func directRun(ctx context.Context, engine string, config map[string]string, ext
 		err := cmd.Run()
 		var ee *exec.ExitError
 		if err != nil && !(s.name == "plan" && errors.As(err, &ee) && ee.ExitCode() == 2) { // 2: the plan has changes
-			return 0, nil, fmt.Errorf("%s %s: %v\n%s", engine, s.name, err, out.String())
+			return fmt.Errorf("%s %s: %v\n%s", engine, s.name, err, out.String())
 		}
-		times[s.name] = time.Since(t0)
+		return nil
+	}
+	for _, s := range steps {
+		t0 := time.Now()
+		with := make(chan error, 1)
+		if s.with != nil {
+			go func() { with <- run(s.with) }()
+		} else {
+			with <- nil
+		}
+		err := run(&s)
+		if werr := <-with; err == nil {
+			err = werr
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		name := s.name
+		if s.with != nil {
+			name += "+" + s.with.name
+		}
+		times[name] = time.Since(t0)
 	}
 	return time.Since(start), times, nil
 }
@@ -210,10 +234,11 @@ resource "testing_file" "bench" {
 // BenchmarkOrchestrationOverhead compares the wall time of a run through the
 // API (create → Succeeded, approval.mode Auto) with the same engine commands
 // run directly in a temporary directory. Five arms alternate, after one
-// unmeasured warm-up each:
+// unmeasured warm-up each, overheadIterations times (or b.N when larger),
+// in an order rotated each iteration:
 //
-//   - direct: init, plan -out, show, show -json, apply <plan>, output -json,
-//     of one built-in terraform_data;
+//   - direct: init, plan -out, show and show -json at once (as the executor
+//     runs them), apply <plan>, output -json, of one built-in terraform_data;
 //   - api: a run of it in the default workspace of a namespace of its own
 //     (the executor runs the direct arm's commands, plan and apply in one
 //     process, the engine's version on record);
@@ -224,11 +249,15 @@ resource "testing_file" "bench" {
 //     from a filesystem mirror through a plugin cache (the direct arm's
 //     own, and the server's, which is on by default).
 //
-// Reported: the medians in ms, overhead-ratio = api / direct (target ≤ 1.10),
-// overhead-ratio-ws = api-ws / direct, overhead-ratio-provider =
-// api-provider / direct-provider (target ≤ 1.05), the medians of the phases
-// of the api arm as a watch saw them, and, in the log, the median of each
-// direct command and the timeline of one more api run from its log lines.
+// Reported: the medians in ms; overhead-ratio, the median over the
+// iterations of api / direct measured in the same iteration (target ≤
+// 1.10), likewise overhead-ratio-ws (api-ws / direct) and
+// overhead-ratio-provider (api-provider / direct-provider, target ≤ 1.05),
+// with pairs, the number of iterations they come from: a pair measured
+// side by side shares the machine's load, which a ratio of medians taken
+// minutes apart does not. Also the medians of the phases of the api arm as a
+// watch saw them, and, in the log, the median of each direct step and the
+// timeline of one more api run from its log lines.
 func BenchmarkOrchestrationOverhead(b *testing.B) {
 	provider, err := harness.InstallTestProvider(b.TempDir())
 	if err != nil {
@@ -337,12 +366,13 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	b.ReportMetric(ms(dm), "direct-median-ms")
 	b.ReportMetric(ms(am), "api-median-ms")
 	b.ReportMetric(ms(wm), "api-ws-median-ms")
-	b.ReportMetric(float64(am)/float64(dm), "overhead-ratio")
-	b.ReportMetric(float64(wm)/float64(dm), "overhead-ratio-ws")
+	b.ReportMetric(pairRatio(api, direct), "overhead-ratio")
+	b.ReportMetric(pairRatio(apiWS, direct), "overhead-ratio-ws")
 	dpm, apm := median(directProvider), median(apiProvider)
 	b.ReportMetric(ms(dpm), "direct-provider-median-ms")
 	b.ReportMetric(ms(apm), "api-provider-median-ms")
-	b.ReportMetric(float64(apm)/float64(dpm), "overhead-ratio-provider")
+	b.ReportMetric(pairRatio(apiProvider, directProvider), "overhead-ratio-provider")
+	b.ReportMetric(float64(len(direct)), "pairs")
 	if len(pending) > 0 {
 		b.ReportMetric(ms(median(pending)), "api-to-planning-ms")
 		b.ReportMetric(ms(median(planning)), "api-planning-ms")
@@ -1187,4 +1217,22 @@ func concurrentRuns(b *testing.B, n int, args []string) {
 	if outcome != "all ended" || succeeded != n {
 		b.Errorf("%d of %d runs succeeded: %s", succeeded, n, outcome)
 	}
+}
+
+// pairRatio is the median of num[i] / den[i]: the ratios of the arms'
+// measurements in the same iteration.
+func pairRatio(num, den []time.Duration) float64 {
+	n := min(len(num), len(den))
+	if n == 0 {
+		return 0
+	}
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = float64(num[i]) / float64(den[i])
+	}
+	slices.Sort(ratios)
+	if n%2 == 1 {
+		return ratios[n/2]
+	}
+	return (ratios[n/2-1] + ratios[n/2]) / 2
 }
