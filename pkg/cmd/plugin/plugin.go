@@ -412,6 +412,9 @@ func (o *options) wait(ctx context.Context, cs versioned.Interface, ns, name str
 				if ctx.Err() != nil {
 					return waitError(ctx, err, ns, name)
 				}
+				if exit := (*exitError)(nil); errors.As(err, &exit) {
+					return err // the run was deleted: a run read again by its name would be another
+				}
 				break // the watch ended: read the run again
 			}
 			run = next
