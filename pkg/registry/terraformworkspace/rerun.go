@@ -2,6 +2,7 @@ package terraformworkspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -111,10 +112,27 @@ func (r *RerunREST) waitForRun(ctx context.Context, name string, n int64) (runti
 		case ctx.Err() == nil && wctx.Err() != nil:
 			return nil, apierrors.NewTimeoutError(fmt.Sprintf("rerun request %d of workspace %s is recorded, but the workspace controller has not started its run within %s; it starts when the controller runs: kubectl get terraformruns -l %s=%s",
 				n, name, rerunWait, terrarun.LabelWorkspace, name), 0)
+		case ctx.Err() != nil:
+			return nil, err // the client went away
 		default:
-			return nil, err
+			// The request is recorded: a retry would ask for a second run.
+			return nil, recordedButUnseen(err, fmt.Sprintf("rerun request %d of workspace %s is recorded, and its run starts without a retry; watching for it failed: follow it with kubectl get terraformruns -l %s=%s",
+				n, name, terrarun.LabelWorkspace, name))
 		}
 	}
+}
+
+// recordedButUnseen returns err, an error that ended the wait for a
+// recorded request's run, with msg before its message and its status code
+// kept.
+func recordedButUnseen(err error, msg string) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return apierrors.NewInternalError(fmt.Errorf("%s: %w", msg, err))
+	}
+	st := status.Status()
+	st.Message = msg + ": " + st.Message
+	return &apierrors.StatusError{ErrStatus: st}
 }
 
 // watchForRun watches the runs selector matches until one serves rerun

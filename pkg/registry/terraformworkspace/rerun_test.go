@@ -333,7 +333,7 @@ func TestRerunWait(t *testing.T) {
 		})
 	})
 
-	t.Run("a watch error", func(t *testing.T) {
+	t.Run("a watch error, with the request recorded", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			runs := &fakeRuns{next: func(int) *watch.FakeWatcher {
 				w := watch.NewFakeWithChanSize(1, false)
@@ -341,7 +341,11 @@ func TestRerunWait(t *testing.T) {
 				return w
 			}}
 			_, err := (&RerunREST{runs: runs}).waitForRun(ctx(), "web", 3)
-			expectAPIError(t, err, http.StatusInternalServerError, "etcd is gone")
+			// Said with what happened to the request: recorded, so that a
+			// client does not retry it into a second run.
+			expectAPIError(t, err, http.StatusInternalServerError, "etcd is gone",
+				"rerun request 3 of workspace web is recorded, and its run starts without a retry",
+				"kubectl get terraformruns -l terrarun.dev/workspace=web")
 		})
 	})
 }
