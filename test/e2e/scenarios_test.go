@@ -655,6 +655,9 @@ spec:
           }
 `, ns)
 	mustAs(t, "admin", "create", "configmap", "infra-settings", "-n", ns, "--from-literal=greeting=hello")
+	// A run reads only what its creator may read.
+	mustAs(t, "admin", "create", "role", "configmap-reader", "-n", ns, "--verb=get", "--resource=configmaps")
+	mustAs(t, "admin", "create", "rolebinding", "alice-configmaps", "-n", ns, "--role=configmap-reader", "--user=alice")
 	out, err := cl.kubectlStdin("alice", ws, "create", "-f", "-")
 	if err == nil || !strings.Contains(out+err.Error(), "spec.outputsSecret") {
 		t.Fatalf("alice named an outputs Secret she may not create: %v %s; want it refused naming spec.outputsSecret", err, out)
