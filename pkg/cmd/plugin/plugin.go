@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -308,7 +309,7 @@ func (o *options) approveCommand() *cobra.Command {
 			fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
 			answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
 			if strings.TrimSpace(answer) != "yes" {
-				return errors.New("not approved")
+				return fmt.Errorf("not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
 			}
 		}
 		approved, err := runs.Approve(ctx, run.Name, &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}, metav1.CreateOptions{})
@@ -437,7 +438,11 @@ func nextRun(ctx context.Context, w watch.Interface) (*v1alpha1.TerraformRun, er
 					return run, nil
 				}
 			case watch.Deleted:
-				return nil, &exitError{code: ExitFailed, msg: "the run was deleted"}
+				name := "the run"
+				if o, err := meta.Accessor(ev.Object); err == nil {
+					name = "run " + o.GetName()
+				}
+				return nil, &exitError{code: ExitFailed, msg: name + " was deleted before it ended; who deleted it is in the audit log, and what it did in its namespace's Events"}
 			case watch.Error:
 				return nil, apierrors.FromObject(ev.Object)
 			}
@@ -448,7 +453,7 @@ func nextRun(ctx context.Context, w watch.Interface) (*v1alpha1.TerraformRun, er
 // waitError is err, or the timeout's exit when the wait timed out.
 func waitError(ctx context.Context, err error, ns, name string) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &exitError{code: ExitTimeout, msg: fmt.Sprintf("run %s/%s did not end within the timeout", ns, name)}
+		return &exitError{code: ExitTimeout, msg: fmt.Sprintf("run %s/%s did not end within --timeout; it goes on: wait again with kubectl terrarun wait %s -n %s", ns, name, name, ns)}
 	}
 	return err
 }

@@ -89,7 +89,7 @@ func TestWait(t *testing.T) {
 				"WATCH /terraformruns":     watchEvents(true, watchEvent{"DELETED", planning}),
 			},
 			code:   ExitFailed,
-			stderr: []string{"error: the run was deleted\n"},
+			stderr: []string{"error: run web-1 was deleted before it ended; who deleted it is in the audit log, and what it did in its namespace's Events\n"},
 			gets:   1,
 		},
 		{
@@ -100,7 +100,7 @@ func TestWait(t *testing.T) {
 				"WATCH /terraformruns":     watchEvents(true),
 			},
 			code:   ExitTimeout,
-			stderr: []string{"team-a/web-1: Planning - Planning.\n", "error: run team-a/web-1 did not end within the timeout\n"},
+			stderr: []string{"team-a/web-1: Planning - Planning.\n", "error: run team-a/web-1 did not end within --timeout; it goes on: wait again with kubectl terrarun wait web-1 -n team-a\n"},
 		},
 		{
 			name:   "no such run",
@@ -235,14 +235,14 @@ func TestApprove(t *testing.T) {
 			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting)},
 			code:   ExitFailed,
 			stdout: shown + question,
-			stderr: []string{"error: not approved\n"},
+			stderr: []string{"error: not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
 		},
 		{
 			name:   "no answer",
 			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting)},
 			code:   ExitFailed,
 			stdout: shown + question,
-			stderr: []string{"error: not approved\n"},
+			stderr: []string{"error: not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
 		},
 		{
 			name:   "no plan yet",
