@@ -701,6 +701,10 @@ func (r *reconciler) setReady(hash string) {
 	case meta.IsStatusConditionTrue(st.Conditions, v1alpha1.WorkspaceConditionStalled) && st.CurrentRun == "":
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.WorkspaceConditionStalled)
 		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+	case st.CurrentRun == "" && conditionReason(st.Conditions, v1alpha1.WorkspaceConditionReconciling) == ReasonDependencyNotReady:
+		// What holds the current spec up is a dependency, not a run.
+		c := meta.FindStatusCondition(st.Conditions, v1alpha1.WorkspaceConditionReconciling)
+		r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonDependencyNotReady, c.Message)
 	default:
 		msg := "The current spec is not applied yet."
 		if st.CurrentRun != "" {
@@ -938,4 +942,13 @@ func checkInterval(spec *v1alpha1.TerraformWorkspaceSpec) time.Duration {
 		}
 	}
 	return d
+}
+
+// conditionReason is the reason of the condition of type typ, "" when there
+// is none.
+func conditionReason(conditions []metav1.Condition, typ string) string {
+	if c := meta.FindStatusCondition(conditions, typ); c != nil {
+		return c.Reason
+	}
+	return ""
 }

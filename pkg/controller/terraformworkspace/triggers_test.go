@@ -893,7 +893,11 @@ func TestDependencyPending(t *testing.T) {
 				if c.Message != tc.wantMsg {
 					t.Errorf("Reconciling says %q, want %q", c.Message, tc.wantMsg)
 				}
-				expectConditions(t, got, notReadyRun)
+				// Ready says what holds it up, not that a run is under way.
+				r := expectCondition(t, got, v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonDependencyNotReady)
+				if r.Message != tc.wantMsg {
+					t.Errorf("Ready says %q, want %q", r.Message, tc.wantMsg)
+				}
 				if got.Status.LastRun != "" || got.Status.CurrentRun != "" {
 					t.Errorf("lastRun %q currentRun %q, want none", got.Status.LastRun, got.Status.CurrentRun)
 				}
