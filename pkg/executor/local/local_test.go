@@ -27,6 +27,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
+	"github.com/terrarun/terrarun/pkg/stagelimits"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
@@ -1387,5 +1388,50 @@ func TestEngineVersionNotAskedOfPlantedBinary(t *testing.T) {
 				t.Errorf("the stage got the version %+v of a planted engine", s.EngineVersion)
 			}
 		})
+	}
+}
+
+// TestForgetSparesTheNextRunOfTheName: a run deleted and made again under
+// the same name (a workspace takes back a name someone squatted) is another
+// run, and the end of the deleted one's stage must not reach the new one's,
+// though both are <namespace>/<name>, plan, attempt 1. Their cgroups were
+// once named by exactly that, so the old stage's cgroup removal killed the
+// new stage (exit code 137) in the same group.
+func TestForgetSparesTheNextRunOfTheName(t *testing.T) {
+	v := newTestEnv(t)
+	opts := v.opts()
+	opts.Limits = stagelimits.Limits{Processes: 256}
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enforced := e.limits.Enforcement(); !strings.Contains(enforced, "in a cgroup of its own") {
+		t.Fatalf("this test needs stage cgroups, as CI's host gives them: %s", enforced)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx, executor.ShutdownOptions{})
+	})
+	ctx := context.Background()
+	old, next := plan(newRun("ns", "same", lit("fake_sleep", "60s"))), plan(newRun("ns", "same", lit("fake_sleep", "60s")))
+	for i, ex := range []executor.Execution{old, next} {
+		if _, err := e.Start(ctx, ex); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); v.starts() < i+1; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("stage %d never started", i+1)
+			}
+		}
+	}
+	if err := e.Forget(ctx, "ns", "same", string(old.Run.UID)); err != nil {
+		t.Fatal(err)
+	}
+	// The old stage's end, cgroup removal included, is over when Forget
+	// returns; give a late kill a moment to land anyway.
+	time.Sleep(500 * time.Millisecond)
+	if st, err := e.Status(ctx, next); err != nil || st.State != executor.StateRunning {
+		t.Fatalf("the new run's stage after the old one was forgotten: %+v, %v; want it running", st, err)
 	}
 }

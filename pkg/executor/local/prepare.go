@@ -150,7 +150,11 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 
 	args := []string{e.opts.ExecutorBinary, "--stage-file", stageFile}
 	// Its limits: cgroups of its own, and the budget of what it writes.
-	if p.cgroup, err = e.limits.NewGroup(p.name); err != nil {
+	// The cgroups are named by the run's UID, not its name: a run made
+	// again under the name of a deleted one is another run, and the
+	// deleted one's stage, ending, kills what is left in its cgroups. The
+	// UID also keeps the name within the 255 bytes a cgroup's name has.
+	if p.cgroup, err = e.limits.NewGroup(fmt.Sprintf("%s.%s.%d", p.id.UID, p.id.Stage, p.id.Attempt)); err != nil {
 		return nil, err
 	}
 	nsState := filepath.Join(e.opts.StateRoot, run.Namespace)
