@@ -42,6 +42,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformWorkspace{},
 		&TerraformWorkspaceList{},
 		&TerraformWorkspaceRerun{},
+		&TerraformPolicy{},
+		&TerraformPolicyList{},
+		&TerraformRunOverride{},
 	)
 	return nil
 }

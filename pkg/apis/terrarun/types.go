@@ -469,6 +469,11 @@ type TerraformRunStatus struct {
 	// +optional
 	// +listType=atomic
 	Approvals []ApprovalStatus `json:"approvals,omitempty"`
+	// policy is what the TerraformPolicies said of the plan, recorded by
+	// the server with the plan, and the overrides of its soft-mandatory
+	// failures (the override subresource). No status write changes it.
+	// +optional
+	Policy *PolicyStatus `json:"policy,omitempty"`
 	// source records the resolved source.
 	// +optional
 	Source *SourceStatus `json:"source,omitempty"`
@@ -549,6 +554,11 @@ type ApprovalStatus struct {
 	// comment is the approver's comment.
 	// +optional
 	Comment string `json:"comment,omitempty"`
+	// groups are the approver's groups when they approved, against which
+	// the groups of policy approval rules are matched.
+	// +optional
+	// +listType=atomic
+	Groups []string `json:"groups,omitempty"`
 }
 
 // SourceStatus records the resolved source.

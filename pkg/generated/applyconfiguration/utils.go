@@ -38,6 +38,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.ApprovalStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Backend"):
 		return &terrarunv1alpha1.BackendApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CheckedPolicy"):
+		return &terrarunv1alpha1.CheckedPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ConfigMapSource"):
 		return &terrarunv1alpha1.ConfigMapSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Creator"):
@@ -60,12 +62,32 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.PlanPartDigestsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PlanSummary"):
 		return &terrarunv1alpha1.PlanSummaryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyApprovalRequirement"):
+		return &terrarunv1alpha1.PolicyApprovalRequirementApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyApprovalRule"):
+		return &terrarunv1alpha1.PolicyApprovalRuleApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyMatchConstraints"):
+		return &terrarunv1alpha1.PolicyMatchConstraintsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyOverride"):
+		return &terrarunv1alpha1.PolicyOverrideApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyResult"):
+		return &terrarunv1alpha1.PolicyResultApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyStatus"):
+		return &terrarunv1alpha1.PolicyStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyValidation"):
+		return &terrarunv1alpha1.PolicyValidationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PolicyVariable"):
+		return &terrarunv1alpha1.PolicyVariableApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Source"):
 		return &terrarunv1alpha1.SourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceStatus"):
 		return &terrarunv1alpha1.SourceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StageStatus"):
 		return &terrarunv1alpha1.StageStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformPolicy"):
+		return &terrarunv1alpha1.TerraformPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformPolicySpec"):
+		return &terrarunv1alpha1.TerraformPolicySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRun"):
 		return &terrarunv1alpha1.TerraformRunApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRunSpec"):

@@ -39,6 +39,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Approval{}.OpenAPIModelName():                           schema_pkg_apis_terrarun_v1alpha1_Approval(ref),
 		v1alpha1.ApprovalStatus{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_ApprovalStatus(ref),
 		v1alpha1.Backend{}.OpenAPIModelName():                            schema_pkg_apis_terrarun_v1alpha1_Backend(ref),
+		v1alpha1.CheckedPolicy{}.OpenAPIModelName():                      schema_pkg_apis_terrarun_v1alpha1_CheckedPolicy(ref),
 		v1alpha1.ConfigMapSource{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_ConfigMapSource(ref),
 		v1alpha1.Creator{}.OpenAPIModelName():                            schema_pkg_apis_terrarun_v1alpha1_Creator(ref),
 		v1alpha1.Engine{}.OpenAPIModelName():                             schema_pkg_apis_terrarun_v1alpha1_Engine(ref),
@@ -51,9 +52,20 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
 		v1alpha1.PlanPartDigests{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
 		v1alpha1.PlanSummary{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref),
+		v1alpha1.PolicyApprovalRequirement{}.OpenAPIModelName():          schema_pkg_apis_terrarun_v1alpha1_PolicyApprovalRequirement(ref),
+		v1alpha1.PolicyApprovalRule{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_PolicyApprovalRule(ref),
+		v1alpha1.PolicyMatchConstraints{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_PolicyMatchConstraints(ref),
+		v1alpha1.PolicyOverride{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_PolicyOverride(ref),
+		v1alpha1.PolicyResult{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_PolicyResult(ref),
+		v1alpha1.PolicyStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_PolicyStatus(ref),
+		v1alpha1.PolicyValidation{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_PolicyValidation(ref),
+		v1alpha1.PolicyVariable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref),
 		v1alpha1.Source{}.OpenAPIModelName():                             schema_pkg_apis_terrarun_v1alpha1_Source(ref),
 		v1alpha1.SourceStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref),
 		v1alpha1.StageStatus{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref),
+		v1alpha1.TerraformPolicy{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_TerraformPolicy(ref),
+		v1alpha1.TerraformPolicyList{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_TerraformPolicyList(ref),
+		v1alpha1.TerraformPolicySpec{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_TerraformPolicySpec(ref),
 		v1alpha1.TerraformRun{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_TerraformRun(ref),
 		v1alpha1.TerraformRunApproval{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_TerraformRunApproval(ref),
 		v1alpha1.TerraformRunCancel{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformRunCancel(ref),
@@ -61,6 +73,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TerraformRunList{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_TerraformRunList(ref),
 		v1alpha1.TerraformRunLogOptions{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformRunLogOptions(ref),
 		v1alpha1.TerraformRunOutputsOptions{}.OpenAPIModelName():         schema_pkg_apis_terrarun_v1alpha1_TerraformRunOutputsOptions(ref),
+		v1alpha1.TerraformRunOverride{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_TerraformRunOverride(ref),
 		v1alpha1.TerraformRunPlanOptions{}.OpenAPIModelName():            schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref),
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
 		v1alpha1.TerraformRunStateOptions{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStateOptions(ref),
@@ -475,6 +488,25 @@ func schema_pkg_apis_terrarun_v1alpha1_ApprovalStatus(ref common.ReferenceCallba
 							Format:      "",
 						},
 					},
+					"groups": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "groups are the approver's groups when they approved, against which the groups of policy approval rules are matched.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"approvedBy", "planDigest"},
 			},
@@ -523,6 +555,36 @@ func schema_pkg_apis_terrarun_v1alpha1_Backend(ref common.ReferenceCallback) com
 					},
 				},
 				Required: []string{"type"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_CheckedPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CheckedPolicy is a policy as it was when a plan was checked.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name is the policy's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resourceVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resourceVersion is the policy's resourceVersion when it was checked.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "resourceVersion"},
 			},
 		},
 	}
@@ -1001,6 +1063,502 @@ func schema_pkg_apis_terrarun_v1alpha1_PlanSummary(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_terrarun_v1alpha1_PolicyApprovalRequirement(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyApprovalRequirement is an approval rule that applies to a plan.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"policy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "policy is the policy's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"rule": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rule is the rule's name, or approvals[i].",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"requiredApprovals": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requiredApprovals is how many distinct users must approve.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"groups": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "groups, when set, are the groups whose members' approvals count.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says why the rule applies.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"policy", "rule", "requiredApprovals"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyApprovalRule(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyApprovalRule raises what a run needs to be approved when its condition holds: requiredApprovals distinct approvers, from one of groups when groups is set. It adds to spec.approval.requiredApprovals; a run in approval mode Auto waits for these approvals like a Manual one.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name names the rule in the run's status; approvals[i] when empty.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"condition": {
+						SchemaProps: spec.SchemaProps{
+							Description: "condition is a CEL expression that is true when the rule applies. It sees what a validation's expression sees. One that cannot be evaluated applies the rule.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"requiredApprovals": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requiredApprovals is how many distinct users must approve; at least 1.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"groups": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "groups, when set, are the groups whose members' approvals count for the rule.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says why the rule applies, in the run's status.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"condition", "requiredApprovals"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyMatchConstraints(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyMatchConstraints selects the runs a policy checks. A run must match every constraint that is set.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"namespaceSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "namespaceSelector selects runs by the labels of their namespace. In standalone mode namespaces have no labels.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"runSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "runSelector selects runs by their own labels.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"operations": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "operations are the run operations checked (Apply, Destroy, Plan); all when empty.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+										Enum:   []interface{}{"Apply", "Destroy", "Plan"},
+									},
+								},
+							},
+						},
+					},
+					"triggers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "triggers are why the runs checked were created: Direct (a run created by a user, not by a workspace) or a workspace's trigger (SpecChange, NewRevision, Rerun, DriftCheck, DriftRepair, Destroy); all when empty. The server sets a run's trigger; no client can.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyOverride(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyOverride is an override of a plan's soft-mandatory failures.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"overriddenBy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "overriddenBy is the authenticated user who overrode.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"overriddenAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "overriddenAt is when the override was accepted.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"planDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "planDigest is the digest of the plan whose failures were overridden.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"justification": {
+						SchemaProps: spec.SchemaProps{
+							Description: "justification is why, as the user gave it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"validations": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "validations are the failures overridden, as policy/validation.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"overriddenBy", "planDigest", "justification"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyResult(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyResult is the result of one validation of one policy.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"policy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "policy is the policy's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"validation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "validation is the validation's name, or validations[i].",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"enforcement": {
+						SchemaProps: spec.SchemaProps{
+							Description: "enforcement is the validation's enforcement.\n\nPossible enum values:\n - `\"Advisory\"` records the failure; the run goes on.\n - `\"HardMandatory\"` ends the run Failed, reason PolicyDenied.\n - `\"SoftMandatory\"` holds the run until a user allowed to override (create on terraformruns/override) overrides it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Advisory", "HardMandatory", "SoftMandatory"},
+						},
+					},
+					"outcome": {
+						SchemaProps: spec.SchemaProps{
+							Description: "outcome is Passed, Failed or Error.\n\nPossible enum values:\n - `\"Error\"` : the expression could not be evaluated (an error, or its cost limit); it counts as failed.\n - `\"Failed\"` : the expression was false.\n - `\"Passed\"` : the expression was true.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Error", "Failed", "Passed"},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message says why it failed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"policy", "validation", "enforcement", "outcome"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyStatus is what the policies said of a run's plan, recorded by the server with the plan.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"planDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "planDigest is the digest of the plan checked.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"checkedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "checkedAt is when it was checked.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"policies": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "policies are the policies that matched the run, at the resourceVersion checked.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.CheckedPolicy{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"results": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "results are the results of each validation of those policies.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyResult{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"approvals": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "approvals are the approval rules that apply to the plan.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyApprovalRequirement{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"overrides": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "overrides are the overrides of soft-mandatory failures, recorded by the override subresource.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyOverride{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"planDigest"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CheckedPolicy{}.OpenAPIModelName(), v1alpha1.PolicyApprovalRequirement{}.OpenAPIModelName(), v1alpha1.PolicyOverride{}.OpenAPIModelName(), v1alpha1.PolicyResult{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyValidation(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyValidation is one check of a plan.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name names the validation in results and overrides; validations[i] when empty.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"expression": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expression is a CEL expression that is true when the plan passes. It sees plan (the redacted plan JSON, as the plan subresource serves it with format=json), summary (the resources to add, change, replace and delete: lists of {address, type, mode, providerName}), run (metadata and spec), namespaceObject, workspace (null for a run no workspace made) and variables.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message is the failure's message; a default names the expression.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"messageExpression": {
+						SchemaProps: spec.SchemaProps{
+							Description: "messageExpression is a CEL expression whose string value is the failure's message; message is used when it fails.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"enforcement": {
+						SchemaProps: spec.SchemaProps{
+							Description: "enforcement is what a failure does: Advisory, SoftMandatory or HardMandatory (the default). An expression that cannot be evaluated (an error, or its cost limit) counts as failed.\n\nPossible enum values:\n - `\"Advisory\"` records the failure; the run goes on.\n - `\"HardMandatory\"` ends the run Failed, reason PolicyDenied.\n - `\"SoftMandatory\"` holds the run until a user allowed to override (create on terraformruns/override) overrides it.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Advisory", "HardMandatory", "SoftMandatory"},
+						},
+					},
+				},
+				Required: []string{"expression"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PolicyVariable is a named CEL expression.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name is how expressions refer to it: variables.<name>. A CEL identifier.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"expression": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expression is the CEL expression whose value the variable is.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "expression"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1140,6 +1698,178 @@ func schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref common.ReferenceCallback)
 		},
 		Dependencies: []string{
 			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformPolicy checks what a plan does, as a ValidatingAdmissionPolicy checks what a request does: CEL expressions over the run's redacted plan, evaluated by the server when the plan is recorded, before anyone can approve it. Each validation has an enforcement level; approval rules raise what a run needs. The results are recorded in the run's status.policy, with the resourceVersion of each policy checked: editing a policy later does not change a recorded plan's results.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is what the policy matches and checks.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformPolicySpec{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformPolicySpec{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformPolicyList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformPolicyList is a list of TerraformPolicies.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "items are the policies.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.TerraformPolicy{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformPolicy{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformPolicySpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformPolicySpec is what a TerraformPolicy matches and checks.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"matchConstraints": {
+						SchemaProps: spec.SchemaProps{
+							Description: "matchConstraints selects the runs the policy checks; every run when unset.",
+							Ref:         ref(v1alpha1.PolicyMatchConstraints{}.OpenAPIModelName()),
+						},
+					},
+					"variables": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "variables are named CEL expressions, available to later variables, validations and approval rules as variables.<name>. Each is evaluated at most once per run, when first used.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyVariable{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"validations": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "validations are the checks of the plan; each fails when its expression is false.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyValidation{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"approvals": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "approvals raise what a run needs to be approved when their condition holds.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PolicyApprovalRule{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.PolicyApprovalRule{}.OpenAPIModelName(), v1alpha1.PolicyMatchConstraints{}.OpenAPIModelName(), v1alpha1.PolicyValidation{}.OpenAPIModelName(), v1alpha1.PolicyVariable{}.OpenAPIModelName()},
 	}
 }
 
@@ -1492,6 +2222,59 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunOutputsOptions(ref common.Ref
 	}
 }
 
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunOverride(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunOverride is the body of a POST to the override subresource: it overrides the soft-mandatory policy failures of the plan with the given digest. The user is the authenticated user of the request; whoever requested the run never overrides it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata; name, when set, must match the run.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"planDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "planDigest is the digest of the plan whose failures are overridden, from status.plan.digest.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"justification": {
+						SchemaProps: spec.SchemaProps{
+							Description: "justification says why; it is required and recorded.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"planDigest", "justification"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_terrarun_v1alpha1_TerraformRunPlanOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1837,6 +2620,12 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"policy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "policy is what the TerraformPolicies said of the plan, recorded by the server with the plan, and the overrides of its soft-mandatory failures (the override subresource). No status write changes it.",
+							Ref:         ref(v1alpha1.PolicyStatus{}.OpenAPIModelName()),
+						},
+					},
 					"source": {
 						SchemaProps: spec.SchemaProps{
 							Description: "source records the resolved source.",
@@ -1905,7 +2694,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.OutputStatus{}.OpenAPIModelName(), v1alpha1.PlanSummary{}.OpenAPIModelName(), v1alpha1.SourceStatus{}.OpenAPIModelName(), v1alpha1.StageStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.OutputStatus{}.OpenAPIModelName(), v1alpha1.PlanSummary{}.OpenAPIModelName(), v1alpha1.PolicyStatus{}.OpenAPIModelName(), v1alpha1.SourceStatus{}.OpenAPIModelName(), v1alpha1.StageStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -23,3 +23,11 @@ func SetDefaults_TerraformRunSpec(obj *TerraformRunSpec) {
 		obj.Workspace = "default"
 	}
 }
+
+// SetDefaults_PolicyValidation makes a validation without an enforcement
+// hard-mandatory: a policy that forgets to say blocks rather than advises.
+func SetDefaults_PolicyValidation(obj *PolicyValidation) {
+	if obj.Enforcement == "" {
+		obj.Enforcement = EnforcementHardMandatory
+	}
+}

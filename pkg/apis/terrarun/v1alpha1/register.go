@@ -40,6 +40,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformWorkspace{},
 		&TerraformWorkspaceList{},
 		&TerraformWorkspaceRerun{},
+		&TerraformPolicy{},
+		&TerraformPolicyList{},
+		&TerraformRunOverride{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -9,6 +9,7 @@ import (
 // +genclient:method=Approve,verb=create,subresource=approve,input=TerraformRunApproval,result=TerraformRun
 // +genclient:method=Discard,verb=create,subresource=discard,input=TerraformRunDiscard,result=TerraformRun
 // +genclient:method=Cancel,verb=create,subresource=cancel,input=TerraformRunCancel,result=TerraformRun
+// +genclient:method=Override,verb=create,subresource=override,input=TerraformRunOverride,result=TerraformRun
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // TerraformRun is one execution of Terraform or OpenTofu against one configuration:
@@ -471,6 +472,11 @@ type TerraformRunStatus struct {
 	// +optional
 	// +listType=atomic
 	Approvals []ApprovalStatus `json:"approvals,omitempty" protobuf:"bytes,6,rep,name=approvals"`
+	// policy is what the TerraformPolicies said of the plan, recorded by
+	// the server with the plan, and the overrides of its soft-mandatory
+	// failures (the override subresource). No status write changes it.
+	// +optional
+	Policy *PolicyStatus `json:"policy,omitempty" protobuf:"bytes,13,opt,name=policy"`
 	// source records the resolved source.
 	// +optional
 	Source *SourceStatus `json:"source,omitempty" protobuf:"bytes,7,opt,name=source"`
@@ -551,6 +557,11 @@ type ApprovalStatus struct {
 	// comment is the approver's comment.
 	// +optional
 	Comment string `json:"comment,omitempty" protobuf:"bytes,4,opt,name=comment"`
+	// groups are the approver's groups when they approved, against which
+	// the groups of policy approval rules are matched.
+	// +optional
+	// +listType=atomic
+	Groups []string `json:"groups,omitempty" protobuf:"bytes,5,rep,name=groups"`
 }
 
 // SourceStatus records the resolved source.

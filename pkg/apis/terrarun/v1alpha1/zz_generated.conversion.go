@@ -67,6 +67,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*CheckedPolicy)(nil), (*terrarun.CheckedPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_CheckedPolicy_To_terrarun_CheckedPolicy(a.(*CheckedPolicy), b.(*terrarun.CheckedPolicy), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.CheckedPolicy)(nil), (*CheckedPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_CheckedPolicy_To_v1alpha1_CheckedPolicy(a.(*terrarun.CheckedPolicy), b.(*CheckedPolicy), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*ConfigMapSource)(nil), (*terrarun.ConfigMapSource)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_ConfigMapSource_To_terrarun_ConfigMapSource(a.(*ConfigMapSource), b.(*terrarun.ConfigMapSource), scope)
 	}); err != nil {
@@ -187,6 +197,86 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*PolicyApprovalRequirement)(nil), (*terrarun.PolicyApprovalRequirement)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyApprovalRequirement_To_terrarun_PolicyApprovalRequirement(a.(*PolicyApprovalRequirement), b.(*terrarun.PolicyApprovalRequirement), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyApprovalRequirement)(nil), (*PolicyApprovalRequirement)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyApprovalRequirement_To_v1alpha1_PolicyApprovalRequirement(a.(*terrarun.PolicyApprovalRequirement), b.(*PolicyApprovalRequirement), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyApprovalRule)(nil), (*terrarun.PolicyApprovalRule)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyApprovalRule_To_terrarun_PolicyApprovalRule(a.(*PolicyApprovalRule), b.(*terrarun.PolicyApprovalRule), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyApprovalRule)(nil), (*PolicyApprovalRule)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyApprovalRule_To_v1alpha1_PolicyApprovalRule(a.(*terrarun.PolicyApprovalRule), b.(*PolicyApprovalRule), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyMatchConstraints)(nil), (*terrarun.PolicyMatchConstraints)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyMatchConstraints_To_terrarun_PolicyMatchConstraints(a.(*PolicyMatchConstraints), b.(*terrarun.PolicyMatchConstraints), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyMatchConstraints)(nil), (*PolicyMatchConstraints)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyMatchConstraints_To_v1alpha1_PolicyMatchConstraints(a.(*terrarun.PolicyMatchConstraints), b.(*PolicyMatchConstraints), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyOverride)(nil), (*terrarun.PolicyOverride)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyOverride_To_terrarun_PolicyOverride(a.(*PolicyOverride), b.(*terrarun.PolicyOverride), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyOverride)(nil), (*PolicyOverride)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyOverride_To_v1alpha1_PolicyOverride(a.(*terrarun.PolicyOverride), b.(*PolicyOverride), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyResult)(nil), (*terrarun.PolicyResult)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyResult_To_terrarun_PolicyResult(a.(*PolicyResult), b.(*terrarun.PolicyResult), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyResult)(nil), (*PolicyResult)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyResult_To_v1alpha1_PolicyResult(a.(*terrarun.PolicyResult), b.(*PolicyResult), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyStatus)(nil), (*terrarun.PolicyStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(a.(*PolicyStatus), b.(*terrarun.PolicyStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyStatus)(nil), (*PolicyStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyStatus_To_v1alpha1_PolicyStatus(a.(*terrarun.PolicyStatus), b.(*PolicyStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyValidation)(nil), (*terrarun.PolicyValidation)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyValidation_To_terrarun_PolicyValidation(a.(*PolicyValidation), b.(*terrarun.PolicyValidation), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyValidation)(nil), (*PolicyValidation)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyValidation_To_v1alpha1_PolicyValidation(a.(*terrarun.PolicyValidation), b.(*PolicyValidation), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*PolicyVariable)(nil), (*terrarun.PolicyVariable)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_PolicyVariable_To_terrarun_PolicyVariable(a.(*PolicyVariable), b.(*terrarun.PolicyVariable), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.PolicyVariable)(nil), (*PolicyVariable)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_PolicyVariable_To_v1alpha1_PolicyVariable(a.(*terrarun.PolicyVariable), b.(*PolicyVariable), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*Source)(nil), (*terrarun.Source)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_Source_To_terrarun_Source(a.(*Source), b.(*terrarun.Source), scope)
 	}); err != nil {
@@ -214,6 +304,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.StageStatus)(nil), (*StageStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_StageStatus_To_v1alpha1_StageStatus(a.(*terrarun.StageStatus), b.(*StageStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformPolicy)(nil), (*terrarun.TerraformPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy(a.(*TerraformPolicy), b.(*terrarun.TerraformPolicy), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformPolicy)(nil), (*TerraformPolicy)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformPolicy_To_v1alpha1_TerraformPolicy(a.(*terrarun.TerraformPolicy), b.(*TerraformPolicy), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformPolicyList)(nil), (*terrarun.TerraformPolicyList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformPolicyList_To_terrarun_TerraformPolicyList(a.(*TerraformPolicyList), b.(*terrarun.TerraformPolicyList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformPolicyList)(nil), (*TerraformPolicyList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformPolicyList_To_v1alpha1_TerraformPolicyList(a.(*terrarun.TerraformPolicyList), b.(*TerraformPolicyList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformPolicySpec)(nil), (*terrarun.TerraformPolicySpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec(a.(*TerraformPolicySpec), b.(*terrarun.TerraformPolicySpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformPolicySpec)(nil), (*TerraformPolicySpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec(a.(*terrarun.TerraformPolicySpec), b.(*TerraformPolicySpec), scope)
 	}); err != nil {
 		return err
 	}
@@ -284,6 +404,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunOutputsOptions)(nil), (*TerraformRunOutputsOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_TerraformRunOutputsOptions_To_v1alpha1_TerraformRunOutputsOptions(a.(*terrarun.TerraformRunOutputsOptions), b.(*TerraformRunOutputsOptions), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformRunOverride)(nil), (*terrarun.TerraformRunOverride)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformRunOverride_To_terrarun_TerraformRunOverride(a.(*TerraformRunOverride), b.(*terrarun.TerraformRunOverride), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformRunOverride)(nil), (*TerraformRunOverride)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformRunOverride_To_v1alpha1_TerraformRunOverride(a.(*terrarun.TerraformRunOverride), b.(*TerraformRunOverride), scope)
 	}); err != nil {
 		return err
 	}
@@ -518,6 +648,26 @@ func autoConvert_terrarun_Backend_To_v1alpha1_Backend(in *terrarun.Backend, out 
 // Convert_terrarun_Backend_To_v1alpha1_Backend is an autogenerated conversion function.
 func Convert_terrarun_Backend_To_v1alpha1_Backend(in *terrarun.Backend, out *Backend, s conversion.Scope) error {
 	return autoConvert_terrarun_Backend_To_v1alpha1_Backend(in, out, s)
+}
+
+func autoConvert_v1alpha1_CheckedPolicy_To_terrarun_CheckedPolicy(in *CheckedPolicy, out *terrarun.CheckedPolicy, s conversion.Scope) error {
+	*out = *(*terrarun.CheckedPolicy)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_CheckedPolicy_To_terrarun_CheckedPolicy is an autogenerated conversion function.
+func Convert_v1alpha1_CheckedPolicy_To_terrarun_CheckedPolicy(in *CheckedPolicy, out *terrarun.CheckedPolicy, s conversion.Scope) error {
+	return autoConvert_v1alpha1_CheckedPolicy_To_terrarun_CheckedPolicy(in, out, s)
+}
+
+func autoConvert_terrarun_CheckedPolicy_To_v1alpha1_CheckedPolicy(in *terrarun.CheckedPolicy, out *CheckedPolicy, s conversion.Scope) error {
+	*out = *(*CheckedPolicy)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_CheckedPolicy_To_v1alpha1_CheckedPolicy is an autogenerated conversion function.
+func Convert_terrarun_CheckedPolicy_To_v1alpha1_CheckedPolicy(in *terrarun.CheckedPolicy, out *CheckedPolicy, s conversion.Scope) error {
+	return autoConvert_terrarun_CheckedPolicy_To_v1alpha1_CheckedPolicy(in, out, s)
 }
 
 func autoConvert_v1alpha1_ConfigMapSource_To_terrarun_ConfigMapSource(in *ConfigMapSource, out *terrarun.ConfigMapSource, s conversion.Scope) error {
@@ -760,6 +910,166 @@ func Convert_terrarun_PlanSummary_To_v1alpha1_PlanSummary(in *terrarun.PlanSumma
 	return autoConvert_terrarun_PlanSummary_To_v1alpha1_PlanSummary(in, out, s)
 }
 
+func autoConvert_v1alpha1_PolicyApprovalRequirement_To_terrarun_PolicyApprovalRequirement(in *PolicyApprovalRequirement, out *terrarun.PolicyApprovalRequirement, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyApprovalRequirement)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyApprovalRequirement_To_terrarun_PolicyApprovalRequirement is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyApprovalRequirement_To_terrarun_PolicyApprovalRequirement(in *PolicyApprovalRequirement, out *terrarun.PolicyApprovalRequirement, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyApprovalRequirement_To_terrarun_PolicyApprovalRequirement(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyApprovalRequirement_To_v1alpha1_PolicyApprovalRequirement(in *terrarun.PolicyApprovalRequirement, out *PolicyApprovalRequirement, s conversion.Scope) error {
+	*out = *(*PolicyApprovalRequirement)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyApprovalRequirement_To_v1alpha1_PolicyApprovalRequirement is an autogenerated conversion function.
+func Convert_terrarun_PolicyApprovalRequirement_To_v1alpha1_PolicyApprovalRequirement(in *terrarun.PolicyApprovalRequirement, out *PolicyApprovalRequirement, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyApprovalRequirement_To_v1alpha1_PolicyApprovalRequirement(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyApprovalRule_To_terrarun_PolicyApprovalRule(in *PolicyApprovalRule, out *terrarun.PolicyApprovalRule, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyApprovalRule)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyApprovalRule_To_terrarun_PolicyApprovalRule is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyApprovalRule_To_terrarun_PolicyApprovalRule(in *PolicyApprovalRule, out *terrarun.PolicyApprovalRule, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyApprovalRule_To_terrarun_PolicyApprovalRule(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyApprovalRule_To_v1alpha1_PolicyApprovalRule(in *terrarun.PolicyApprovalRule, out *PolicyApprovalRule, s conversion.Scope) error {
+	*out = *(*PolicyApprovalRule)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyApprovalRule_To_v1alpha1_PolicyApprovalRule is an autogenerated conversion function.
+func Convert_terrarun_PolicyApprovalRule_To_v1alpha1_PolicyApprovalRule(in *terrarun.PolicyApprovalRule, out *PolicyApprovalRule, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyApprovalRule_To_v1alpha1_PolicyApprovalRule(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyMatchConstraints_To_terrarun_PolicyMatchConstraints(in *PolicyMatchConstraints, out *terrarun.PolicyMatchConstraints, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyMatchConstraints)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyMatchConstraints_To_terrarun_PolicyMatchConstraints is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyMatchConstraints_To_terrarun_PolicyMatchConstraints(in *PolicyMatchConstraints, out *terrarun.PolicyMatchConstraints, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyMatchConstraints_To_terrarun_PolicyMatchConstraints(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyMatchConstraints_To_v1alpha1_PolicyMatchConstraints(in *terrarun.PolicyMatchConstraints, out *PolicyMatchConstraints, s conversion.Scope) error {
+	*out = *(*PolicyMatchConstraints)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyMatchConstraints_To_v1alpha1_PolicyMatchConstraints is an autogenerated conversion function.
+func Convert_terrarun_PolicyMatchConstraints_To_v1alpha1_PolicyMatchConstraints(in *terrarun.PolicyMatchConstraints, out *PolicyMatchConstraints, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyMatchConstraints_To_v1alpha1_PolicyMatchConstraints(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyOverride_To_terrarun_PolicyOverride(in *PolicyOverride, out *terrarun.PolicyOverride, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyOverride)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyOverride_To_terrarun_PolicyOverride is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyOverride_To_terrarun_PolicyOverride(in *PolicyOverride, out *terrarun.PolicyOverride, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyOverride_To_terrarun_PolicyOverride(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyOverride_To_v1alpha1_PolicyOverride(in *terrarun.PolicyOverride, out *PolicyOverride, s conversion.Scope) error {
+	*out = *(*PolicyOverride)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyOverride_To_v1alpha1_PolicyOverride is an autogenerated conversion function.
+func Convert_terrarun_PolicyOverride_To_v1alpha1_PolicyOverride(in *terrarun.PolicyOverride, out *PolicyOverride, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyOverride_To_v1alpha1_PolicyOverride(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyResult_To_terrarun_PolicyResult(in *PolicyResult, out *terrarun.PolicyResult, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyResult)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyResult_To_terrarun_PolicyResult is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyResult_To_terrarun_PolicyResult(in *PolicyResult, out *terrarun.PolicyResult, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyResult_To_terrarun_PolicyResult(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyResult_To_v1alpha1_PolicyResult(in *terrarun.PolicyResult, out *PolicyResult, s conversion.Scope) error {
+	*out = *(*PolicyResult)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyResult_To_v1alpha1_PolicyResult is an autogenerated conversion function.
+func Convert_terrarun_PolicyResult_To_v1alpha1_PolicyResult(in *terrarun.PolicyResult, out *PolicyResult, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyResult_To_v1alpha1_PolicyResult(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(in *PolicyStatus, out *terrarun.PolicyStatus, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(in *PolicyStatus, out *terrarun.PolicyStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyStatus_To_v1alpha1_PolicyStatus(in *terrarun.PolicyStatus, out *PolicyStatus, s conversion.Scope) error {
+	*out = *(*PolicyStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyStatus_To_v1alpha1_PolicyStatus is an autogenerated conversion function.
+func Convert_terrarun_PolicyStatus_To_v1alpha1_PolicyStatus(in *terrarun.PolicyStatus, out *PolicyStatus, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyStatus_To_v1alpha1_PolicyStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyValidation_To_terrarun_PolicyValidation(in *PolicyValidation, out *terrarun.PolicyValidation, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyValidation)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyValidation_To_terrarun_PolicyValidation is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyValidation_To_terrarun_PolicyValidation(in *PolicyValidation, out *terrarun.PolicyValidation, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyValidation_To_terrarun_PolicyValidation(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyValidation_To_v1alpha1_PolicyValidation(in *terrarun.PolicyValidation, out *PolicyValidation, s conversion.Scope) error {
+	*out = *(*PolicyValidation)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyValidation_To_v1alpha1_PolicyValidation is an autogenerated conversion function.
+func Convert_terrarun_PolicyValidation_To_v1alpha1_PolicyValidation(in *terrarun.PolicyValidation, out *PolicyValidation, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyValidation_To_v1alpha1_PolicyValidation(in, out, s)
+}
+
+func autoConvert_v1alpha1_PolicyVariable_To_terrarun_PolicyVariable(in *PolicyVariable, out *terrarun.PolicyVariable, s conversion.Scope) error {
+	*out = *(*terrarun.PolicyVariable)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_PolicyVariable_To_terrarun_PolicyVariable is an autogenerated conversion function.
+func Convert_v1alpha1_PolicyVariable_To_terrarun_PolicyVariable(in *PolicyVariable, out *terrarun.PolicyVariable, s conversion.Scope) error {
+	return autoConvert_v1alpha1_PolicyVariable_To_terrarun_PolicyVariable(in, out, s)
+}
+
+func autoConvert_terrarun_PolicyVariable_To_v1alpha1_PolicyVariable(in *terrarun.PolicyVariable, out *PolicyVariable, s conversion.Scope) error {
+	*out = *(*PolicyVariable)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_PolicyVariable_To_v1alpha1_PolicyVariable is an autogenerated conversion function.
+func Convert_terrarun_PolicyVariable_To_v1alpha1_PolicyVariable(in *terrarun.PolicyVariable, out *PolicyVariable, s conversion.Scope) error {
+	return autoConvert_terrarun_PolicyVariable_To_v1alpha1_PolicyVariable(in, out, s)
+}
+
 func autoConvert_v1alpha1_Source_To_terrarun_Source(in *Source, out *terrarun.Source, s conversion.Scope) error {
 	*out = *(*terrarun.Source)(unsafe.Pointer(in))
 	return nil
@@ -818,6 +1128,74 @@ func autoConvert_terrarun_StageStatus_To_v1alpha1_StageStatus(in *terrarun.Stage
 // Convert_terrarun_StageStatus_To_v1alpha1_StageStatus is an autogenerated conversion function.
 func Convert_terrarun_StageStatus_To_v1alpha1_StageStatus(in *terrarun.StageStatus, out *StageStatus, s conversion.Scope) error {
 	return autoConvert_terrarun_StageStatus_To_v1alpha1_StageStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy(in *TerraformPolicy, out *terrarun.TerraformPolicy, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy(in *TerraformPolicy, out *terrarun.TerraformPolicy, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformPolicy_To_v1alpha1_TerraformPolicy(in *terrarun.TerraformPolicy, out *TerraformPolicy, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_terrarun_TerraformPolicy_To_v1alpha1_TerraformPolicy is an autogenerated conversion function.
+func Convert_terrarun_TerraformPolicy_To_v1alpha1_TerraformPolicy(in *terrarun.TerraformPolicy, out *TerraformPolicy, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformPolicy_To_v1alpha1_TerraformPolicy(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformPolicyList_To_terrarun_TerraformPolicyList(in *TerraformPolicyList, out *terrarun.TerraformPolicyList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]terrarun.TerraformPolicy)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformPolicyList_To_terrarun_TerraformPolicyList is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformPolicyList_To_terrarun_TerraformPolicyList(in *TerraformPolicyList, out *terrarun.TerraformPolicyList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformPolicyList_To_terrarun_TerraformPolicyList(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformPolicyList_To_v1alpha1_TerraformPolicyList(in *terrarun.TerraformPolicyList, out *TerraformPolicyList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]TerraformPolicy)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_terrarun_TerraformPolicyList_To_v1alpha1_TerraformPolicyList is an autogenerated conversion function.
+func Convert_terrarun_TerraformPolicyList_To_v1alpha1_TerraformPolicyList(in *terrarun.TerraformPolicyList, out *TerraformPolicyList, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformPolicyList_To_v1alpha1_TerraformPolicyList(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec(in *TerraformPolicySpec, out *terrarun.TerraformPolicySpec, s conversion.Scope) error {
+	*out = *(*terrarun.TerraformPolicySpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec(in *TerraformPolicySpec, out *terrarun.TerraformPolicySpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformPolicySpec_To_terrarun_TerraformPolicySpec(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec(in *terrarun.TerraformPolicySpec, out *TerraformPolicySpec, s conversion.Scope) error {
+	*out = *(*TerraformPolicySpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec is an autogenerated conversion function.
+func Convert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec(in *terrarun.TerraformPolicySpec, out *TerraformPolicySpec, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformPolicySpec_To_v1alpha1_TerraformPolicySpec(in, out, s)
 }
 
 func autoConvert_v1alpha1_TerraformRun_To_terrarun_TerraformRun(in *TerraformRun, out *terrarun.TerraformRun, s conversion.Scope) error {
@@ -1053,6 +1431,30 @@ func autoConvert_url_Values_To_v1alpha1_TerraformRunOutputsOptions(in *url.Value
 		out.Attempt = nil
 	}
 	return nil
+}
+
+func autoConvert_v1alpha1_TerraformRunOverride_To_terrarun_TerraformRunOverride(in *TerraformRunOverride, out *terrarun.TerraformRunOverride, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	out.PlanDigest = in.PlanDigest
+	out.Justification = in.Justification
+	return nil
+}
+
+// Convert_v1alpha1_TerraformRunOverride_To_terrarun_TerraformRunOverride is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformRunOverride_To_terrarun_TerraformRunOverride(in *TerraformRunOverride, out *terrarun.TerraformRunOverride, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformRunOverride_To_terrarun_TerraformRunOverride(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformRunOverride_To_v1alpha1_TerraformRunOverride(in *terrarun.TerraformRunOverride, out *TerraformRunOverride, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	out.PlanDigest = in.PlanDigest
+	out.Justification = in.Justification
+	return nil
+}
+
+// Convert_terrarun_TerraformRunOverride_To_v1alpha1_TerraformRunOverride is an autogenerated conversion function.
+func Convert_terrarun_TerraformRunOverride_To_v1alpha1_TerraformRunOverride(in *terrarun.TerraformRunOverride, out *TerraformRunOverride, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformRunOverride_To_v1alpha1_TerraformRunOverride(in, out, s)
 }
 
 func autoConvert_v1alpha1_TerraformRunPlanOptions_To_terrarun_TerraformRunPlanOptions(in *TerraformRunPlanOptions, out *terrarun.TerraformRunPlanOptions, s conversion.Scope) error {

@@ -29,11 +29,27 @@ import (
 // Public to allow building arbitrary schemes.
 // All generated defaulters are covering - they call all nested defaulters.
 func RegisterDefaults(scheme *runtime.Scheme) error {
+	scheme.AddTypeDefaultingFunc(&TerraformPolicy{}, func(obj interface{}) { SetObjectDefaults_TerraformPolicy(obj.(*TerraformPolicy)) })
+	scheme.AddTypeDefaultingFunc(&TerraformPolicyList{}, func(obj interface{}) { SetObjectDefaults_TerraformPolicyList(obj.(*TerraformPolicyList)) })
 	scheme.AddTypeDefaultingFunc(&TerraformRun{}, func(obj interface{}) { SetObjectDefaults_TerraformRun(obj.(*TerraformRun)) })
 	scheme.AddTypeDefaultingFunc(&TerraformRunList{}, func(obj interface{}) { SetObjectDefaults_TerraformRunList(obj.(*TerraformRunList)) })
 	scheme.AddTypeDefaultingFunc(&TerraformWorkspace{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspace(obj.(*TerraformWorkspace)) })
 	scheme.AddTypeDefaultingFunc(&TerraformWorkspaceList{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspaceList(obj.(*TerraformWorkspaceList)) })
 	return nil
+}
+
+func SetObjectDefaults_TerraformPolicy(in *TerraformPolicy) {
+	for i := range in.Spec.Validations {
+		a := &in.Spec.Validations[i]
+		SetDefaults_PolicyValidation(a)
+	}
+}
+
+func SetObjectDefaults_TerraformPolicyList(in *TerraformPolicyList) {
+	for i := range in.Items {
+		a := &in.Items[i]
+		SetObjectDefaults_TerraformPolicy(a)
+	}
 }
 
 func SetObjectDefaults_TerraformRun(in *TerraformRun) {

@@ -37,6 +37,11 @@ func (in Backend) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CheckedPolicy) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.CheckedPolicy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ConfigMapSource) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.ConfigMapSource"
 }
@@ -97,6 +102,46 @@ func (in PlanSummary) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyApprovalRequirement) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyApprovalRequirement"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyApprovalRule) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyApprovalRule"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyMatchConstraints) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyMatchConstraints"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyOverride) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyOverride"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyResult) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyResult"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyStatus) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyValidation) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyValidation"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PolicyVariable) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.PolicyVariable"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Source) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.Source"
 }
@@ -109,6 +154,21 @@ func (in SourceStatus) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in StageStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.StageStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformPolicy) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformPolicy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformPolicyList) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformPolicyList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformPolicySpec) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformPolicySpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -144,6 +204,11 @@ func (in TerraformRunLogOptions) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunOutputsOptions) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunOutputsOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunOverride) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunOverride"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

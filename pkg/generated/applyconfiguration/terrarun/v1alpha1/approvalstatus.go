@@ -35,6 +35,9 @@ type ApprovalStatusApplyConfiguration struct {
 	PlanDigest *string `json:"planDigest,omitempty"`
 	// comment is the approver's comment.
 	Comment *string `json:"comment,omitempty"`
+	// groups are the approver's groups when they approved, against which
+	// the groups of policy approval rules are matched.
+	Groups []string `json:"groups,omitempty"`
 }
 
 // ApprovalStatusApplyConfiguration constructs a declarative configuration of the ApprovalStatus type for use with
@@ -72,5 +75,15 @@ func (b *ApprovalStatusApplyConfiguration) WithPlanDigest(value string) *Approva
 // If called multiple times, the Comment field is set to the value of the last call.
 func (b *ApprovalStatusApplyConfiguration) WithComment(value string) *ApprovalStatusApplyConfiguration {
 	b.Comment = &value
+	return b
+}
+
+// WithGroups adds the given value to the Groups field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Groups field.
+func (b *ApprovalStatusApplyConfiguration) WithGroups(values ...string) *ApprovalStatusApplyConfiguration {
+	for i := range values {
+		b.Groups = append(b.Groups, values[i])
+	}
 	return b
 }

@@ -108,6 +108,12 @@ func ExtractTerraformRunDiscard(terraformRun *terrarunv1alpha1.TerraformRun, fie
 	return ExtractTerraformRunFrom(terraformRun, fieldManager, "discard")
 }
 
+// ExtractTerraformRunOverride extracts the applied configuration owned by fieldManager from
+// terraformRun for the override subresource.
+func ExtractTerraformRunOverride(terraformRun *terrarunv1alpha1.TerraformRun, fieldManager string) (*TerraformRunApplyConfiguration, error) {
+	return ExtractTerraformRunFrom(terraformRun, fieldManager, "override")
+}
+
 // ExtractTerraformRunStatus extracts the applied configuration owned by fieldManager from
 // terraformRun for the status subresource.
 func ExtractTerraformRunStatus(terraformRun *terrarunv1alpha1.TerraformRun, fieldManager string) (*TerraformRunApplyConfiguration, error) {

@@ -46,6 +46,10 @@ type TerraformRunStatusApplyConfiguration struct {
 	// approvals lists every approval accepted by the approve subresource,
 	// oldest first: who approved which digest, when, and why.
 	Approvals []ApprovalStatusApplyConfiguration `json:"approvals,omitempty"`
+	// policy is what the TerraformPolicies said of the plan, recorded by
+	// the server with the plan, and the overrides of its soft-mandatory
+	// failures (the override subresource). No status write changes it.
+	Policy *PolicyStatusApplyConfiguration `json:"policy,omitempty"`
 	// source records the resolved source.
 	Source *SourceStatusApplyConfiguration `json:"source,omitempty"`
 	// stages lists every stage execution, oldest first.
@@ -122,6 +126,14 @@ func (b *TerraformRunStatusApplyConfiguration) WithApprovals(values ...*Approval
 		}
 		b.Approvals = append(b.Approvals, *values[i])
 	}
+	return b
+}
+
+// WithPolicy sets the Policy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Policy field is set to the value of the last call.
+func (b *TerraformRunStatusApplyConfiguration) WithPolicy(value *PolicyStatusApplyConfiguration) *TerraformRunStatusApplyConfiguration {
+	b.Policy = value
 	return b
 }
 

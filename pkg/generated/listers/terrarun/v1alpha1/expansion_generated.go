@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+// TerraformPolicyListerExpansion allows custom methods to be added to
+// TerraformPolicyLister.
+type TerraformPolicyListerExpansion interface{}
+
 // TerraformRunListerExpansion allows custom methods to be added to
 // TerraformRunLister.
 type TerraformRunListerExpansion interface{}

@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// TerraformPolicies returns a TerraformPolicyInformer.
+	TerraformPolicies() TypedTerraformPolicyInformer
 	// TerraformRuns returns a TerraformRunInformer.
 	TerraformRuns() TypedTerraformRunInformer
 	// TerraformWorkspaces returns a TerraformWorkspaceInformer.
@@ -39,6 +41,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// TerraformPolicies returns a TypedTerraformPolicyInformer.
+func (v *version) TerraformPolicies() TypedTerraformPolicyInformer {
+	return &terraformPolicyInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // TerraformRuns returns a TypedTerraformRunInformer.

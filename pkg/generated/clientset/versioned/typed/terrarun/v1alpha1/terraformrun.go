@@ -54,6 +54,7 @@ type TerraformRunInterface interface {
 	Approve(ctx context.Context, terraformRunName string, terraformRunApproval *terrarunv1alpha1.TerraformRunApproval, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
 	Discard(ctx context.Context, terraformRunName string, terraformRunDiscard *terrarunv1alpha1.TerraformRunDiscard, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
 	Cancel(ctx context.Context, terraformRunName string, terraformRunCancel *terrarunv1alpha1.TerraformRunCancel, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
+	Override(ctx context.Context, terraformRunName string, terraformRunOverride *terrarunv1alpha1.TerraformRunOverride, opts v1.CreateOptions) (*terrarunv1alpha1.TerraformRun, error)
 
 	TerraformRunExpansion
 }
@@ -117,6 +118,21 @@ func (c *terraformRuns) Cancel(ctx context.Context, terraformRunName string, ter
 		SubResource("cancel").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(terraformRunCancel).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Override takes the representation of a terraformRunOverride and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *terraformRuns) Override(ctx context.Context, terraformRunName string, terraformRunOverride *terrarunv1alpha1.TerraformRunOverride, opts v1.CreateOptions) (result *terrarunv1alpha1.TerraformRun, err error) {
+	result = &terrarunv1alpha1.TerraformRun{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("terraformruns").
+		Name(terraformRunName).
+		SubResource("override").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(terraformRunOverride).
 		Do(ctx).
 		Into(result)
 	return

@@ -28,6 +28,7 @@ import (
 
 type TerrarunV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	TerraformPoliciesGetter
 	TerraformRunsGetter
 	TerraformWorkspacesGetter
 }
@@ -35,6 +36,10 @@ type TerrarunV1alpha1Interface interface {
 // TerrarunV1alpha1Client is used to interact with features provided by the terrarun.dev group.
 type TerrarunV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *TerrarunV1alpha1Client) TerraformPolicies() TerraformPolicyInterface {
+	return newTerraformPolicies(c)
 }
 
 func (c *TerrarunV1alpha1Client) TerraformRuns(namespace string) TerraformRunInterface {

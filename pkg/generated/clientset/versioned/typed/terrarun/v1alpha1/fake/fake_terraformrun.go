@@ -91,3 +91,15 @@ func (c *fakeTerraformRuns) Cancel(ctx context.Context, terraformRunName string,
 	}
 	return obj.(*v1alpha1.TerraformRun), err
 }
+
+// Override takes the representation of a terraformRunOverride and creates it.  Returns the server's representation of the terraformRun, and an error, if there is any.
+func (c *fakeTerraformRuns) Override(ctx context.Context, terraformRunName string, terraformRunOverride *v1alpha1.TerraformRunOverride, opts v1.CreateOptions) (result *v1alpha1.TerraformRun, err error) {
+	emptyResult := &v1alpha1.TerraformRun{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), terraformRunName, "override", c.Namespace(), terraformRunOverride, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TerraformRun), err
+}
