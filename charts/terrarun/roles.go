@@ -6,7 +6,8 @@ package chart
 import _ "embed"
 
 // Roles is files/roles.yaml: the server's ClusterRole and the users' roles
-// terrarun-view, terrarun-edit and terrarun-approve, and terrarun-executor.
+// terrarun-view, terrarun-edit, terrarun-approve, terrarun-override and
+// terrarun-policy-admin.
 //
 //go:embed files/roles.yaml
 var Roles []byte

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,22 +26,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/install"
-	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
-	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
 	"github.com/terrarun/terrarun/pkg/metrics"
+	"github.com/terrarun/terrarun/pkg/registry/terraformpolicy"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 	"github.com/terrarun/terrarun/pkg/registry/terraformworkspace"
-	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 var (
@@ -203,12 +198,13 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	extra := c.ExtraConfig
 	metrics.Register()
-	runsOnState, err := runsOnStateInformer(generic, c.GenericConfig.LoopbackClientConfig)
+	own, err := newLoopbackInformers(generic, c.GenericConfig.LoopbackClientConfig)
 	if err != nil {
 		return nil, err
 	}
 	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
-		RunsOnState:       runsOnState,
+		RunsOnState:       own.runsOnState,
+		CheckPolicy:       own.policyCheck(extra.Controllers.Kube),
 		Artifacts:         extra.Storage.Artifacts,
 		States:            extra.Storage.States,
 		DefaultEngine:     extra.Executor.DefaultEngine,
@@ -232,6 +228,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 
+	policies, err := terraformpolicy.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
+
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// The group's serializer serves JSON, YAML and protobuf, streams lists,
 	// and serves CBOR when the CBORServingAndStorage feature gate is on.
@@ -240,6 +241,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		"terraformruns":           runs.Run,
 		"terraformruns/status":    runs.Status,
 		"terraformruns/approve":   runs.Approve,
+		"terraformruns/override":  runs.Override,
 		"terraformruns/discard":   runs.Discard,
 		"terraformruns/cancel":    runs.Cancel,
 		"terraformruns/plan":      runs.Plan,
@@ -251,6 +253,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		"terraformworkspaces":        workspaces.Workspace,
 		"terraformworkspaces/status": workspaces.Status,
 		"terraformworkspaces/rerun":  workspaces.Rerun,
+
+		"terraformpolicies": policies,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
@@ -399,30 +403,4 @@ func badDuration(data []byte, msg string) string {
 		return ""
 	}
 	return walk(doc, nil)
-}
-
-// runsOnStateInformer returns the approve subresource's view of the runs on
-// a state: an informer of runs, through the loopback client, indexed by
-// runrules.StateKey, which every replica keeps from its start.
-func runsOnStateInformer(generic *genericapiserver.GenericAPIServer, loopback *restclient.Config) (terraformrun.RunsOnState, error) {
-	client, err := versioned.NewForConfig(ProtobufClientConfig(loopback))
-	if err != nil {
-		return nil, err
-	}
-	informer := informers.NewSharedInformerFactory(client, 0).Terrarun().V1alpha1().TerraformRuns().Informer()
-	if err := informer.AddIndexers(runrules.StateIndexers); err != nil {
-		return nil, err
-	}
-	if err := generic.AddPostStartHook("terrarun-run-informer", func(hook genericapiserver.PostStartHookContext) error {
-		go informer.RunWithContext(hook)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, run *v1alpha1.TerraformRun) ([]*v1alpha1.TerraformRun, error) {
-		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			return nil, apierrors.NewServiceUnavailable("the server has not read the runs on this run's state yet; try again")
-		}
-		return runrules.SameState(informer.GetIndexer(), run), nil
-	}, nil
 }

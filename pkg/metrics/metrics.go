@@ -65,6 +65,25 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"namespace"})
 
+	// PolicyEvaluationSeconds observes how long one TerraformPolicy took to
+	// check one plan.
+	PolicyEvaluationSeconds = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace:      "terrarun",
+		Name:           "policy_evaluation_seconds",
+		Help:           "How long one TerraformPolicy took to check one plan.",
+		Buckets:        []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1},
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// PolicyResults counts the results of policy validations, by
+	// enforcement and outcome (Passed, Failed, Error).
+	PolicyResults = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "terrarun",
+		Name:           "policy_results_total",
+		Help:           "Results of TerraformPolicy validations, by enforcement (Advisory, SoftMandatory, HardMandatory) and outcome (Passed, Failed, Error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"enforcement", "outcome"})
+
 	// ListCacheItems counts the runs and workspaces LIST responses wrote, by
 	// format (json, protobuf) and whether their encoding came from the list
 	// cache (hit) or was made (miss).
@@ -89,7 +108,7 @@ var register sync.Once
 // Register registers the metrics with the server's registry, once.
 func Register() {
 	register.Do(func() {
-		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, ListCacheItems, ListCacheBytes)
+		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, PolicyEvaluationSeconds, PolicyResults, ListCacheItems, ListCacheBytes)
 		legacyregistry.CustomMustRegister(runs)
 	})
 }

@@ -26,14 +26,22 @@ const (
 	// ApproversGroup grants terrarun-view and terrarun-approve: read and
 	// approve plans.
 	ApproversGroup = "terrarun:approvers"
+	// OverridersGroup grants terrarun-view and terrarun-override: read plans
+	// and override their soft-mandatory policy failures.
+	OverridersGroup = "terrarun:overriders"
+	// PolicyAdminsGroup grants terrarun-view and terrarun-policy-admin:
+	// write the TerraformPolicies.
+	PolicyAdminsGroup = "terrarun:policy-admins"
 )
 
 // groupRoles are the ClusterRoles (of charts/terrarun/files/roles.yaml) that each
 // group is bound to, cluster-wide.
 var groupRoles = map[string][]string{
-	ViewersGroup:   {"terrarun-view"},
-	EditorsGroup:   {"terrarun-edit"},
-	ApproversGroup: {"terrarun-view", "terrarun-approve"},
+	ViewersGroup:      {"terrarun-view"},
+	EditorsGroup:      {"terrarun-edit"},
+	ApproversGroup:    {"terrarun-view", "terrarun-approve"},
+	OverridersGroup:   {"terrarun-view", "terrarun-override"},
+	PolicyAdminsGroup: {"terrarun-view", "terrarun-policy-admin"},
 }
 
 // discovery is what every authenticated user may read, as Kubernetes'
@@ -92,8 +100,8 @@ func NewAuthorizer() (authorizer.Authorizer, error) {
 				return authorizer.DecisionAllow, fmt.Sprintf("group %s may", g), nil
 			}
 		}
-		return authorizer.DecisionNoOpinion, fmt.Sprintf("no group of %q grants this; the groups %s, %s and %s grant terrarun's roles in standalone mode",
-			u.GetName(), ViewersGroup, EditorsGroup, ApproversGroup), nil
+		return authorizer.DecisionNoOpinion, fmt.Sprintf("no group of %q grants this; the groups %s, %s, %s, %s and %s grant terrarun's roles in standalone mode",
+			u.GetName(), ViewersGroup, EditorsGroup, ApproversGroup, OverridersGroup, PolicyAdminsGroup), nil
 	}), nil
 }
 

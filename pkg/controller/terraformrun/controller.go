@@ -625,38 +625,105 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, ca
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanFailed, msg)
 	}
 	summary := fmt.Sprintf("Plan: %d to add, %d to change, %d to destroy.", p.Add, p.Change, p.Destroy)
-	switch {
-	case !p.HasChanges:
+	if !p.HasChanges {
 		msg := "No changes: the infrastructure matches the configuration."
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonNoChanges, msg)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonNoChanges, "Nothing to approve.")
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonNoChanges, "Nothing to apply.")
 		c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonNoChanges, msg)
+	}
+	denied, held := c.checkPolicy(run)
+	switch {
 	case run.Spec.Operation == v1alpha1.OperationPlan:
 		msg := summary + " This is a speculative plan (operation Plan) and is never applied."
+		if denied != "" || held != "" {
+			msg += " An apply of it would be held by policy: " + denied + held
+		}
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanOnly, summary)
 		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonPlanOnly, "A speculative plan is not approved.")
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonPlanOnly, "A speculative plan is not applied.")
 		c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPlanOnly, msg)
-	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto:
-		now := metav1.NewTime(c.opts.Clock.Now())
-		run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: v1alpha1.AutoApprover, ApprovedAt: &now, PlanDigest: p.Digest}
+	case denied != "":
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
-		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonPolicyDenied, denied)
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonPolicyDenied, "The plan was denied by policy and will not be applied.")
+		c.finish(run, v1alpha1.RunPhaseFailed, denied)
+		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPolicyDenied, denied)
+	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && held == "" && len(runrules.PolicyApprovals(run)) == 0:
+		c.approveAuto(run)
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1, carrier)
 	default:
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
-		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingApproval,
-			fmt.Sprintf("Waiting for an approval of plan %s, until %s.", p.Digest, approvalDeadline(run).UTC().Format(time.RFC3339)))
+		reason, msg := v1alpha1.ReasonAwaitingApproval, summary+" Review it (the plan subresource) and approve its digest (the approve subresource), or discard it."
+		approvalMsg := fmt.Sprintf("Waiting for an approval of plan %s, until %s.", p.Digest, approvalDeadline(run).UTC().Format(time.RFC3339))
+		switch {
+		case held != "":
+			reason, msg = v1alpha1.ReasonPolicyOverrideRequired, summary+" "+held
+			approvalMsg = held
+		case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto:
+			msg = summary + " Policy requires approvals although the approval mode is Auto: " + strings.Join(runrules.MissingApprovals(run, p.Digest), " and ") + "."
+		case len(runrules.PolicyApprovals(run)) > 0:
+			msg += " Policy requires " + strings.Join(runrules.MissingApprovals(run, p.Digest), " and ") + "."
+		}
+		c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingApproval, approvalMsg)
 		run.Status.Phase = v1alpha1.RunPhaseAwaitingApproval
-		run.Status.Message = summary + " Review it (the plan subresource) and approve its digest (the approve subresource), or discard it."
-		if err := c.writeStatus(ctx, run, v1alpha1.ReasonAwaitingApproval, summary); err != nil {
+		run.Status.Message = msg
+		if err := c.writeStatus(ctx, run, reason, msg); err != nil {
 			return 0, err
 		}
 		return approvalDeadline(run).Sub(c.opts.Clock.Now()), nil
 	}
+}
+
+// approveAuto records Auto mode's approval of run's plan.
+func (c *Controller) approveAuto(run *v1alpha1.TerraformRun) {
+	now := metav1.NewTime(c.opts.Clock.Now())
+	run.Status.Approval = &v1alpha1.ApprovalStatus{ApprovedBy: v1alpha1.AutoApprover, ApprovedAt: &now, PlanDigest: run.Status.Plan.Digest}
+	c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionTrue, v1alpha1.ReasonAutoApproved, "Approved automatically (approval.mode Auto).")
+}
+
+// checkPolicy sets the PolicyChecked condition from what the policies said
+// of run's plan (status.policy, recorded with it), and says why they deny
+// it or hold it for an override, when they do.
+func (c *Controller) checkPolicy(run *v1alpha1.TerraformRun) (denied, held string) {
+	pol, digest := run.Status.Policy, run.Status.Plan.Digest
+	if pol == nil {
+		return "", ""
+	}
+	if d := runrules.PolicyDenials(run, digest); len(d) > 0 {
+		denied = "Denied by policy: " + runrules.DescribeResults(d) + ". Change the configuration and create a new run."
+		c.setCondition(run, v1alpha1.ConditionPolicyChecked, metav1.ConditionFalse, v1alpha1.ReasonPolicyDenied, denied)
+		return denied, ""
+	}
+	if pending := runrules.PendingOverrides(run, digest); len(pending) > 0 {
+		held = "Held by soft-mandatory policy: " + runrules.DescribeResults(pending) +
+			". A user allowed to override (create on terraformruns/override) may override it with a justification; then it can be approved."
+		c.setCondition(run, v1alpha1.ConditionPolicyChecked, metav1.ConditionFalse, v1alpha1.ReasonPolicyOverrideRequired, held)
+		return "", held
+	}
+	if !runrules.PolicyCleared(run, digest) {
+		denied = fmt.Sprintf("The policy results recorded are of plan %s, not of this plan; create a new run.", pol.PlanDigest)
+		c.setCondition(run, v1alpha1.ConditionPolicyChecked, metav1.ConditionFalse, v1alpha1.ReasonPolicyDenied, denied)
+		return denied, ""
+	}
+	if meta.IsStatusConditionTrue(run.Status.Conditions, v1alpha1.ConditionPolicyChecked) {
+		return "", "" // overridden: the override recorded why
+	}
+	msg := fmt.Sprintf("%d policies checked; no mandatory validation failed.", len(pol.Policies))
+	var advisory []v1alpha1.PolicyResult
+	for _, r := range pol.Results {
+		if r.Enforcement == v1alpha1.EnforcementAdvisory && r.Outcome != v1alpha1.PolicyPassed {
+			advisory = append(advisory, r)
+		}
+	}
+	if len(advisory) > 0 {
+		msg += " Advisory: " + runrules.DescribeResults(advisory) + "."
+	}
+	c.setCondition(run, v1alpha1.ConditionPolicyChecked, metav1.ConditionTrue, v1alpha1.ReasonPolicyPassed, msg)
+	return "", ""
 }
 
 // syncApproval starts the apply once the plan is approved, and discards the
@@ -677,6 +744,11 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 	if run.DeletionTimestamp != nil {
 		// startStage ends a run being deleted instead.
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1, nil)
+	}
+	if p := run.Status.Plan; p != nil && run.Status.Approval == nil && run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto &&
+		runrules.PolicyCleared(run, p.Digest) && len(runrules.PolicyApprovals(run)) == 0 {
+		// Its soft-mandatory failures were overridden: Auto mode approves.
+		c.approveAuto(run)
 	}
 	if p := run.Status.Plan; p != nil && runrules.Approved(run, p.Digest) {
 		return c.startApproved(ctx, run)

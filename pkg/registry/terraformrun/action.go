@@ -8,19 +8,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
 
 // actionBody is the body of an action subresource: TerraformRunApproval,
-// TerraformRunDiscard or TerraformRunCancel.
+// TerraformRunOverride, TerraformRunDiscard or TerraformRunCancel.
 type actionBody interface {
 	runtime.Object
 	metav1.Object
 }
 
-// actionREST serves an action subresource (approve, discard, cancel), as
+// actionREST serves an action subresource (approve, override, discard,
+// cancel), as
 // pods/eviction is served: POST a body of type B to the run, which validates
 // it, passes it to admission, and records what it asks for in the run's
 // status with record. It answers with the run, or a short Status when the
@@ -32,8 +35,8 @@ type actionREST[B actionBody] struct {
 	newBody  func() B
 	validate func(B) field.ErrorList
 	// record changes the run's status, or returns an API error (a Conflict,
-	// say) to refuse; user is the requesting user's name.
-	record func(run *terrarun.TerraformRun, body B, user string) error
+	// say) to refuse; user is the requesting user.
+	record func(run *terrarun.TerraformRun, body B, user user.Info) error
 	// check, when set, refuses an action that record accepts, for reasons
 	// beyond the run itself (another run on its state, say). It runs before
 	// the update, as pods/eviction checks a disruption budget, so that it
@@ -66,8 +69,8 @@ func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Obj
 			return nil, err
 		}
 	}
-	user := requestUser(ctx)
-	if user == "" {
+	user, _ := genericapirequest.UserFrom(ctx)
+	if user == nil || user.GetName() == "" {
 		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
 	}
 	if r.check != nil {

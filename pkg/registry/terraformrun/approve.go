@@ -3,12 +3,14 @@ package terraformrun
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -37,12 +39,22 @@ func newApproveREST(status statusWriter, runsOnState RunsOnState) *actionREST[*t
 }
 
 // approve records approver's approval of the run's plan. The plan is approved
-// once spec.approval.requiredApprovals distinct users have approved its
-// digest; until then each approval is only listed in status.approvals.
-func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval, approver string) error {
+// once the approvals of distinct users meet every requirement
+// (runrules.MissingApprovals: spec.approval.requiredApprovals, and the
+// policy approval rules that apply); until then each approval is only listed
+// in status.approvals. A plan a policy denies, or holds for an override, is
+// not approved.
+func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval, u user.Info) error {
+	approver := u.GetName()
 	v := runrules.FromInternal(run)
 	if a := run.Status.Approval; a != nil {
 		return conflict(run.Name, "the plan is already approved by %s (%s); the run is %s", approvers(run, a.PlanDigest), shortDigest(a.PlanDigest), runrules.Phase(v))
+	}
+	if p := run.Status.Plan; p != nil {
+		if denied := runrules.PolicyDenials(v, p.Digest); len(denied) > 0 {
+			return conflict(run.Name, "plan %s is denied by policy: %s; change the configuration and create a new run",
+				shortDigest(p.Digest), runrules.DescribeResults(denied))
+		}
 	}
 	if run.Status.Phase != terrarun.RunPhaseAwaitingApproval {
 		return conflict(run.Name, "the run is %s; a plan can be approved only while the run is AwaitingApproval", runrules.Phase(v))
@@ -60,6 +72,10 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 		}
 		return conflict(run.Name, "stale plan digest: you approved %s but the run's plan is %s; review the current plan and approve its digest (status.plan.digest)", approval.PlanDigest, current)
 	}
+	if pending := runrules.PendingOverrides(v, approval.PlanDigest); len(pending) > 0 {
+		return conflict(run.Name, "plan %s fails soft-mandatory policy: %s; it can be approved once a user allowed to override (create on terraformruns/override) overrides it, with a justification",
+			shortDigest(approval.PlanDigest), runrules.DescribeResults(pending))
+	}
 	required := runrules.RequiredApprovals(v)
 	if how, ok := runrules.Requested(v, approver); ok && required > 1 {
 		return apierrors.NewForbidden(terrarun.Resource("terraformruns/approve"), run.Name, fmt.Errorf(
@@ -67,8 +83,8 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 	}
 	for _, a := range run.Status.Approvals {
 		if a.ApprovedBy == approver && a.PlanDigest == approval.PlanDigest {
-			return conflict(run.Name, "%s already approved plan %s; it needs %d distinct approvals, %d so far (%s)",
-				approver, shortDigest(a.PlanDigest), required, len(runrules.Approvers(v, a.PlanDigest)), approvers(run, a.PlanDigest))
+			return conflict(run.Name, "%s already approved plan %s; it still needs %s",
+				approver, shortDigest(a.PlanDigest), strings.Join(runrules.MissingApprovals(v, a.PlanDigest), " and "))
 		}
 	}
 	now := metav1.Now()
@@ -77,12 +93,12 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 		ApprovedAt: &now,
 		PlanDigest: approval.PlanDigest,
 		Comment:    approval.Comment,
+		Groups:     slices.Clone(u.GetGroups()),
 	}
 	run.Status.Approvals = append(run.Status.Approvals, record)
-	got := len(runrules.Approvers(runrules.FromInternal(run), approval.PlanDigest))
-	if got < required {
-		msg := fmt.Sprintf("Plan %s has %d of %d approvals (%s); waiting for %d more from other users.",
-			shortDigest(approval.PlanDigest), got, required, approvers(run, approval.PlanDigest), required-got)
+	if missing := runrules.MissingApprovals(runrules.FromInternal(run), approval.PlanDigest); len(missing) > 0 {
+		msg := fmt.Sprintf("Plan %s is approved by %s; it still needs %s.",
+			shortDigest(approval.PlanDigest), orNobody(approvers(run, approval.PlanDigest)), strings.Join(missing, " and "))
 		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
 			Type:               terrarun.ConditionApproved,
 			Status:             metav1.ConditionFalse,
@@ -103,6 +119,14 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 	})
 	run.Status.Message = fmt.Sprintf("Approved by %s; the apply starts shortly.", approvers(run, approval.PlanDigest))
 	return nil
+}
+
+// orNobody is users, or "nobody yet" when it is empty.
+func orNobody(users string) string {
+	if users == "" {
+		return "nobody whose approval counts yet"
+	}
+	return users
 }
 
 // approvers lists the users whose approvals of digest count, for messages.

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -26,7 +27,8 @@ func newCancelREST(status statusWriter) *actionREST[*terrarun.TerraformRunCancel
 }
 
 // cancel records who asked to cancel the run.
-func cancel(run *terrarun.TerraformRun, body *terrarun.TerraformRunCancel, who string) error {
+func cancel(run *terrarun.TerraformRun, body *terrarun.TerraformRunCancel, u user.Info) error {
+	who := u.GetName()
 	msg := fmt.Sprintf("Canceled by %s.", who)
 	if body.Comment != "" {
 		msg = fmt.Sprintf("Canceled by %s: %s", who, body.Comment)

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
@@ -24,7 +25,8 @@ func newDiscardREST(status statusWriter) *actionREST[*terrarun.TerraformRunDisca
 }
 
 // discard records who asked to discard the run's plan.
-func discard(run *terrarun.TerraformRun, body *terrarun.TerraformRunDiscard, who string) error {
+func discard(run *terrarun.TerraformRun, body *terrarun.TerraformRunDiscard, u user.Info) error {
+	who := u.GetName()
 	if run.Status.Phase != terrarun.RunPhaseAwaitingApproval {
 		hint := ""
 		if run.Status.Phase == terrarun.RunPhasePlanning || run.Status.Phase == terrarun.RunPhaseApplying || run.Status.Phase == terrarun.RunPhasePending || run.Status.Phase == terrarun.RunPhaseQueued {

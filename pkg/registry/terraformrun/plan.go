@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/runrules"
@@ -50,6 +51,9 @@ const maxResultBytes = 64 << 10
 // them, in one multipart/form-data body, and stores them together.
 type PlanREST struct {
 	connectBase
+	// checkPolicy checks a plan with changes when it is recorded; nil
+	// checks none.
+	checkPolicy PolicyCheck
 }
 
 var _ rest.Connecter = &PlanREST{}
@@ -435,6 +439,16 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		Text:   digests[terrarun.PlanPartText],
 		JSON:   digests[terrarun.PlanPartJSON],
 	}
+	digest := stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON)
+	var policy *terrarun.PolicyStatus
+	if result.HasChanges && r.checkPolicy != nil {
+		if err := checkExecutor(ctx, run, terrarun.StagePlan, attempt, "plan"); err != nil {
+			return err
+		}
+		if policy, err = r.policyOf(ctx, run, parts.JSON, digest); err != nil {
+			return err
+		}
+	}
 	_, err = r.status.update(ctx, run.Name, func(run *terrarun.TerraformRun) error {
 		if err := checkExecutor(ctx, run, terrarun.StagePlan, attempt, "plan"); err != nil {
 			return err
@@ -443,8 +457,11 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 			return err
 		}
 		now := metav1.Now()
+		// The policies' results are recorded with the plan, in the same
+		// write: no plan is ever approvable before it was checked.
+		run.Status.Policy = policy
 		run.Status.Plan = &terrarun.PlanSummary{
-			Digest:      stage.PlanDigest(parts.File, parts.Source, parts.Text, parts.JSON),
+			Digest:      digest,
 			Parts:       parts,
 			Add:         result.Add,
 			Change:      result.Change,
@@ -459,6 +476,45 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		return nil
 	})
 	return err
+}
+
+// policyOf checks run's plan, digest, against the policies: with its
+// redacted JSON as stored, when that is the part recorded (jsonDigest) and
+// whole; otherwise the policies see that the plan could not be read, and
+// their mandatory validations fail closed.
+func (r *PlanREST) policyOf(ctx context.Context, run *terrarun.TerraformRun, jsonDigest, digest string) (*terrarun.PolicyStatus, error) {
+	var planJSON []byte
+	rc, meta, err := r.artifacts.Get(ctx, runRef(run), artifacts.PlanJSON)
+	var planErr error
+	switch {
+	case errors.Is(err, artifacts.ErrNotFound):
+		planErr = errors.New("the redacted plan JSON is not stored")
+	case err != nil:
+		return nil, artifactError(err, run.Name, "plan", "")
+	default:
+		planJSON, err = io.ReadAll(rc)
+		rc.Close()
+		switch {
+		case err != nil:
+			return nil, artifactError(err, run.Name, "plan", "")
+		case meta.SHA256 != jsonDigest:
+			planErr = fmt.Errorf("the stored redacted plan JSON is %s, not the part uploaded (%s)", meta.SHA256, jsonDigest)
+		case meta.Truncated:
+			planErr = errors.New("the redacted plan JSON exceeded the server's --max-plan-bytes and was truncated")
+		}
+	}
+	if planErr != nil {
+		planJSON = nil
+	}
+	checked, err := r.checkPolicy(ctx, runrules.FromInternal(run), planJSON, planErr, digest)
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("checking plan %s against the TerraformPolicies: %v", shortDigest(digest), err))
+	}
+	out := &terrarun.PolicyStatus{}
+	if err := v1alpha1.Convert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(checked, out, nil); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	return out, nil
 }
 
 // planNotRecorded refuses, with 409, every part of a plan whose result is

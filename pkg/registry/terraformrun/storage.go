@@ -23,10 +23,11 @@ type Storage struct {
 	Run *REST
 	// Status serves terraformruns/status.
 	Status *StatusREST
-	// Approve, Discard and Cancel serve the action subresources.
-	Approve ActionStorage
-	Discard ActionStorage
-	Cancel  ActionStorage
+	// Approve, Override, Discard and Cancel serve the action subresources.
+	Approve  ActionStorage
+	Override ActionStorage
+	Discard  ActionStorage
+	Cancel   ActionStorage
 	// Plan, Logs and Outputs serve the streamed subresources.
 	Plan    *PlanREST
 	Logs    *LogsREST
@@ -74,7 +75,16 @@ type Deps struct {
 	// subresource's early refusal of a plan the state has moved past; nil
 	// skips that check (the run controller still discards a stale plan).
 	RunsOnState RunsOnState
+	// CheckPolicy checks a plan against the TerraformPolicies when the plan
+	// stage records it; nil checks none.
+	CheckPolicy PolicyCheck
 }
+
+// PolicyCheck returns what the policies say of run's plan, whose digest is
+// digest and whose redacted JSON is planJSON (planErr when it could not be
+// read: the mandatory validations fail closed). An error fails the plan's
+// upload, which the stage retries.
+type PolicyCheck func(ctx context.Context, run *v1alpha1.TerraformRun, planJSON []byte, planErr error, digest string) (*v1alpha1.PolicyStatus, error)
 
 // RunsOnState returns the other runs on run's Terraform state
 // (runrules.SameState), as an informer of runs shows them.
@@ -158,9 +168,10 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 		Run:       &REST{store},
 		Status:    &StatusREST{store: &statusStore},
 		Approve:   newApproveREST(status, deps.RunsOnState),
+		Override:  newOverrideREST(status),
 		Discard:   newDiscardREST(status),
 		Cancel:    newCancelREST(status),
-		Plan:      &PlanREST{connectBase: base},
+		Plan:      &PlanREST{connectBase: base, checkPolicy: deps.CheckPolicy},
 		Logs:      &LogsREST{connectBase: base},
 		Outputs:   &OutputsREST{connectBase: base},
 		State:     &StateREST{stateBase{connectBase: base, backend: deps.States}},

@@ -206,8 +206,9 @@ func (runStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object
 type statusStrategy struct {
 	runStrategy
 	// records lets a write change what only the server's handlers record: the
-	// approval (approve), the plan and the source revision (the plan stage's
-	// upload), and the outputs (the apply stage's upload).
+	// approval (approve), the plan, its policy results and the source
+	// revision (the plan stage's upload), the overrides (override), and the
+	// outputs (the apply stage's upload).
 	records bool
 }
 
@@ -244,6 +245,7 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	}
 	newRun.Status.Approvals = oldRun.Status.Approvals
 	newRun.Status.Plan = oldRun.Status.Plan
+	newRun.Status.Policy = oldRun.Status.Policy
 	newRun.Status.Source = oldRun.Status.Source
 	newRun.Status.Outputs = oldRun.Status.Outputs
 	// The Approved condition is True only with an approval record.
