@@ -1,8 +1,8 @@
 // Package plugin is kubectl-terrarun, the kubectl plugin for the daily path
-// of TerraformRuns: `kubectl terrarun runs|plan|logs|outputs|approve|discard|
-// cancel|wait|rerun`. It talks to the server with the generated clientset,
-// configured by kubectl's own flags (--kubeconfig, --context, -n, --as, ...),
-// so RBAC sees the user as kubectl would.
+// of TerraformRuns: `kubectl terrarun runs|plan|logs|outputs|approve|override|
+// discard|cancel|wait|rerun`. It talks to the server with the generated
+// clientset, configured by kubectl's own flags (--kubeconfig, --context, -n,
+// --as, ...), so RBAC sees the user as kubectl would.
 package plugin
 
 import (
@@ -120,9 +120,11 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl terrarun: the daily path of TerraformRuns.
 
   kubectl terrarun runs [--workspace W]      runs with phase, plan, approver and duration
-  kubectl terrarun plan RUN [--json]         the plan (waits for it)
+  kubectl terrarun plan RUN [--json]         the plan (waits for it), then what the policies said of it
   kubectl terrarun logs RUN [-f]             a stage's log
-  kubectl terrarun approve RUN               shows the plan's summary and digest, asks, approves that digest
+  kubectl terrarun approve RUN               shows the plan's summary, policy results and digest, asks, approves that digest
+  kubectl terrarun override RUN --justification TEXT
+                                             shows the SoftMandatory policy failures and digest, asks, overrides them for that digest
   kubectl terrarun wait RUN                  until a final phase; the exit code says which
 
 Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
@@ -131,7 +133,7 @@ Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed 
 	}
 	o.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(o.runsCommand(), o.planCommand(), o.logsCommand(), o.outputsCommand(),
-		o.approveCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand())
+		o.approveCommand(), o.overrideCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand())
 	return root
 }
 
@@ -200,13 +202,17 @@ func phase(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
 
 func (o *options) planCommand() *cobra.Command {
 	var asJSON bool
-	cmd := o.command("plan RUN [--json]", "Show a run's plan, as terraform show prints it (or its redacted JSON); waits for it", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+	cmd := o.command("plan RUN [--json]", "Show a run's plan, as terraform show prints it, and what the policies said of it (or its redacted JSON alone); waits for it", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
 		req := cs.TerrarunV1alpha1().RESTClient().Get().Namespace(ns).Resource("terraformruns").Name(args[0]).
 			SubResource("plan").Param("wait", "true")
 		if asJSON {
-			req = req.Param("format", v1alpha1.PlanFormatJSON)
+			return copyStream(ctx, o.streams.Out, req.Param("format", v1alpha1.PlanFormatJSON).Stream)
 		}
-		return copyStream(ctx, o.streams.Out, req.Stream)
+		if err := copyStream(ctx, o.streams.Out, req.Stream); err != nil {
+			return err
+		}
+		o.printPlanPolicy(ctx, cs, ns, args[0])
+		return nil
 	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "Print the plan as JSON (terraform show -json, every sensitive value redacted).")
 	return cmd
@@ -288,13 +294,17 @@ func (o *options) outputsCommand() *cobra.Command {
 func (o *options) approveCommand() *cobra.Command {
 	var comment string
 	var yes bool
-	cmd := o.command("approve RUN [--comment TEXT] [--yes]", "Show the plan's summary and digest, ask, and approve exactly that digest", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
+	cmd := o.command("approve RUN [--comment TEXT] [--yes]", "Show the plan's summary, policy results and digest, ask, and approve exactly that digest", cobra.ExactArgs(1), func(ctx context.Context, cs versioned.Interface, ns string, args []string) error {
 		runs := cs.TerrarunV1alpha1().TerraformRuns(ns)
 		run, err := runs.Get(ctx, args[0], metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		p := run.Status.Plan
+		if policyHold(run) == v1alpha1.ReasonPolicyDenied {
+			writePolicy(o.streams.Out, run)
+			return fmt.Errorf("run %s/%s is %s: its plan is denied by policy (a HardMandatory check failed), and neither an approval nor an override applies it; change the configuration and run again (%s)", ns, run.Name, phase(run), run.Status.Message)
+		}
 		if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
 			return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, phase(run), run.Status.Message)
 		}
@@ -303,8 +313,12 @@ func (o *options) approveCommand() *cobra.Command {
 		if run.Status.Source != nil && run.Status.Source.Revision != "" {
 			fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
 		}
+		writePolicy(o.streams.Out, run)
 		fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
 		fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
+		if policyHold(run) == v1alpha1.ReasonPolicyOverrideRequired {
+			return fmt.Errorf("not approved: a SoftMandatory policy check failed, and the server refuses approvals until someone allowed to override it (create on terraformruns/override; not whoever requested the run) runs: %s; then approve again", overrideCommand(run.Name, ns))
+		}
 		if !yes {
 			fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
 			answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')

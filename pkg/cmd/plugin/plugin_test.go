@@ -374,8 +374,13 @@ func TestRuns(t *testing.T) {
 
 // TestStreams checks plan, logs and outputs: the subresource and parameters
 // each requests, and what it prints of the answer, escaped for a terminal
-// unless --raw.
+// unless --raw. The run read after a plan has no policy results: plan
+// prints nothing more (TestPlanPolicy checks what it prints of them).
 func TestStreams(t *testing.T) {
+	noPolicy := newRun("web-1", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
+		run.Status.Plan = &v1alpha1.PlanSummary{Digest: testDigest, Add: 1}
+		run.Status.Policy = &v1alpha1.PolicyStatus{PlanDigest: testDigest} // no policy matched
+	})
 	const hostile = "Plan: 1 to add.\n\x1b]0;pwned\x07\x1b[2J\tdone\n"
 	const escaped = "Plan: 1 to add.\n\\x1b]0;pwned\\x07\\x1b[2J\tdone\n"
 	for _, c := range []struct {
@@ -387,11 +392,12 @@ func TestStreams(t *testing.T) {
 		code   int
 		stdout string
 		stderr []string
+		gets   int // GETs of the run
 	}{
 		{
 			name: "plan", args: []string{"plan", "web-1"},
 			route: "GET /terraformruns/web-1/plan", answer: text(hostile),
-			query: map[string][]string{"wait": {"true"}}, stdout: escaped,
+			query: map[string][]string{"wait": {"true"}}, stdout: escaped, gets: 1,
 		},
 		{
 			name: "plan --json", args: []string{"plan", "web-1", "--json"},
@@ -434,8 +440,11 @@ func TestStreams(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			srv := newFakeServer(t, map[string]http.HandlerFunc{c.route: c.answer})
+			srv := newFakeServer(t, map[string]http.HandlerFunc{c.route: c.answer, "GET /terraformruns/web-1": object(noPolicy)})
 			srv.run(t, "", c.args...).expect(t, c.code, c.stdout, c.stderr...)
+			if gets := len(srv.received("GET", "/terraformruns/web-1")); gets != c.gets {
+				t.Errorf("%d GETs of the run, want %d", gets, c.gets)
+			}
 			method, path, _ := strings.Cut(c.route, " ")
 			reqs := srv.received(method, path)
 			if len(reqs) != 1 {
