@@ -80,10 +80,12 @@ unit: requirements-unit ## Unit tests, with the race detector (the executor's ru
 FUZZTIME ?= 1m
 
 .PHONY: fuzz
-fuzz: ## Fuzz spec validation, the logs and plan options and the plan-JSON redactor, FUZZTIME each (make test runs their seed corpora).
+fuzz: ## Fuzz spec validation, the logs and plan options, the plan-JSON redactor, and policy compilation and evaluation, FUZZTIME each (make test runs their seed corpora).
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateTerraformRunSpec$$' -fuzztime $(FUZZTIME) ./pkg/apis/terrarun/validation/
 	$(GO) test -run '^$$' -fuzz '^FuzzLogAndPlanOptions$$' -fuzztime $(FUZZTIME) ./pkg/apis/terrarun/v1alpha1/
 	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./pkg/runner/planjson/
+	$(GO) test -run '^$$' -fuzz '^FuzzCompile$$' -fuzztime $(FUZZTIME) ./pkg/planpolicy/
+	$(GO) test -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/planpolicy/
 
 .PHONY: integration
 integration: requirements-integration build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl (KUBECTL, else the one on PATH, else the e2e tools' build); with terraform and tofu where both exist (tofu is built when missing).
@@ -121,6 +123,7 @@ bench-crd: build ## terrarun side by side with the same objects as a CRD in a re
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.
 	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...
+	$(GO) test -count=1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./pkg/planpolicy/
 
 .PHONY: codegen
 codegen: requirements-codegen ## Regenerate deepcopy, defaults, conversion, openapi, clientset, listers, informers and applyconfigurations.

@@ -59,10 +59,11 @@ func WaitsToStart(run *v1alpha1.TerraformRun) bool {
 		run.DeletionTimestamp == nil && !conditionTrue(run, v1alpha1.ConditionCancelRequested)
 }
 
-// ApprovedToApply says whether run's plan is approved (Approved) and its
-// apply has not started yet.
+// ApprovedToApply says whether run's plan is approved and its apply has not
+// started yet: status.approval, which the approve subresource records only
+// once the plan is Approved, and the run controller only for Auto mode.
 func ApprovedToApply(run *v1alpha1.TerraformRun) bool {
-	return Phase(run) == v1alpha1.RunPhaseAwaitingApproval && run.Status.Plan != nil && Approved(run, run.Status.Plan.Digest) && run.DeletionTimestamp == nil
+	return Phase(run) == v1alpha1.RunPhaseAwaitingApproval && run.Status.Approval != nil && run.DeletionTimestamp == nil
 }
 
 func conditionTrue(run *v1alpha1.TerraformRun, typ string) bool {

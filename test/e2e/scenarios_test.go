@@ -161,7 +161,7 @@ func TestLifecycleAndRBAC(t *testing.T) {
 	createRun(t, "alice", ns, "hello", helloTF, "")
 
 	out := mustAs(t, "alice", "get", "terraformruns", "-n", ns)
-	if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+APPROVED-BY\s+AGE\n`).MatchString(out) || !strings.Contains(out, "hello") {
+	if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+POLICY\s+APPROVED-BY\s+AGE\n`).MatchString(out) || !strings.Contains(out, "hello") {
 		t.Fatalf("get terraformruns through the aggregator:\n%s", out)
 	}
 	waitFor(t, 2*time.Minute, "the plan Job", func() bool {

@@ -60,7 +60,7 @@ func TestKubectl(t *testing.T) {
 	t.Run("get prints the server-side columns", func(t *testing.T) {
 		out := mustKubectl(t, kc, "get", "terraformruns")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if !regexp.MustCompile(`^NAME\s+PHASE\s+PLAN\s+APPROVED-BY\s+AGE$`).MatchString(lines[0]) {
+		if !regexp.MustCompile(`^NAME\s+PHASE\s+PLAN\s+POLICY\s+APPROVED-BY\s+AGE$`).MatchString(lines[0]) {
 			t.Fatalf("header = %q", lines[0])
 		}
 		if !regexp.MustCompile(`(?m)^hello\s+(Pending|Planning|AwaitingApproval)\s+(-|\+1 ~0 -0)\s+<none>\s+\d+s$`).MatchString(out) {
@@ -70,7 +70,7 @@ func TestKubectl(t *testing.T) {
 
 	t.Run("get -o wide adds operation, source and engine", func(t *testing.T) {
 		out := mustKubectl(t, kc, "get", "tfr", "-o", "wide")
-		if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+APPROVED-BY\s+AGE\s+OPERATION\s+SOURCE\s+ENGINE`).MatchString(out) {
+		if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+POLICY\s+APPROVED-BY\s+AGE\s+OPERATION\s+SOURCE\s+ENGINE`).MatchString(out) {
 			t.Fatalf("wide header:\n%s", out)
 		}
 		if !regexp.MustCompile(`(?m)^hello\s+\S+\s+\S+(\s~\d+\s-\d+)?\s+<none>\s+\S+\s+Apply\s+inline:1 file\s+` + engineDefault() + `$`).MatchString(out) {

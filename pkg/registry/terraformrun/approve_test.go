@@ -149,11 +149,11 @@ func TestApproveNOfM(t *testing.T) {
 		t.Fatalf("1 of 3 approvals approved the plan: %+v", run.Status.Approval)
 	}
 	c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionApproved)
-	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "1 of 3 approvals (bob); waiting for 2 more") {
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "is approved by bob; it still needs 2 more approval(s) from other users (1 of 3)") {
 		t.Errorf("Approved condition after one approval = %+v", c)
 	}
 	_, err = approve("bob")
-	expectAPIError(t, err, http.StatusConflict, "bob already approved plan sha256:0123456789ab; it needs 3 distinct approvals, 1 so far (bob)")
+	expectAPIError(t, err, http.StatusConflict, "bob already approved plan sha256:0123456789ab; it still needs 2 more approval(s) from other users (1 of 3)")
 
 	if run, err = approve("carol"); err != nil {
 		t.Fatal(err)

@@ -478,7 +478,8 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 	return err
 }
 
-// policyOf checks run's plan, digest, against the policies: with its
+// policyOf checks run's plan, digest, against the policies (nil when none
+// matches the run): with its
 // redacted JSON as stored, when that is the part recorded (jsonDigest) and
 // whole; otherwise the policies see that the plan could not be read, and
 // their mandatory validations fail closed.
@@ -509,6 +510,9 @@ func (r *PlanREST) policyOf(ctx context.Context, run *terrarun.TerraformRun, jso
 	checked, err := r.checkPolicy(ctx, runrules.FromInternal(run), planJSON, planErr, digest)
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("checking plan %s against the TerraformPolicies: %v", shortDigest(digest), err))
+	}
+	if len(checked.Policies) == 0 {
+		return nil, nil // no policy matched: nothing to record
 	}
 	out := &terrarun.PolicyStatus{}
 	if err := v1alpha1.Convert_v1alpha1_PolicyStatus_To_terrarun_PolicyStatus(checked, out, nil); err != nil {

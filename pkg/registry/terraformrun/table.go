@@ -13,9 +13,10 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/registry/table"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
-// TableConvertor prints runs for `kubectl get`: NAME, PHASE, PLAN, APPROVED-BY
+// TableConvertor prints runs for `kubectl get`: NAME, PHASE, PLAN, POLICY, APPROVED-BY
 // and AGE, plus OPERATION, SOURCE and ENGINE with `-o wide`.
 type TableConvertor struct {
 	// Clock measures AGE; nil means the real clock.
@@ -26,6 +27,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the run."},
 	{Name: "Phase", Type: "string", Description: "Where the run is in its lifecycle."},
 	{Name: "Plan", Type: "string", Description: "Resources to add (+), change (~) and destroy (-), or - before a plan exists."},
+	{Name: "Policy", Type: "string", Description: "What the TerraformPolicies said of the plan: Passed, Advisory (only advisory checks failed), Held (a soft-mandatory failure waits for an override), Overridden, Denied, or - when none checked it."},
 	{Name: "Approved-By", Type: "string", Description: "The user who approved the plan."},
 	{Name: "Age", Type: "string", Description: "Time since the run was created."},
 	{Name: "Operation", Type: "string", Priority: 1, Description: "Apply, Destroy or Plan."},
@@ -70,6 +72,7 @@ func row(run *terrarun.TerraformRun, clk clock.PassiveClock) metav1.TableRow {
 			run.Name,
 			string(run.Status.Phase),
 			planSummary(run.Status.Plan),
+			policySummary(run),
 			approvedBy,
 			age,
 			string(run.Spec.Operation),
@@ -85,6 +88,30 @@ func planSummary(p *terrarun.PlanSummary) string {
 		return "-"
 	}
 	return fmt.Sprintf("+%d ~%d -%d", p.Add, p.Change, p.Destroy)
+}
+
+// policySummary renders what the policies said of the run's plan in a word.
+func policySummary(run *terrarun.TerraformRun) string {
+	pol := run.Status.Policy
+	if pol == nil || len(pol.Policies) == 0 || run.Status.Plan == nil {
+		return "-"
+	}
+	v := runrules.FromInternal(run)
+	digest := run.Status.Plan.Digest
+	switch {
+	case len(runrules.PolicyDenials(v, digest)) > 0 || !runrules.PolicyCleared(v, digest) && len(runrules.PendingOverrides(v, digest)) == 0:
+		return "Denied"
+	case len(runrules.PendingOverrides(v, digest)) > 0:
+		return "Held"
+	case len(pol.Overrides) > 0:
+		return "Overridden"
+	}
+	for _, r := range pol.Results {
+		if r.Outcome != terrarun.PolicyPassed {
+			return "Advisory"
+		}
+	}
+	return "Passed"
 }
 
 // sourceSummary renders the source in a few words, without credentials.

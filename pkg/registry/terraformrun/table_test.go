@@ -41,6 +41,18 @@ func TestConvertToTable(t *testing.T) {
 			Phase:    terrarun.RunPhaseSucceeded,
 			Plan:     &terrarun.PlanSummary{Digest: "sha256:00", Add: 1, Change: 2, Destroy: 3, CompletedAt: &completed},
 			Approval: &terrarun.ApprovalStatus{ApprovedBy: "bob"},
+			Policy: &terrarun.PolicyStatus{PlanDigest: "sha256:00", Policies: []terrarun.CheckedPolicy{{Name: "p", ResourceVersion: "1"}},
+				Results: []terrarun.PolicyResult{{Policy: "p", Validation: "tags", Enforcement: terrarun.EnforcementAdvisory, Outcome: terrarun.PolicyFailed}}},
+		},
+	}
+	held := terrarun.TerraformRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", CreationTimestamp: created},
+		Spec:       terrarun.TerraformRunSpec{Source: terrarun.Source{ConfigMap: &terrarun.ConfigMapSource{Name: "tf"}}},
+		Status: terrarun.TerraformRunStatus{
+			Phase: terrarun.RunPhaseAwaitingApproval,
+			Plan:  &terrarun.PlanSummary{Digest: "sha256:01", CompletedAt: &completed},
+			Policy: &terrarun.PolicyStatus{PlanDigest: "sha256:01", Policies: []terrarun.CheckedPolicy{{Name: "p", ResourceVersion: "1"}},
+				Results: []terrarun.PolicyResult{{Policy: "p", Validation: "few", Enforcement: terrarun.EnforcementSoftMandatory, Outcome: terrarun.PolicyFailed}}},
 		},
 	}
 	fromConfigMap := terrarun.TerraformRun{
@@ -49,7 +61,7 @@ func TestConvertToTable(t *testing.T) {
 	}
 	list := &terrarun.TerraformRunList{
 		ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "next"},
-		Items:    []terrarun.TerraformRun{pending, applied, fromConfigMap},
+		Items:    []terrarun.TerraformRun{pending, applied, held, fromConfigMap},
 	}
 
 	table, err := convertor.ConvertToTable(context.Background(), list, nil)
@@ -64,16 +76,17 @@ func TestConvertToTable(t *testing.T) {
 			wide++
 		}
 	}
-	if want := []string{"Name", "Phase", "Plan", "Approved-By", "Age", "Operation", "Source", "Engine"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"Name", "Phase", "Plan", "Policy", "Approved-By", "Age", "Operation", "Source", "Engine"}; !reflect.DeepEqual(names, want) {
 		t.Fatalf("columns = %v, want %v", names, want)
 	}
 	if wide != 3 {
 		t.Errorf("%d wide-only columns, want 3 (Operation, Source, Engine)", wide)
 	}
 	wantRows := [][]interface{}{
-		{"pending", "Pending", "-", "<none>", "90s", "Apply", "inline:2 files", "terraform"},
-		{"applied", "Succeeded", "+1 ~2 -3", "bob", "90s", "Destroy", "git:git.example.com/infra.git//envs/prod@main", "tofu"},
-		{"cm", "", "-", "<none>", "90s", "", "configmap:tf", ""},
+		{"pending", "Pending", "-", "-", "<none>", "90s", "Apply", "inline:2 files", "terraform"},
+		{"applied", "Succeeded", "+1 ~2 -3", "Advisory", "bob", "90s", "Destroy", "git:git.example.com/infra.git//envs/prod@main", "tofu"},
+		{"held", "AwaitingApproval", "+0 ~0 -0", "Held", "<none>", "90s", "", "configmap:tf", ""},
+		{"cm", "", "-", "-", "<none>", "90s", "", "configmap:tf", ""},
 	}
 	if len(table.Rows) != len(wantRows) {
 		t.Fatalf("%d rows, want %d", len(table.Rows), len(wantRows))

@@ -223,6 +223,11 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				*s.ExitCode = c.Int31n(256)
 			}
 		},
+		func(v *terrarun.PolicyValidation, c randfill.Continue) {
+			c.FillNoCustom(v)
+			// Defaulted when empty.
+			v.Enforcement = pick(c, terrarun.EnforcementAdvisory, terrarun.EnforcementSoftMandatory, terrarun.EnforcementHardMandatory)
+		},
 		func(j *terrarun.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
 		func(j *v1alpha1.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
 		func(o *terrarun.OutputStatus, c randfill.Continue) {
