@@ -222,4 +222,3 @@ func policyManifest(name, selector, spec string) string {
 	k, v, _ := strings.Cut(selector, ": ")
 	return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformPolicy\nmetadata:\n  name: %s\nspec:\n  matchConstraints:\n    runSelector:\n      matchLabels:\n        %s: %q\n%s", name, k, v, spec)
 }
-
