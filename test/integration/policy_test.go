@@ -93,6 +93,11 @@ func TestPolicyEnforcement(t *testing.T) {
       message: never tagged
       enforcement: Advisory
 `))
+	apply("soft-auto", policyManifest("soft-auto", "scenario: soft-auto", `  validations:
+    - name: few-adds
+      expression: size(summary.add) <= 1
+      enforcement: SoftMandatory
+`))
 	apply("rule", policyManifest("rule", "scenario: rule", `  approvals:
     - name: sre-adds
       condition: size(summary.add) > 0
@@ -117,7 +122,7 @@ func TestPolicyEnforcement(t *testing.T) {
 		mustKubectl(t, kubeconfig, "create", "-f", path)
 	}
 	create(creator, "held", "scenario: soft", "")
-	create(kc, "auto-held", "scenario: soft", "  approval:\n    mode: Auto\n")
+	create(kc, "auto-held", "scenario: soft-auto", "  approval:\n    mode: Auto\n")
 	create(kc, "two-sre", "scenario: rule", "")
 	create(kc, "costly", "scenario: cost", "")
 
@@ -176,9 +181,14 @@ func TestPolicyEnforcement(t *testing.T) {
 
 	t.Run("an Auto run applies once overridden", func(t *testing.T) {
 		run := e.waitPhase(t, "auto-held", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseSucceeded)
-		if run.Status.Phase == v1alpha1.RunPhaseSucceeded {
-			// Planned after the edit above: nothing held it.
-			return
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionPolicyChecked); run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval || c == nil || c.Reason != v1alpha1.ReasonPolicyOverrideRequired {
+			t.Fatalf("an Auto run with a soft-mandatory failure: %s, PolicyChecked %+v; want it held", run.Status.Phase, c)
+		}
+		// No status write lifts the hold: status.policy is the server's record.
+		mustKubectl(t, kc, "patch", "tfr", "auto-held", "--subresource=status", "--type=json", "-p", `[{"op":"remove","path":"/status/policy"}]`)
+		time.Sleep(time.Second)
+		if again := e.waitPhase(t, "auto-held", time.Minute, v1alpha1.RunPhaseAwaitingApproval); again.Status.Policy == nil || again.Status.Approval != nil {
+			t.Fatalf("a status write removed the policy record (%+v) or approved the run (%+v)", again.Status.Policy, again.Status.Approval)
 		}
 		if out, err := override(overrider, run); err != nil {
 			t.Fatalf("olga overrides: %v\n%s", err, out)
