@@ -232,3 +232,32 @@ func policyManifest(name, selector, spec string) string {
 	k, v, _ := strings.Cut(selector, ": ")
 	return fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformPolicy\nmetadata:\n  name: %s\nspec:\n  matchConstraints:\n    runSelector:\n      matchLabels:\n        %s: %q\n%s", name, k, v, spec)
 }
+
+// TestAdmissionPolicies: Kubernetes' ValidatingAdmissionPolicy and
+// MutatingAdmissionPolicy, read from --admission-policy-dir (the README's
+// examples, as they are), apply to terrarun's resources in standalone mode:
+// an Auto run or workspace is refused (namespaces have no labels there, so
+// none is env=dev), and a run without timeouts.apply gets 30 minutes, one
+// with its own keeps it.
+func TestAdmissionPolicies(t *testing.T) {
+	e := newRunEnv(t, "--admission-policy-dir", harness.RepoPath("artifacts", "examples", "admission-policies"))
+	kc := e.Kubeconfig
+	out, err := kubectl(t, kc, "create", "-f", harness.RepoPath("artifacts", "examples", "policy-demo-create.yaml"))
+	if err == nil || !strings.Contains(out, "ValidatingAdmissionPolicy 'auto-only-in-dev.static.k8s.io'") || !strings.Contains(out, "approval mode Auto is allowed only in namespaces labelled env=dev") {
+		t.Errorf("an Auto run was not refused by the policy: %v\n%s", err, out)
+	}
+	ws := filepath.Join(t.TempDir(), "ws.yaml")
+	writeFile(t, ws, workspaceManifest("auto", workspaceTF, "  approval:\n    mode: Auto\n"))
+	if out, err := kubectl(t, kc, "create", "-f", ws); err == nil || !strings.Contains(out, "auto-only-in-dev.static.k8s.io") {
+		t.Errorf("an Auto workspace was not refused by the policy: %v\n%s", err, out)
+	}
+
+	mustKubectl(t, kc, "create", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
+	if got := mustKubectl(t, kc, "get", "tfr", "hello", "-o", "jsonpath={.spec.timeouts.apply}"); got != "30m0s" {
+		t.Errorf("the MutatingAdmissionPolicy's default: timeouts.apply = %q, want 30m0s", got)
+	}
+	e.create(t, runManifest("own-timeout", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  timeouts:\n    apply: 2h\n")))
+	if got := mustKubectl(t, kc, "get", "tfr", "own-timeout", "-o", "jsonpath={.spec.timeouts.apply}"); got != "2h0m0s" {
+		t.Errorf("a run's own timeouts.apply = %q, want 2h0m0s kept", got)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -57,6 +59,9 @@ type Options struct {
 	EtcdQuotaBytes int64
 	// DataDir holds standalone mode's etcd data, PKI and kubeconfig files.
 	DataDir string
+	// AdmissionPolicyDir holds standalone mode's admission policies and
+	// bindings; empty: none.
+	AdmissionPolicyDir string
 	// Executor configures how runs execute.
 	Executor *ExecutorOptions
 	// MaxFollowsPerUser caps the log follows and plan waits one user holds
@@ -99,12 +104,17 @@ func NewOptions(out io.Writer) *Options {
 	// kube-apiserver maintains. --enable-priority-and-fairness turns it on.
 	o.Recommended.Features.EnablePriorityAndFairness = false
 
-	// Only native, in-process admission: no webhooks, no admission policies.
+	// Only native, in-process admission: no webhooks. Kubernetes' own
+	// admission policies are evaluated in-process too: mutating ones
+	// before terrarun's plugins, validating ones after.
 	plugins := admission.NewPlugins()
 	lifecycle.Register(plugins)
 	tradmission.Register(plugins)
+	registerAdmissionPolicies(plugins)
 	o.Recommended.Admission.Plugins = plugins
-	o.Recommended.Admission.RecommendedPluginOrder = append([]string{lifecycle.PluginName}, tradmission.PluginOrder...)
+	order := []string{lifecycle.PluginName, mutating.PluginName}
+	order = append(order, tradmission.PluginOrder...)
+	o.Recommended.Admission.RecommendedPluginOrder = append(order, validating.PluginName)
 	return o
 }
 
@@ -120,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxFollowsPerUser, "max-follows-per-user", o.MaxFollowsPerUser, "Log follows (logs?follow=true) and plan waits (plan?wait=true) one user may hold open on this server at once; more are refused with 429.")
 	fs.IntVar(&o.ListCacheBytes, "list-cache-bytes", o.ListCacheBytes, "Bytes of runs' and workspaces' encodings (JSON, protobuf) kept for LIST responses: a LIST encodes only the objects that changed since an earlier one; the least recently listed go first. 0 keeps none.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Standalone mode: directory for etcd data, the CA and kubeconfig files. Objects survive restarts on the same directory.")
+	fs.StringVar(&o.AdmissionPolicyDir, "admission-policy-dir", o.AdmissionPolicyDir, "Standalone mode: a directory of ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their bindings (YAML or JSON, names ending in .static.k8s.io) that apply to terrarun's resources, as the host cluster's do in cluster mode; re-read when it changes.")
 	fs.Int64Var(&o.EtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EtcdQuotaBytes, "Standalone mode: the embedded etcd's space quota in bytes (etcd's --quota-backend-bytes); 0: etcd's default, 2 GiB. "+
 		"Past it etcd refuses writes until space is freed; at most 8 GiB is advised.")
 }
@@ -141,6 +152,13 @@ func (o *Options) Complete(fs *pflag.FlagSet) error {
 			return fmt.Errorf("--data-dir %s: %w", o.DataDir, err)
 		}
 		o.DataDir = abs
+	}
+	if o.AdmissionPolicyDir != "" {
+		abs, err := filepath.Abs(o.AdmissionPolicyDir)
+		if err != nil {
+			return fmt.Errorf("--admission-policy-dir %s: %w", o.AdmissionPolicyDir, err)
+		}
+		o.AdmissionPolicyDir = abs
 	}
 	return nil
 }
@@ -174,8 +192,13 @@ func (o *Options) Validate() error {
 		etcd.StorageConfig.Transport.ServerList = []string{"http://embedded-etcd"}
 		copied.Etcd = &etcd
 		recommended = &copied
-	} else if o.EtcdQuotaBytes != 0 {
-		errs = append(errs, errors.New("--embedded-etcd-quota-bytes applies to --standalone only; set the quota on the etcd cluster itself (--quota-backend-bytes)"))
+	} else {
+		if o.EtcdQuotaBytes != 0 {
+			errs = append(errs, errors.New("--embedded-etcd-quota-bytes applies to --standalone only; set the quota on the etcd cluster itself (--quota-backend-bytes)"))
+		}
+		if o.AdmissionPolicyDir != "" {
+			errs = append(errs, errors.New("--admission-policy-dir applies to --standalone only; in a cluster, terrarun evaluates the cluster's ValidatingAdmissionPolicies and MutatingAdmissionPolicies (or give a staticManifestsDir in --admission-control-config-file)"))
+		}
 	}
 	errs = append(errs, recommended.Validate()...)
 	errs = append(errs, o.Executor.Validate(o.Standalone)...)
@@ -220,7 +243,9 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		// subresource's separation of duties).
 		copied := *recommended
 		copied.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
-			return []admission.PluginInitializer{initializer.NewInitializer(nil, runs)}, nil
+			// manifestLoaders: a staticManifestsDir of the admission
+			// policy plugins' configuration is read as in standalone mode.
+			return []admission.PluginInitializer{initializer.NewInitializer(nil, runs), manifestLoaders{}}, nil
 		}
 		recommended = &copied
 	}

@@ -63,6 +63,7 @@ func TestValidate(t *testing.T) {
 		{args: []string{"--standalone", "--embedded-etcd-quota-bytes", "8589934592"}},
 		{args: []string{"--standalone", "--embedded-etcd-quota-bytes", "8589934593"}, want: []string{`--embedded-etcd-quota-bytes must be between 0 (etcd's default, 2 GiB) and 8589934592 (8 GiB), not 8589934593`}},
 		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--embedded-etcd-quota-bytes", "4294967296"}, want: []string{`--embedded-etcd-quota-bytes applies to --standalone only`}},
+		{args: []string{"--etcd-servers", "http://127.0.0.1:2379", "--admission-policy-dir", "/policies"}, want: []string{`--admission-policy-dir applies to --standalone only`}},
 		{args: []string{"--executor", "kubernetes", "--executor-server-url", "https://terrarun.example", "--executor-node-lost-after", "0s", "--etcd-servers", "http://127.0.0.1:2379"}, want: []string{`--executor-node-lost-after must be a positive duration`}},
 		{args: []string{"--executor", "kubernetes", "--executor-server-url", "https://terrarun.example", "--etcd-servers", "http://127.0.0.1:2379", "--executor-plugin-cache-storage-class", "nfs", "--executor-plugin-cache-size", "20Gi"}},
 		{args: []string{"--executor", "kubernetes", "--executor-server-url", "https://terrarun.example", "--etcd-servers", "http://127.0.0.1:2379", "--executor-plugin-cache-storage-class", "nfs", "--executor-plugin-cache-size", "0"}, want: []string{`--executor-plugin-cache-size must be a positive quantity, such as 5Gi, not 0`}},

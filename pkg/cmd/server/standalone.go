@@ -142,7 +142,7 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 		return "", err
 	}
 
-	if err := applyStandaloneAdmission(config, o.Recommended.Admission, runs); err != nil {
+	if err := applyStandaloneAdmission(config, o.Recommended.Admission, o.AdmissionPolicyDir, runs); err != nil {
 		return "", err
 	}
 
@@ -171,20 +171,26 @@ var admissionConfigScheme = func() *runtime.Scheme {
 // which standalone mode does not have; terrarun's plugins need neither. It
 // honours --enable-admission-plugins, --disable-admission-plugins and
 // --admission-control-config-file as cluster mode does. NamespaceLifecycle
-// needs the cluster's namespaces and is left out.
-func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *genericoptions.AdmissionOptions, runs initializer.RunGetter) error {
+// needs the cluster's namespaces and is left out; the admission policy
+// plugins run with the policies of policyDir, and not without it.
+func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *genericoptions.AdmissionOptions, policyDir string, runs initializer.RunGetter) error {
 	var names []string
 	for _, name := range a.RecommendedPluginOrder {
 		if name != lifecycle.PluginName && !slices.Contains(a.DisablePlugins, name) &&
-			(!a.DefaultOffPlugins.Has(name) || slices.Contains(a.EnablePlugins, name)) {
+			(!a.DefaultOffPlugins.Has(name) || slices.Contains(a.EnablePlugins, name)) &&
+			(policyDir != "" || !slices.Contains(admissionPolicyPlugins, name)) {
 			names = append(names, name)
 		}
 	}
-	provider, err := admission.ReadAdmissionConfiguration(names, a.ConfigFile, admissionConfigScheme)
+	read, err := admission.ReadAdmissionConfiguration(names, a.ConfigFile, admissionConfigScheme)
 	if err != nil {
 		return fmt.Errorf("reading --admission-control-config-file: %w", err)
 	}
+	provider := policyDirConfig{ConfigProvider: read, dir: policyDir}
 	initializers := admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, runs)}
+	if policyDir != "" {
+		initializers = append(initializers, noClusterInitializer(c)...)
+	}
 	chain, err := a.Plugins.NewFromPlugins(names, provider, initializers, a.Decorators)
 	if err != nil {
 		return err
