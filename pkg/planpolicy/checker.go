@@ -37,6 +37,7 @@ func (c *Checker) Check(ctx context.Context, in *Input, digest string) (*v1alpha
 		return nil, fmt.Errorf("listing the TerraformPolicies: %w", err)
 	}
 	slices.SortFunc(policies, func(a, b *v1alpha1.TerraformPolicy) int { return strings.Compare(a.Name, b.Name) })
+	c.forgetDeleted(policies)
 	now := metav1.NewTime(time.Now())
 	status := &v1alpha1.PolicyStatus{PlanDigest: digest, CheckedAt: &now}
 	for _, pol := range policies {
@@ -87,6 +88,24 @@ func (c *Checker) compile(pol *v1alpha1.TerraformPolicy) (*Policy, field.ErrorLi
 	c.compiled[pol.UID] = p
 	c.mu.Unlock()
 	return p, nil
+}
+
+// forgetDeleted drops the compiled policies that are no longer listed.
+func (c *Checker) forgetDeleted(policies []*v1alpha1.TerraformPolicy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.compiled) <= len(policies) {
+		return
+	}
+	listed := make(map[types.UID]bool, len(policies))
+	for _, p := range policies {
+		listed[p.UID] = true
+	}
+	for uid := range c.compiled {
+		if !listed[uid] {
+			delete(c.compiled, uid)
+		}
+	}
 }
 
 // policyMatches is Matches for a policy that does not compile: its

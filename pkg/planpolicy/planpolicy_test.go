@@ -197,3 +197,40 @@ func TestMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckerCompilesOncePerVersion: a policy is compiled once per
+// resourceVersion, compiled again when it changes, and forgotten when it is
+// deleted; one that no longer compiles fails closed.
+func TestCheckerCompilesOncePerVersion(t *testing.T) {
+	pol := &v1alpha1.TerraformPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1", ResourceVersion: "1"},
+		Spec: v1alpha1.TerraformPolicySpec{Validations: []v1alpha1.PolicyValidation{{Name: "v", Expression: "size(summary.add) == 1", Enforcement: v1alpha1.EnforcementHardMandatory}}}}
+	listed := []*v1alpha1.TerraformPolicy{pol}
+	c := &Checker{Policies: func() ([]*v1alpha1.TerraformPolicy, error) { return listed, nil }}
+	check := func() *v1alpha1.PolicyStatus {
+		t.Helper()
+		st, err := c.Check(context.Background(), testInput(t), "sha256:d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := check(); len(st.Results) != 1 || st.Results[0].Outcome != v1alpha1.PolicyPassed || st.Policies[0].ResourceVersion != "1" {
+		t.Fatalf("first check: %+v", st)
+	}
+	first := c.compiled["u1"]
+	check()
+	if c.compiled["u1"] != first {
+		t.Error("an unchanged policy was compiled again")
+	}
+	edited := pol.DeepCopy()
+	edited.ResourceVersion = "2"
+	edited.Spec.Validations[0].Expression = "nope("
+	listed = []*v1alpha1.TerraformPolicy{edited}
+	if st := check(); st.Results[0].Outcome != v1alpha1.PolicyError || !strings.Contains(st.Results[0].Message, "does not compile") || st.Policies[0].ResourceVersion != "2" {
+		t.Errorf("a stored policy that no longer compiles: %+v", st.Results)
+	}
+	listed = nil
+	if st := check(); len(st.Policies) != 0 || len(c.compiled) != 0 {
+		t.Errorf("after deletion: %+v, %d compiled kept", st, len(c.compiled))
+	}
+}

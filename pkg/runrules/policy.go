@@ -82,3 +82,28 @@ func DescribeResults(results []v1alpha1.PolicyResult) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// PolicyVerdict says in a word what the policies said of run's plan, for
+// tables: Denied, Held (a soft-mandatory failure waits for an override),
+// Overridden, Advisory (only advisory validations failed), Passed, or "-"
+// when no policy checked it.
+func PolicyVerdict(run *v1alpha1.TerraformRun) string {
+	pol, plan := run.Status.Policy, run.Status.Plan
+	if pol == nil || len(pol.Policies) == 0 || plan == nil {
+		return "-"
+	}
+	switch {
+	case len(PolicyDenials(run, plan.Digest)) > 0 || pol.PlanDigest != plan.Digest:
+		return "Denied"
+	case len(PendingOverrides(run, plan.Digest)) > 0:
+		return "Held"
+	case len(pol.Overrides) > 0:
+		return "Overridden"
+	}
+	for _, r := range pol.Results {
+		if r.Outcome != v1alpha1.PolicyPassed {
+			return "Advisory"
+		}
+	}
+	return "Passed"
+}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // Exit codes of `wait` (and of every command that waits): which final phase
@@ -159,7 +160,7 @@ func runDuration(run *v1alpha1.TerraformRun, now time.Time) string {
 
 func (o *options) runsCommand() *cobra.Command {
 	var workspace string
-	cmd := o.command("runs [--workspace W]", "List runs, newest first: phase, plan, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+	cmd := o.command("runs [--workspace W]", "List runs, newest first: phase, plan, policy verdict, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
 		opts := metav1.ListOptions{}
 		if workspace != "" {
 			opts.LabelSelector = v1alpha1.LabelWorkspace + "=" + workspace
@@ -177,27 +178,20 @@ func (o *options) runsCommand() *cobra.Command {
 		})
 		now := time.Now()
 		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
-		fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tAPPROVED-BY\tDURATION\tAGE")
+		fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tPOLICY\tAPPROVED-BY\tDURATION\tAGE")
 		for i := range list.Items {
 			run := &list.Items[i]
 			approver := "-"
 			if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
 				approver = a.ApprovedBy
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, phase(run), planSummary(run), approver,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, runrules.Phase(run), planSummary(run), runrules.PolicyVerdict(run), approver,
 				runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time)))
 		}
 		return w.Flush()
 	})
 	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
 	return cmd
-}
-
-func phase(run *v1alpha1.TerraformRun) v1alpha1.RunPhase {
-	if run.Status.Phase == "" {
-		return v1alpha1.RunPhasePending
-	}
-	return run.Status.Phase
 }
 
 func (o *options) planCommand() *cobra.Command {
@@ -303,10 +297,10 @@ func (o *options) approveCommand() *cobra.Command {
 		p := run.Status.Plan
 		if policyHold(run) == v1alpha1.ReasonPolicyDenied {
 			writePolicy(o.streams.Out, run)
-			return fmt.Errorf("run %s/%s is %s: its plan is denied by policy (a HardMandatory check failed), and neither an approval nor an override applies it; change the configuration and run again (%s)", ns, run.Name, phase(run), run.Status.Message)
+			return fmt.Errorf("run %s/%s is %s: its plan is denied by policy (a HardMandatory check failed), and neither an approval nor an override applies it; change the configuration and run again (%s)", ns, run.Name, runrules.Phase(run), run.Status.Message)
 		}
-		if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
-			return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, phase(run), run.Status.Message)
+		if runrules.Phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
+			return fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to approve (%s)", ns, run.Name, runrules.Phase(run), run.Status.Message)
 		}
 		fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
 		fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
@@ -406,7 +400,7 @@ func (o *options) wait(ctx context.Context, cs versioned.Interface, ns, name str
 			return waitError(ctx, err, ns, name)
 		}
 		for {
-			line := fmt.Sprintf("%s/%s: %s %s %s", ns, name, phase(run), planSummary(run), run.Status.Message)
+			line := fmt.Sprintf("%s/%s: %s %s %s", ns, name, runrules.Phase(run), planSummary(run), run.Status.Message)
 			if line != last {
 				fmt.Fprintf(o.streams.ErrOut, "%s %s\n", time.Now().Format("15:04:05"), line)
 				last = line
@@ -475,8 +469,8 @@ func waitError(ctx context.Context, err error, ns, name string) error {
 // final says whether the run has ended, and the error that says how when it
 // did not succeed.
 func final(run *v1alpha1.TerraformRun) (bool, error) {
-	msg := fmt.Sprintf("%s/%s %s: %s", run.Namespace, run.Name, phase(run), run.Status.Message)
-	switch phase(run) {
+	msg := fmt.Sprintf("%s/%s %s: %s", run.Namespace, run.Name, runrules.Phase(run), run.Status.Message)
+	switch runrules.Phase(run) {
 	case v1alpha1.RunPhaseSucceeded:
 		return true, nil
 	case v1alpha1.RunPhaseFailed:

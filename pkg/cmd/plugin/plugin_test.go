@@ -346,10 +346,10 @@ func TestRuns(t *testing.T) {
 		got = append(got, strings.Fields(l))
 	}
 	want := [][]string{
-		{"NAME", "PHASE", "PLAN", "APPROVED-BY", "DURATION", "AGE"},
-		{"web-3", "Pending", "-", "-", "-", "30m"},
-		{"web-2", "AwaitingApproval", "+0", "~1", "-4", "-", "-", "120m"},
-		{"web-1", "Succeeded", "+2", "~0", "-0", "bob", "90s", "5h"},
+		{"NAME", "PHASE", "PLAN", "POLICY", "APPROVED-BY", "DURATION", "AGE"},
+		{"web-3", "Pending", "-", "-", "-", "-", "30m"},
+		{"web-2", "AwaitingApproval", "+0", "~1", "-4", "-", "-", "-", "120m"},
+		{"web-1", "Succeeded", "+2", "~0", "-0", "-", "bob", "90s", "5h"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("runs printed:\n%s\nwant the columns %q", r.stdout, want)

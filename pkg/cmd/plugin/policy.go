@@ -17,6 +17,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
+	"github.com/terrarun/terrarun/pkg/runrules"
 )
 
 // overrideForbiddenHint follows the server's 403 to an override.
@@ -240,7 +241,7 @@ func (o *options) overrideCommand() *cobra.Command {
 				return err
 			}
 			next := fmt.Sprintf("follow it with: kubectl terrarun wait %s -n %s", overridden.Name, ns)
-			if phase(overridden) == v1alpha1.RunPhaseAwaitingApproval {
+			if runrules.Phase(overridden) == v1alpha1.RunPhaseAwaitingApproval {
 				next = fmt.Sprintf("it still needs its approvals: kubectl terrarun approve %s -n %s", overridden.Name, ns)
 			}
 			fmt.Fprintf(o.streams.Out, "Overrode the policy failures of plan %s of run %s/%s as %s; %s\n", p.Digest, ns, overridden.Name, overriderOf(overridden), next)
@@ -260,8 +261,8 @@ func overridable(run *v1alpha1.TerraformRun, ns, digest string) (*v1alpha1.PlanS
 	if policyHold(run) == v1alpha1.ReasonPolicyDenied {
 		return nil, fmt.Errorf("run %s/%s is denied by policy: a HardMandatory check failed, which no override overrides; change the configuration and run again (%s)", ns, run.Name, run.Status.Message)
 	}
-	if phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
-		return nil, fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to override (%s)", ns, run.Name, phase(run), run.Status.Message)
+	if runrules.Phase(run) != v1alpha1.RunPhaseAwaitingApproval || p == nil || p.Digest == "" {
+		return nil, fmt.Errorf("run %s/%s is %s, not AwaitingApproval: there is no plan to override (%s)", ns, run.Name, runrules.Phase(run), run.Status.Message)
 	}
 	if digest != "" && digest != p.Digest {
 		return nil, fmt.Errorf("--digest %s is not the digest of run %s/%s's plan, %s: review that plan with kubectl terrarun plan %s -n %s, then override it", digest, ns, run.Name, p.Digest, run.Name, ns)

@@ -90,28 +90,12 @@ func planSummary(p *terrarun.PlanSummary) string {
 	return fmt.Sprintf("+%d ~%d -%d", p.Add, p.Change, p.Destroy)
 }
 
-// policySummary renders what the policies said of the run's plan in a word.
+// policySummary is runrules.PolicyVerdict of a run of the internal types.
 func policySummary(run *terrarun.TerraformRun) string {
-	pol := run.Status.Policy
-	if pol == nil || len(pol.Policies) == 0 || run.Status.Plan == nil {
+	if run.Status.Policy == nil {
 		return "-"
 	}
-	v := runrules.FromInternal(run)
-	digest := run.Status.Plan.Digest
-	switch {
-	case len(runrules.PolicyDenials(v, digest)) > 0 || !runrules.PolicyCleared(v, digest) && len(runrules.PendingOverrides(v, digest)) == 0:
-		return "Denied"
-	case len(runrules.PendingOverrides(v, digest)) > 0:
-		return "Held"
-	case len(pol.Overrides) > 0:
-		return "Overridden"
-	}
-	for _, r := range pol.Results {
-		if r.Outcome != terrarun.PolicyPassed {
-			return "Advisory"
-		}
-	}
-	return "Passed"
+	return runrules.PolicyVerdict(runrules.FromInternal(run))
 }
 
 // sourceSummary renders the source in a few words, without credentials.
