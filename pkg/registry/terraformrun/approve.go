@@ -65,12 +65,8 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 	if run.DeletionTimestamp != nil {
 		return conflict(run.Name, "the run is being deleted; its plan will not be applied; create a new run to plan again")
 	}
-	if run.Status.Plan == nil || run.Status.Plan.Digest != approval.PlanDigest {
-		current := "none"
-		if run.Status.Plan != nil {
-			current = run.Status.Plan.Digest
-		}
-		return conflict(run.Name, "stale plan digest: you approved %s but the run's plan is %s; review the current plan and approve its digest (status.plan.digest)", approval.PlanDigest, current)
+	if err := currentPlan(run, approval.PlanDigest, "approved", "review the current plan and approve its digest (status.plan.digest)"); err != nil {
+		return err
 	}
 	if pending := runrules.PendingOverrides(v, approval.PlanDigest); len(pending) > 0 {
 		return conflict(run.Name, "plan %s fails soft-mandatory policy: %s; it can be approved once a user allowed to override (create on terraformruns/override) overrides it, with a justification",
@@ -119,6 +115,20 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 	})
 	run.Status.Message = fmt.Sprintf("Approved by %s; the apply starts shortly.", approvers(run, approval.PlanDigest))
 	return nil
+}
+
+// currentPlan refuses, with 409, an action on a plan digest that is not the
+// run's recorded plan; did is what the user did ("approved"), and what the
+// hint to do instead.
+func currentPlan(run *terrarun.TerraformRun, digest, did, what string) error {
+	if run.Status.Plan != nil && run.Status.Plan.Digest == digest {
+		return nil
+	}
+	current := "none"
+	if run.Status.Plan != nil {
+		current = run.Status.Plan.Digest
+	}
+	return conflict(run.Name, "stale plan digest: you %s %s but the run's plan is %s; %s", did, digest, current, what)
 }
 
 // orNobody is users, or "nobody yet" when it is empty.

@@ -41,12 +41,8 @@ func override(run *terrarun.TerraformRun, body *terrarun.TerraformRunOverride, u
 	if meta.IsStatusConditionTrue(run.Status.Conditions, terrarun.ConditionDiscardRequested) || run.DeletionTimestamp != nil {
 		return conflict(run.Name, "the plan is being discarded or the run deleted; it will not be applied")
 	}
-	if run.Status.Plan == nil || run.Status.Plan.Digest != body.PlanDigest {
-		current := "none"
-		if run.Status.Plan != nil {
-			current = run.Status.Plan.Digest
-		}
-		return conflict(run.Name, "stale plan digest: you overrode %s but the run's plan is %s; review the current plan and its policy results, and override its digest (status.plan.digest)", body.PlanDigest, current)
+	if err := currentPlan(run, body.PlanDigest, "overrode", "review the current plan and its policy results, and override its digest (status.plan.digest)"); err != nil {
+		return err
 	}
 	if denied := runrules.PolicyDenials(v, body.PlanDigest); len(denied) > 0 {
 		return conflict(run.Name, "plan %s is denied by hard-mandatory policy, which no override lifts: %s", shortDigest(body.PlanDigest), runrules.DescribeResults(denied))

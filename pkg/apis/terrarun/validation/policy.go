@@ -3,6 +3,7 @@ package validation
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -116,28 +117,25 @@ func validateMatchConstraints(m *terrarun.PolicyMatchConstraints, path *field.Pa
 	if m.RunSelector != nil {
 		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(m.RunSelector, opts, path.Child("runSelector"))...)
 	}
-	ops := []terrarun.Operation{terrarun.OperationApply, terrarun.OperationDestroy, terrarun.OperationPlan}
-	seen := sets.New[terrarun.Operation]()
-	for i, op := range m.Operations {
+	allErrs = append(allErrs, validateSet(m.Operations, []terrarun.Operation{terrarun.OperationApply, terrarun.OperationDestroy, terrarun.OperationPlan},
+		path.Child("operations"))...)
+	allErrs = append(allErrs, validateSet(m.Triggers, []terrarun.Trigger{terrarun.TriggerDirect, terrarun.TriggerSpecChange, terrarun.TriggerNewRevision,
+		terrarun.TriggerRerun, terrarun.TriggerDriftCheck, terrarun.TriggerDriftRepair, terrarun.TriggerDestroy}, path.Child("triggers"))...)
+	return allErrs
+}
+
+// validateSet refuses values that are not among supported, or repeat.
+func validateSet[T ~string](values, supported []T, path *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	seen := sets.New[T]()
+	for i, v := range values {
 		switch {
-		case !sets.New(ops...).Has(op):
-			allErrs = append(allErrs, field.NotSupported(path.Child("operations").Index(i), op, ops))
-		case seen.Has(op):
-			allErrs = append(allErrs, field.Duplicate(path.Child("operations").Index(i), op))
+		case !slices.Contains(supported, v):
+			allErrs = append(allErrs, field.NotSupported(path.Index(i), v, supported))
+		case seen.Has(v):
+			allErrs = append(allErrs, field.Duplicate(path.Index(i), v))
 		}
-		seen.Insert(op)
-	}
-	triggers := []terrarun.Trigger{terrarun.TriggerDirect, terrarun.TriggerSpecChange, terrarun.TriggerNewRevision, terrarun.TriggerRerun,
-		terrarun.TriggerDriftCheck, terrarun.TriggerDriftRepair, terrarun.TriggerDestroy}
-	seenT := sets.New[terrarun.Trigger]()
-	for i, t := range m.Triggers {
-		switch {
-		case !sets.New(triggers...).Has(t):
-			allErrs = append(allErrs, field.NotSupported(path.Child("triggers").Index(i), t, triggers))
-		case seenT.Has(t):
-			allErrs = append(allErrs, field.Duplicate(path.Child("triggers").Index(i), t))
-		}
-		seenT.Insert(t)
+		seen.Insert(v)
 	}
 	return allErrs
 }
