@@ -63,7 +63,7 @@ func TestKubectl(t *testing.T) {
 		if !regexp.MustCompile(`^NAME\s+PHASE\s+PLAN\s+POLICY\s+APPROVED-BY\s+AGE$`).MatchString(lines[0]) {
 			t.Fatalf("header = %q", lines[0])
 		}
-		if !regexp.MustCompile(`(?m)^hello\s+(Pending|Planning|AwaitingApproval)\s+(-|\+1 ~0 -0)\s+<none>\s+\d+s$`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^hello\s+(Pending|Planning|AwaitingApproval)\s+(-|\+1 ~0 -0)\s+-\s+<none>\s+\d+s$`).MatchString(out) {
 			t.Fatalf("no row for hello:\n%s", out)
 		}
 	})
@@ -73,7 +73,7 @@ func TestKubectl(t *testing.T) {
 		if !regexp.MustCompile(`NAME\s+PHASE\s+PLAN\s+POLICY\s+APPROVED-BY\s+AGE\s+OPERATION\s+SOURCE\s+ENGINE`).MatchString(out) {
 			t.Fatalf("wide header:\n%s", out)
 		}
-		if !regexp.MustCompile(`(?m)^hello\s+\S+\s+\S+(\s~\d+\s-\d+)?\s+<none>\s+\S+\s+Apply\s+inline:1 file\s+` + engineDefault() + `$`).MatchString(out) {
+		if !regexp.MustCompile(`(?m)^hello\s+\S+\s+\S+(\s~\d+\s-\d+)?\s+-\s+<none>\s+\S+\s+Apply\s+inline:1 file\s+` + engineDefault() + `$`).MatchString(out) {
 			t.Fatalf("wide row for hello:\n%s", out)
 		}
 		if !regexp.MustCompile(`(?m)^from-git\s+.*git:github.com/terrarun/examples.git//terraform-data@main\s+terraform$`).MatchString(out) {

@@ -222,7 +222,7 @@ func TestRunLifecycle(t *testing.T) {
 		t.Errorf("Planned condition = %+v", c)
 	}
 	out := mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello")
-	if !regexp.MustCompile(`hello\s+AwaitingApproval\s+\+1 ~0 -0\s+<none>`).MatchString(out) {
+	if !regexp.MustCompile(`hello\s+AwaitingApproval\s+\+1 ~0 -0\s+-\s+<none>`).MatchString(out) {
 		t.Errorf("get tfr while awaiting approval:\n%s", out)
 	}
 	mustKubectl(t, e.Kubeconfig, "wait", "tfr/hello", "--for=condition=Planned", "--timeout=10s")
@@ -248,7 +248,7 @@ func TestRunLifecycle(t *testing.T) {
 		t.Errorf("apply log:\n%s", l)
 	}
 	out = mustKubectl(t, e.Kubeconfig, "get", "tfr", "hello")
-	if !regexp.MustCompile(`hello\s+Succeeded\s+\+1 ~0 -0\s+bob\s+`).MatchString(out) {
+	if !regexp.MustCompile(`hello\s+Succeeded\s+\+1 ~0 -0\s+-\s+bob\s+`).MatchString(out) {
 		t.Errorf("get tfr after apply:\n%s", out)
 	}
 	for _, typ := range []string{v1alpha1.ConditionPlanned, v1alpha1.ConditionApproved, v1alpha1.ConditionApplied} {
