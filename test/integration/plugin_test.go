@@ -120,7 +120,7 @@ output "secret" {
 	if err != nil {
 		t.Fatalf("kubectl terrarun runs: %v\n%s", err, history)
 	}
-	for _, row := range []string{`review\s+Succeeded\s+\+1 ~0 -0\s+bob\s+\S+`, `rejected\s+Discarded\s+\+1 ~0 -0\s+-`, `stopped\s+Canceled\s`} {
+	for _, row := range []string{`review\s+Succeeded\s+\+1 ~0 -0\s+-\s+bob\s+\S+`, `rejected\s+Discarded\s+\+1 ~0 -0\s+-\s+-`, `stopped\s+Canceled\s`} {
 		if !regexp.MustCompile(row).Match(history) {
 			t.Errorf("kubectl terrarun runs lacks %q:\n%s", row, history)
 		}
