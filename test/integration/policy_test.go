@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -259,5 +260,48 @@ func TestAdmissionPolicies(t *testing.T) {
 	e.create(t, runManifest("own-timeout", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  timeouts:\n    apply: 2h\n")))
 	if got := mustKubectl(t, kc, "get", "tfr", "own-timeout", "-o", "jsonpath={.spec.timeouts.apply}"); got != "2h0m0s" {
 		t.Errorf("a run's own timeouts.apply = %q, want 2h0m0s kept", got)
+	}
+}
+
+// TestPolicyOnProviderPlan: a policy reads what a real provider's resource
+// would become (plan.resource_changes[].change.after), with each engine this
+// host has: a file whose planned content a hard-mandatory validation
+// forbids is denied before anyone can approve it; another passes.
+func TestPolicyOnProviderPlan(t *testing.T) {
+	provider, err := harness.InstallTestProvider(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := t.TempDir()
+	if err := os.Chmod(files, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	e := newRunEnv(t, "--local-executor-mount", provider.Dir, "--local-executor-mount", files+":rw",
+		"--local-executor-env", "TF_CLI_CONFIG_FILE="+provider.CLIConfig)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, path, policyManifest("files", "scenario: files", `  validations:
+    - name: no-forbidden-content
+      expression: plan.resource_changes.all(r, r.type != 'testing_file' || r.change.after.content != 'forbidden')
+      messageExpression: "'writes forbidden content to ' + plan.resource_changes.filter(r, r.type == 'testing_file' && r.change.after.content == 'forbidden').map(r, r.address).join(', ')"
+`))
+	mustKubectl(t, e.Kubeconfig, "apply", "-f", path)
+	for _, eng := range engines {
+		name := filepath.Base(eng)
+		for _, content := range []string{"allowed", "forbidden"} {
+			run := name + "-" + content
+			config := harness.TestProviderRequirement + fmt.Sprintf("resource \"testing_file\" \"f\" {\n  path    = %q\n  content = %q\n}\n", filepath.Join(files, run+".txt"), content)
+			manifest := strings.Replace(runManifest(run, strings.Replace(inline(map[string]string{"main.tf": config}, ""), "binary: "+engineName, "binary: "+name, 1)),
+				"metadata:\n", "metadata:\n  labels:\n    scenario: files\n", 1)
+			e.create(t, manifest)
+			got := e.waitPhase(t, run, 4*time.Minute, v1alpha1.RunPhaseAwaitingApproval, v1alpha1.RunPhaseFailed)
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPolicyChecked)
+			switch {
+			case content == "allowed" && (got.Status.Phase != v1alpha1.RunPhaseAwaitingApproval || c == nil || c.Reason != v1alpha1.ReasonPolicyPassed):
+				t.Errorf("%s: %s, PolicyChecked %+v; want it waiting for approval, passed", run, got.Status.Phase, c)
+			case content == "forbidden" && (got.Status.Phase != v1alpha1.RunPhaseFailed || c == nil || c.Reason != v1alpha1.ReasonPolicyDenied ||
+				!strings.Contains(c.Message, "writes forbidden content to testing_file.f")):
+				t.Errorf("%s: %s, PolicyChecked %+v; want Failed, PolicyDenied, naming the resource", run, got.Status.Phase, c)
+			}
+		}
 	}
 }
