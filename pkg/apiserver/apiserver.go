@@ -37,6 +37,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/metrics"
 	"github.com/terrarun/terrarun/pkg/registry/terraformpolicy"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
+	"github.com/terrarun/terrarun/pkg/registry/terraformruntask"
 	"github.com/terrarun/terrarun/pkg/registry/terraformworkspace"
 )
 
@@ -149,6 +150,11 @@ type ControllerConfig struct {
 	// ConfigMapData reads the ConfigMaps whose content is part of a
 	// workspace's hash, where the executor reads them.
 	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
+	// SecretValue reads a key of a Secret where the executor reads them:
+	// the run tasks' HMAC keys.
+	SecretValue func(ctx context.Context, namespace, name, key string) ([]byte, error)
+	// RunTaskURL is the base URL at which run tasks reach this server.
+	RunTaskURL string
 	// Metadata reads the metadata of the host cluster's objects, to watch
 	// the ConfigMaps workspaces read; nil in standalone mode, which reads
 	// them again every minute.
@@ -232,29 +238,35 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	runTasks, err := terraformruntask.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// The group's serializer serves JSON, YAML and protobuf, streams lists,
 	// and serves CBOR when the CBORServingAndStorage feature gate is on.
 	group.NegotiatedSerializer = groupSerializer{group.NegotiatedSerializer, newEncodingCache(extra.Storage.ListCacheBytes)}
 	group.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"terraformruns":           runs.Run,
-		"terraformruns/status":    runs.Status,
-		"terraformruns/approve":   runs.Approve,
-		"terraformruns/override":  runs.Override,
-		"terraformruns/discard":   runs.Discard,
-		"terraformruns/cancel":    runs.Cancel,
-		"terraformruns/plan":      runs.Plan,
-		"terraformruns/logs":      runs.Logs,
-		"terraformruns/outputs":   runs.Outputs,
-		"terraformruns/state":     runs.State,
-		"terraformruns/statelock": runs.StateLock,
+		"terraformruns":            runs.Run,
+		"terraformruns/status":     runs.Status,
+		"terraformruns/approve":    runs.Approve,
+		"terraformruns/override":   runs.Override,
+		"terraformruns/discard":    runs.Discard,
+		"terraformruns/cancel":     runs.Cancel,
+		"terraformruns/plan":       runs.Plan,
+		"terraformruns/logs":       runs.Logs,
+		"terraformruns/outputs":    runs.Outputs,
+		"terraformruns/state":      runs.State,
+		"terraformruns/statelock":  runs.StateLock,
+		"terraformruns/taskresult": runs.TaskResult,
 
 		"terraformworkspaces":        workspaces.Workspace,
 		"terraformworkspaces/status": workspaces.Status,
 		"terraformworkspaces/rerun":  workspaces.Rerun,
 
 		"terraformpolicies": policies,
+		"terraformruntasks": runTasks,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)

@@ -141,6 +141,11 @@ func newRunController(cc *controllerContext) (func(context.Context) error, error
 		MaxConcurrentStages:             c.Controllers.MaxStages,
 		MaxConcurrentStagesPerNamespace: c.Controllers.MaxStagesPerNamespace,
 		Recorder:                        cc.recorder,
+		Tasks: &runcontroller.Tasks{
+			Informer:    cc.factory.Terrarun().V1alpha1().TerraformRunTasks(),
+			SecretValue: c.Controllers.SecretValue,
+			CallbackURL: c.Controllers.RunTaskURL,
+		},
 	}
 	var arts runcontroller.Artifacts // a nil store is no Artifacts
 	if c.Storage.Artifacts != nil {

@@ -84,6 +84,16 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"enforcement", "outcome"})
 
+	// RunTaskSeconds observes how long run tasks took to give their final
+	// answer, by stage and status (Passed, Failed, Errored).
+	RunTaskSeconds = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      "terrarun",
+		Name:           "run_task_seconds",
+		Help:           "Time from a run task's call to its final answer, by stage (PrePlan, PostPlan, PreApply, PostApply) and status (Passed, Failed, Errored).",
+		Buckets:        []float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"stage", "status"})
+
 	// ListCacheItems counts the runs and workspaces LIST responses wrote, by
 	// format (json, protobuf) and whether their encoding came from the list
 	// cache (hit) or was made (miss).
@@ -108,7 +118,7 @@ var register sync.Once
 // Register registers the metrics with the server's registry, once.
 func Register() {
 	register.Do(func() {
-		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, PolicyEvaluationSeconds, PolicyResults, ListCacheItems, ListCacheBytes)
+		legacyregistry.MustRegister(StageDuration, QueueWait, ExecutorStarts, ExecutorFailures, LogBytes, PolicyEvaluationSeconds, PolicyResults, RunTaskSeconds, ListCacheItems, ListCacheBytes)
 		legacyregistry.CustomMustRegister(runs)
 	})
 }

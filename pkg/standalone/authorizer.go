@@ -41,7 +41,7 @@ var groupRoles = map[string][]string{
 	EditorsGroup:      {"terrarun-edit"},
 	ApproversGroup:    {"terrarun-view", "terrarun-approve"},
 	OverridersGroup:   {"terrarun-view", "terrarun-override"},
-	PolicyAdminsGroup: {"terrarun-view", "terrarun-policy-admin"},
+	PolicyAdminsGroup: {"terrarun-view", "terrarun-policy-admin", "terrarun-runtask-admin"},
 }
 
 // discovery is what every authenticated user may read, as Kubernetes'

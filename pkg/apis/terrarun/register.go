@@ -45,6 +45,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformPolicy{},
 		&TerraformPolicyList{},
 		&TerraformRunOverride{},
+		&TerraformRunTask{},
+		&TerraformRunTaskList{},
 	)
 	return nil
 }

@@ -474,6 +474,13 @@ type TerraformRunStatus struct {
 	// failures (the override subresource). No status write changes it.
 	// +optional
 	Policy *PolicyStatus `json:"policy,omitempty"`
+	// tasks are the calls of the namespace's TerraformRunTasks at each
+	// stage, recorded by the server (the controller when it calls, the
+	// taskresult subresource when a task answers). No status write changes
+	// them.
+	// +optional
+	// +listType=atomic
+	Tasks []RunTaskCall `json:"tasks,omitempty"`
 	// source records the resolved source.
 	// +optional
 	Source *SourceStatus `json:"source,omitempty"`

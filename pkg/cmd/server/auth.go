@@ -16,6 +16,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/executor/auth"
 	"github.com/terrarun/terrarun/pkg/executor/job"
+	"github.com/terrarun/terrarun/pkg/runtask"
 )
 
 // stageCredentials are how an executor's stages prove who they are: the
@@ -29,27 +30,33 @@ type stageCredentials struct {
 	first bool
 }
 
-// applyExecutorAuth lets stages authenticate with creds and be authorized
-// by pkg/executor/auth before any user is: executor identities are never
-// users, and users' authorizers never see them.
-func applyExecutorAuth(config *genericapiserver.RecommendedConfig, creds stageCredentials) error {
+// applyExecutorAuth lets stages authenticate with creds, and run tasks with
+// their calls' tokens (checked against runs), and be authorized by
+// pkg/executor/auth and pkg/runtask before any user is: executor identities
+// and run tasks are never users, and users' authorizers never see them.
+func applyExecutorAuth(config *genericapiserver.RecommendedConfig, creds stageCredentials, runs runtask.RunGetter) error {
 	executors := auth.NewAuthenticator(creds.tokens, creds.identities)
-	switch {
-	case config.Authentication.Authenticator == nil:
-		config.Authentication.Authenticator = executors
-	case creds.first:
-		config.Authentication.Authenticator = authenticatorunion.New(executors, config.Authentication.Authenticator)
-	default:
-		config.Authentication.Authenticator = authenticatorunion.New(config.Authentication.Authenticator, executors)
+	var authenticators []authenticator.Request
+	if creds.first {
+		authenticators = append(authenticators, executors)
 	}
-	if config.Authorization.Authorizer == nil {
-		config.Authorization.Authorizer = auth.NewAuthorizer()
-		return nil
+	if config.Authentication.Authenticator != nil {
+		authenticators = append(authenticators, config.Authentication.Authenticator)
 	}
-	union, err := authorizerunion.New(
-		authorizerunion.NamedAuthorizer{AuthorizerName: "terrarun-executors", Authorizer: auth.NewAuthorizer()},
-		authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer},
-	)
+	if !creds.first {
+		authenticators = append(authenticators, executors)
+	}
+	// A task's token is checked in memory, against its run, and never sent
+	// on to the cluster's TokenReview.
+	config.Authentication.Authenticator = runtask.NewAuthenticator(runs, time.Now, authenticatorunion.New(authenticators...))
+	named := []authorizerunion.NamedAuthorizer{
+		{AuthorizerName: "terrarun-run-tasks", Authorizer: runtask.NewAuthorizer()},
+		{AuthorizerName: "terrarun-executors", Authorizer: auth.NewAuthorizer()},
+	}
+	if config.Authorization.Authorizer != nil {
+		named = append(named, authorizerunion.NamedAuthorizer{AuthorizerName: "users", Authorizer: config.Authorization.Authorizer})
+	}
+	union, err := authorizerunion.New(named...)
 	if err != nil {
 		return err
 	}

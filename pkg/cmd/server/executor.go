@@ -45,6 +45,9 @@ type ExecutorOptions struct {
 	ServerURL string
 	// CAFile verifies this server's certificate for executors; standalone mode fills it in.
 	CAFile string
+	// RunTaskCallbackURL is where run tasks reach this server; ServerURL
+	// when empty.
+	RunTaskCallbackURL string
 	// Workers is the number of run controller workers.
 	Workers int
 	// MaxConcurrentStages bounds the stages that run at once (-1: the
@@ -182,6 +185,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kind, "executor", o.Kind, "Where stages run: local (child processes of this server; the standalone default) or kubernetes (one Job per stage).")
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
+	fs.StringVar(&o.RunTaskCallbackURL, "run-task-callback-url", o.RunTaskCallbackURL, "URL at which run tasks (TerraformRunTask) reach this server: the base of the callback and plan URLs of their payloads. Default: --executor-server-url.")
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
 		"(a topology spread constraint with ScheduleAnyway), so that runs do not pile onto one node; empty: no constraint.")
@@ -441,6 +445,26 @@ func (o *ExecutorOptions) defaultEngine() terrarun.EngineBinary {
 		}
 	}
 	return terrarun.EngineTerraform
+}
+
+// secretValue reads a key of a Secret where the executor reads Secrets: the
+// host cluster's for Jobs, the data directory's files for the local
+// executor.
+func (o *ExecutorOptions) secretValue(kube kubernetes.Interface, root string) func(ctx context.Context, namespace, name, key string) ([]byte, error) {
+	if o.Kind == "local" || kube == nil {
+		return local.FileValues{Root: filepath.Join(root, "values")}.SecretValue
+	}
+	return func(ctx context.Context, namespace, name, key string) ([]byte, error) {
+		secret, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		value, ok := secret.Data[key]
+		if !ok {
+			return nil, fmt.Errorf("secret %q has no key %q", name, key)
+		}
+		return value, nil
+	}
 }
 
 // configMapData reads ConfigMaps where the executor reads them: the host

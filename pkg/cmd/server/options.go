@@ -7,6 +7,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -319,7 +320,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	if err != nil {
 		return nil, cleanup, err
 	}
-	if err := applyExecutorAuth(config, creds); err != nil {
+	if err := applyExecutorAuth(config, creds, runs); err != nil {
 		return nil, cleanup, err
 	}
 	var states *terraformrun.StateBackend
@@ -353,6 +354,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				ApplyGrace:            o.Executor.ShutdownApplyGrace,
 				Kube:                  kube,
 				ConfigMapData:         o.Executor.configMapData(kube, o.workRoot()),
+				SecretValue:           o.Executor.secretValue(kube, o.workRoot()),
+				RunTaskURL:            cmp.Or(o.Executor.RunTaskCallbackURL, executorServer),
 				Metadata:              meta,
 			},
 		},

@@ -61,6 +61,8 @@ type Options struct {
 	// phase Queued for a slot, first in first out. 0 is no bound.
 	MaxConcurrentStages             int
 	MaxConcurrentStagesPerNamespace int
+	// Tasks calls the namespaces' run tasks; nil calls none.
+	Tasks *Tasks
 }
 
 // Controller reconciles TerraformRuns.
@@ -68,7 +70,8 @@ type Controller struct {
 	client  versioned.Interface
 	lister  listers.TerraformRunLister
 	indexer cache.Indexer
-	synced  cache.InformerSynced
+	// synced are the informers a run waits for: runs and run tasks.
+	synced []cache.InformerSynced
 	// seen is the resourceVersion of the last change of runs the informer
 	// received (observedRevision).
 	seen      func() string
@@ -77,6 +80,7 @@ type Controller struct {
 	artifacts Artifacts
 	opts      Options
 	slots     slots
+	tokens    taskTokens
 }
 
 // New returns a controller for the runs of informer.
@@ -97,13 +101,18 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		client:    client,
 		lister:    informer.Lister(),
 		indexer:   informer.Informer().GetIndexer(),
-		synced:    informer.Informer().HasSynced,
+		synced:    []cache.InformerSynced{informer.Informer().HasSynced},
 		seen:      informer.Informer().LastSyncResourceVersion,
 		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformruns"}),
 		exec:      exec,
 		artifacts: store,
 		opts:      opts,
 		slots:     slots{admitted: map[string]bool{}, written: map[string]time.Time{}},
+	}
+	if t := opts.Tasks; t != nil && t.Informer != nil {
+		// Registered before the factory starts; a run planned before the
+		// tasks are known would skip them.
+		c.synced = append(c.synced, t.Informer.Informer().HasSynced)
 	}
 	if err := informer.Informer().AddIndexers(runrules.StateIndexers); err != nil {
 		return nil, err
@@ -170,7 +179,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			logger.Error(err, "Watching executions; runs are reconciled only when they change")
 		}
 	}()
-	if !cache.WaitForNamedCacheSync("terraformruns", ctx.Done(), c.synced) {
+	if !cache.WaitForNamedCacheSync("terraformruns", ctx.Done(), c.synced...) {
 		return fmt.Errorf("the terraformruns cache did not sync")
 	}
 	for i := 0; i < workers; i++ {
@@ -245,6 +254,12 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
 		}
 		if run.DeletionTimestamp == nil {
+			if run.Status.Phase == "" {
+				run.Status.Phase = v1alpha1.RunPhasePending
+			}
+			if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPrePlan); stop {
+				return wait, err
+			}
 			admitted, ahead, holder, err := c.admit(run)
 			switch {
 			case err != nil:
@@ -436,6 +451,14 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 	if st == nil {
 		// The phase says the stage runs but none is recorded: record attempt 1.
 		return c.startStage(ctx, run, stageName, 1, nil)
+	}
+	switch {
+	case stageName == v1alpha1.StageApply && st.CompletionTime != nil && runrules.Applied(run):
+		// Applied, and waiting for its PostApply run tasks.
+		return c.applied(ctx, run)
+	case stageName == v1alpha1.StagePlan && st.CompletionTime != nil && run.Spec.Operation == v1alpha1.OperationPlan && run.Status.Plan != nil:
+		// A speculative plan waiting for its PostPlan run tasks.
+		return c.planned(ctx, run, nil)
 	}
 	ex, carried := c.execution(run, st)
 	status, err := c.exec.Status(ctx, ex)
@@ -633,6 +656,13 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, ca
 		c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonNoChanges, msg)
 	}
+	if run.Spec.Operation == v1alpha1.OperationPlan {
+		// Its run tasks see it as HCP Terraform's see a speculative plan.
+		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanOnly, summary)
+		if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPostPlan); stop {
+			return wait, err
+		}
+	}
 	denied, held := c.checkPolicy(run)
 	switch {
 	case run.Spec.Operation == v1alpha1.OperationPlan:
@@ -651,9 +681,32 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, ca
 		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonPolicyDenied, "The plan was denied by policy and will not be applied.")
 		c.finish(run, v1alpha1.RunPhaseFailed, denied)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPolicyDenied, denied)
+	}
+	c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
+	tasks := c.tasksAhead(run)
+	if tasks {
+		// Its run tasks are called while it waits in AwaitingApproval
+		// (syncApproval calls planned again until the PostPlan ones have
+		// answered); an Auto run's plan execution does not go on to apply,
+		// and is refused the apply stage it waits for.
+		carrier = nil
+		if run.Status.Phase != v1alpha1.RunPhaseAwaitingApproval {
+			c.setCondition(run, v1alpha1.ConditionApproved, metav1.ConditionFalse, v1alpha1.ReasonAwaitingTasks, summary+" It can be approved once its run tasks have answered.")
+		}
+		run.Status.Phase = v1alpha1.RunPhaseAwaitingApproval
+		if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPostPlan); stop {
+			return wait, err
+		}
+	}
+	switch {
 	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && held == "" && len(runrules.PolicyApprovals(run)) == 0:
 		c.approveAuto(run)
-		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
+		if tasks {
+			// The apply waits for the PreApply run tasks, and runs as a
+			// stage of its own (syncApproval).
+			run.Status.Phase = v1alpha1.RunPhaseAwaitingApproval
+			return c.syncApproval(ctx, run)
+		}
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1, carrier)
 	default:
 		c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
@@ -745,12 +798,20 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 		// startStage ends a run being deleted instead.
 		return c.startStage(ctx, run, v1alpha1.StageApply, 1, nil)
 	}
+	if _, waiting := runrules.TasksHold(run); waiting && run.Status.Approval == nil {
+		// Its PostPlan run tasks have not all answered: planned goes on
+		// once they have.
+		return c.planned(ctx, run, nil)
+	}
 	if p := run.Status.Plan; p != nil && run.Status.Approval == nil && run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto &&
 		runrules.PolicyCleared(run, p.Digest) && len(runrules.PolicyApprovals(run)) == 0 {
 		// Its soft-mandatory failures were overridden: Auto mode approves.
 		c.approveAuto(run)
 	}
 	if p := run.Status.Plan; p != nil && runrules.Approved(run, p.Digest) {
+		if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPreApply); stop {
+			return wait, err
+		}
 		return c.startApproved(ctx, run)
 	}
 	if stale, _ := runrules.AppliedSince(run, c.sameState(run), true); stale != nil {
@@ -779,12 +840,19 @@ func (c *Controller) applied(ctx context.Context, run *v1alpha1.TerraformRun) (t
 	if p != nil {
 		msg = fmt.Sprintf("Apply complete: %d added, %d changed, %d destroyed.", p.Add, p.Change, p.Destroy)
 	}
-	if c.opts.OnApplied != nil {
-		if err := c.opts.OnApplied(ctx, run); err != nil {
-			return 0, fmt.Errorf("publishing the outputs of %s/%s: %w", run.Namespace, run.Name, err)
+	if !runrules.Applied(run) {
+		if c.opts.OnApplied != nil {
+			if err := c.opts.OnApplied(ctx, run); err != nil {
+				return 0, fmt.Errorf("publishing the outputs of %s/%s: %w", run.Namespace, run.Name, err)
+			}
 		}
+		c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied, msg)
 	}
-	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionTrue, v1alpha1.ReasonApplied, msg)
+	// The run holds its slot and its state until its PostApply run tasks
+	// have answered.
+	if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPostApply); stop {
+		return wait, err
+	}
 	c.finish(run, v1alpha1.RunPhaseSucceeded, msg)
 	return 0, c.writeStatus(ctx, run, v1alpha1.ReasonApplied, msg)
 }
@@ -865,8 +933,9 @@ func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase,
 	c.setCondition(run, v1alpha1.ConditionReady, metav1.ConditionFalse, string(phase), msg)
 }
 
-func (c *Controller) setCondition(run *v1alpha1.TerraformRun, typ string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+// setCondition sets a condition of run, and says whether it changed.
+func (c *Controller) setCondition(run *v1alpha1.TerraformRun, typ string, status metav1.ConditionStatus, reason, msg string) bool {
+	return meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: run.Generation,
 	})
 }

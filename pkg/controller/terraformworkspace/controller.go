@@ -553,7 +553,8 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 func (r *reconciler) observeResults() {
 	st := &r.ws.Status
 	applied := r.h.newest(func(run *v1alpha1.TerraformRun) bool {
-		return run.Spec.Operation == v1alpha1.OperationApply && run.Status.Phase == v1alpha1.RunPhaseSucceeded
+		// An apply that a PostApply run task then failed was applied.
+		return run.Spec.Operation == v1alpha1.OperationApply && (run.Status.Phase == v1alpha1.RunPhaseSucceeded || runrules.Finished(run) && runrules.Applied(run))
 	})
 	if applied != nil && applied.Name != st.LastAppliedRun {
 		st.LastAppliedRun = applied.Name

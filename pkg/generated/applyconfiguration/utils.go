@@ -78,6 +78,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.PolicyValidationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PolicyVariable"):
 		return &terrarunv1alpha1.PolicyVariableApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RunTaskCall"):
+		return &terrarunv1alpha1.RunTaskCallApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Source"):
 		return &terrarunv1alpha1.SourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceStatus"):
@@ -94,6 +96,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.TerraformRunSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRunStatus"):
 		return &terrarunv1alpha1.TerraformRunStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRunTask"):
+		return &terrarunv1alpha1.TerraformRunTaskApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformRunTaskSpec"):
+		return &terrarunv1alpha1.TerraformRunTaskSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspace"):
 		return &terrarunv1alpha1.TerraformWorkspaceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspaceSpec"):

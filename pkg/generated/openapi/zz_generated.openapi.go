@@ -60,6 +60,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PolicyStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_PolicyStatus(ref),
 		v1alpha1.PolicyValidation{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_PolicyValidation(ref),
 		v1alpha1.PolicyVariable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref),
+		v1alpha1.RunTaskCall{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_RunTaskCall(ref),
 		v1alpha1.Source{}.OpenAPIModelName():                             schema_pkg_apis_terrarun_v1alpha1_Source(ref),
 		v1alpha1.SourceStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref),
 		v1alpha1.StageStatus{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref),
@@ -78,6 +79,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TerraformRunSpec{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref),
 		v1alpha1.TerraformRunStateOptions{}.OpenAPIModelName():           schema_pkg_apis_terrarun_v1alpha1_TerraformRunStateOptions(ref),
 		v1alpha1.TerraformRunStatus{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref),
+		v1alpha1.TerraformRunTask{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_TerraformRunTask(ref),
+		v1alpha1.TerraformRunTaskList{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskList(ref),
+		v1alpha1.TerraformRunTaskSpec{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskSpec(ref),
 		v1alpha1.TerraformWorkspace{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspace(ref),
 		v1alpha1.TerraformWorkspaceList{}.OpenAPIModelName():             schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceList(ref),
 		v1alpha1.TerraformWorkspaceRerun{}.OpenAPIModelName():            schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceRerun(ref),
@@ -1559,6 +1563,96 @@ func schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref common.ReferenceCallba
 	}
 }
 
+func schema_pkg_apis_terrarun_v1alpha1_RunTaskCall(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunTaskCall is one call of a run task at one stage of a run, recorded by the server: the run controller when it calls, the taskresult subresource when the task answers.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"task": {
+						SchemaProps: spec.SchemaProps{
+							Description: "task is the TerraformRunTask's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"stage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "stage is the stage it was called at.\n\nPossible enum values:\n - `\"PostApply\"` runs once the apply has succeeded; the run ends when the task has answered.\n - `\"PostPlan\"` runs once the plan is recorded, before it can be approved (or applied in approval mode Auto).\n - `\"PreApply\"` runs once the plan is approved, before the apply stage starts.\n - `\"PrePlan\"` runs before the plan stage starts.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"PostApply", "PostPlan", "PreApply", "PrePlan"},
+						},
+					},
+					"enforcement": {
+						SchemaProps: spec.SchemaProps{
+							Description: "enforcement is the task's enforcement when it was called.\n\nPossible enum values:\n - `\"Advisory\"` records the failure; the run goes on.\n - `\"Mandatory\"` stops the run when the task fails, errors or times out.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Advisory", "Mandatory"},
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status is Running, Passed, Failed or Errored.\n\nPossible enum values:\n - `\"Errored\"` : the task could not be reached, refused the call, or did not answer before its deadline.\n - `\"Failed\"` : the task answered failed.\n - `\"Passed\"` : the task answered passed.\n - `\"Running\"` : called, no final answer yet.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Errored", "Failed", "Passed", "Running"},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message is what the task said, or why the call errored.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url is the task's link to its details, as it answered.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"startedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "startedAt is when the call was recorded.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"deadline": {
+						SchemaProps: spec.SchemaProps{
+							Description: "deadline is when the call errors if the task has not answered.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"completedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "completedAt is when the call got its final status.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"tokenHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tokenHash is the hex SHA-256 of the call's access token; the token itself is sent only to the task.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"task", "stage", "enforcement", "status"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2626,6 +2720,24 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 							Ref:         ref(v1alpha1.PolicyStatus{}.OpenAPIModelName()),
 						},
 					},
+					"tasks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "tasks are the calls of the namespace's TerraformRunTasks at each stage, recorded by the server (the controller when it calls, the taskresult subresource when a task answers). No status write changes them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.RunTaskCall{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"source": {
 						SchemaProps: spec.SchemaProps{
 							Description: "source records the resolved source.",
@@ -2694,7 +2806,171 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.OutputStatus{}.OpenAPIModelName(), v1alpha1.PlanSummary{}.OpenAPIModelName(), v1alpha1.PolicyStatus{}.OpenAPIModelName(), v1alpha1.SourceStatus{}.OpenAPIModelName(), v1alpha1.StageStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.OutputStatus{}.OpenAPIModelName(), v1alpha1.PlanSummary{}.OpenAPIModelName(), v1alpha1.PolicyStatus{}.OpenAPIModelName(), v1alpha1.RunTaskCall{}.OpenAPIModelName(), v1alpha1.SourceStatus{}.OpenAPIModelName(), v1alpha1.StageStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunTask(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunTask is an external service that checks runs at given stages, as HCP Terraform's run tasks do: a scanner, a cost estimator, a ticketing system. terrarun POSTs it the payload HCP Terraform sends (payload version 1), signed with the HMAC key, with a short-lived token that reads the run's redacted plan JSON and answers through the run's taskresult subresource. Results go to the run's status.tasks; a Mandatory task that fails, errors or does not answer in time stops the run.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is where the task is and when it runs.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformRunTaskSpec{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformRunTaskSpec{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunTaskList is a list of TerraformRunTasks.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "items are the run tasks.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.TerraformRunTask{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformRunTask{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformRunTaskSpec is where a run task is and when it runs.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url is where terrarun POSTs the task's payload: https, or http to a loopback address.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"hmacKey": {
+						SchemaProps: spec.SchemaProps{
+							Description: "hmacKey names the key of a Secret of the namespace whose value signs each payload (HMAC-SHA512, hex, in the X-TFC-Task-Signature header). Whoever writes the task must be allowed to get that Secret. Unsigned when unset.",
+							Ref:         ref(v1alpha1.KeySelector{}.OpenAPIModelName()),
+						},
+					},
+					"stages": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "stages are when the task runs: PrePlan, PostPlan, PreApply, PostApply.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+										Enum:   []interface{}{"PostApply", "PostPlan", "PreApply", "PrePlan"},
+									},
+								},
+							},
+						},
+					},
+					"enforcement": {
+						SchemaProps: spec.SchemaProps{
+							Description: "enforcement is what a failure does: Mandatory (the default) stops the run; Advisory records it.\n\nPossible enum values:\n - `\"Advisory\"` records the failure; the run goes on.\n - `\"Mandatory\"` stops the run when the task fails, errors or times out.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Advisory", "Mandatory"},
+						},
+					},
+					"timeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeout is how long the task has to answer at each stage; 10m by default, at most 1h. A Mandatory task that does not answer in time stops the run.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"runSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "runSelector selects the runs of the namespace the task checks by their labels; all when unset.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"url", "stages"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.KeySelector{}.OpenAPIModelName(), metav1.Duration{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName()},
 	}
 }
 

@@ -72,6 +72,10 @@ func approve(run *terrarun.TerraformRun, approval *terrarun.TerraformRunApproval
 		return conflict(run.Name, "plan %s fails soft-mandatory policy: %s; it can be approved once a user allowed to override (create on terraformruns/override) overrides it, with a justification",
 			shortDigest(approval.PlanDigest), runrules.DescribeResults(pending))
 	}
+	if msg, waiting := runrules.TasksHold(v); waiting {
+		return conflict(run.Name, "plan %s waits for its run tasks: %s It can be approved once they have answered (status.tasks shows them)",
+			shortDigest(approval.PlanDigest), msg)
+	}
 	required := runrules.RequiredApprovals(v)
 	if how, ok := runrules.Requested(v, approver); ok && required > 1 {
 		return apierrors.NewForbidden(terrarun.Resource("terraformruns/approve"), run.Name, fmt.Errorf(

@@ -35,6 +35,8 @@ type Storage struct {
 	// State and StateLock serve the state terrarun keeps for stages.
 	State     *StateREST
 	StateLock *StateLockREST
+	// TaskResult serves the run tasks' answers.
+	TaskResult *TaskResultREST
 
 	waiters *waiters
 }
@@ -164,17 +166,18 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, de
 	waits := newWaiters(deps.MaxFollowsPerUser)
 	base := connectBase{status: status, artifacts: deps.Artifacts, waiters: waits}
 	return &Storage{
-		waiters:   waits,
-		Run:       &REST{store},
-		Status:    &StatusREST{store: &statusStore},
-		Approve:   newApproveREST(status, deps.RunsOnState),
-		Override:  newOverrideREST(status),
-		Discard:   newDiscardREST(status),
-		Cancel:    newCancelREST(status),
-		Plan:      &PlanREST{connectBase: base, checkPolicy: deps.CheckPolicy},
-		Logs:      &LogsREST{connectBase: base},
-		Outputs:   &OutputsREST{connectBase: base},
-		State:     &StateREST{stateBase{connectBase: base, backend: deps.States}},
-		StateLock: &StateLockREST{stateBase{connectBase: base, backend: deps.States}},
+		waiters:    waits,
+		Run:        &REST{store},
+		Status:     &StatusREST{store: &statusStore},
+		Approve:    newApproveREST(status, deps.RunsOnState),
+		Override:   newOverrideREST(status),
+		Discard:    newDiscardREST(status),
+		Cancel:     newCancelREST(status),
+		Plan:       &PlanREST{connectBase: base, checkPolicy: deps.CheckPolicy},
+		Logs:       &LogsREST{connectBase: base},
+		Outputs:    &OutputsREST{connectBase: base},
+		State:      &StateREST{stateBase{connectBase: base, backend: deps.States}},
+		StateLock:  &StateLockREST{stateBase{connectBase: base, backend: deps.States}},
+		TaskResult: &TaskResultREST{status: status, now: time.Now},
 	}, nil
 }

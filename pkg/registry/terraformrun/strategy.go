@@ -248,6 +248,11 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	newRun.Status.Policy = oldRun.Status.Policy
 	newRun.Status.Source = oldRun.Status.Source
 	newRun.Status.Outputs = oldRun.Status.Outputs
+	// The run controller calls run tasks and records its calls, through
+	// the loopback; their answers come through taskresult.
+	if u, _ := genericapirequest.UserFrom(ctx); !terrarun.CreatesOnBehalf(u) {
+		newRun.Status.Tasks = oldRun.Status.Tasks
+	}
 	// The Approved condition is True only with an approval record.
 	if newRun.Status.Approval == nil && meta.IsStatusConditionTrue(newRun.Status.Conditions, terrarun.ConditionApproved) {
 		meta.RemoveStatusCondition(&newRun.Status.Conditions, terrarun.ConditionApproved)

@@ -183,6 +183,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	if a.GetResource().GroupResource() == terrarun.Resource("terraformworkspaces") && a.GetSubresource() == "" {
 		return p.validateWorkspace(ctx, a)
 	}
+	if task, ok := a.GetObject().(*terrarun.TerraformRunTask); ok && a.GetSubresource() == "" {
+		return deny(a, p.checkRunTask(ctx, a.GetUserInfo(), a.GetNamespace(), task))
+	}
 	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") {
 		return nil
 	}

@@ -77,11 +77,49 @@ func references(run *terrarun.TerraformRun) []reference {
 // Without an authorizer (standalone mode, where Secrets and ConfigMaps are the
 // server's own files) it checks nothing.
 func (p *Plugin) checkReferences(ctx context.Context, u user.Info, namespace string, run *terrarun.TerraformRun) []violation {
+	var vs []violation
+	for _, r := range p.refused(ctx, u, namespace, references(run)) {
+		vs = append(vs, violation{r.path, fmt.Sprintf(
+			"user %q may not %s %s in namespace %q%s, and a run may use only what its creator may: the run would use %s with the server's authority; get that permission, or name something you may use",
+			userName(u), r.verb, r.target, namespace, r.detail, r.what)})
+	}
+	return vs
+}
+
+// checkRunTask asks the authorizer whether u, who writes task, may get the
+// Secret of its HMAC key, which the server reads to sign the task's calls.
+func (p *Plugin) checkRunTask(ctx context.Context, u user.Info, namespace string, task *terrarun.TerraformRunTask) []violation {
+	k := task.Spec.HMACKey
+	if k == nil {
+		return nil
+	}
+	ref := reference{path: field.NewPath("spec", "hmacKey", "name"), verb: "get", resource: "secrets", name: k.Name, what: fmt.Sprintf("Secret %q", k.Name)}
+	var vs []violation
+	for _, r := range p.refused(ctx, u, namespace, []reference{ref}) {
+		vs = append(vs, violation{r.path, fmt.Sprintf(
+			"user %q may not %s %s in namespace %q%s, and a run task may use only what whoever writes it may: the server would read %s to sign its calls; get that permission, or name a Secret you may read",
+			userName(u), r.verb, r.target, namespace, r.detail, r.what)})
+	}
+	return vs
+}
+
+// refusal is a reference its user may not use: target names what it
+// would use, detail why not.
+type refusal struct {
+	reference
+	target, detail string
+}
+
+// refused asks the authorizer, as a SubjectAccessReview for u would,
+// whether u may do each of refs in namespace, and returns those it may
+// not. Without an authorizer (standalone mode, where Secrets and
+// ConfigMaps are the server's own files) it refuses nothing.
+func (p *Plugin) refused(ctx context.Context, u user.Info, namespace string, refs []reference) []refusal {
 	if p.authorizer == nil {
 		return nil
 	}
-	var vs []violation
-	for _, ref := range references(run) {
+	var refusals []refusal
+	for _, ref := range refs {
 		attrs := authorizer.AttributesRecord{
 			User:            u,
 			Verb:            ref.verb,
@@ -96,25 +134,22 @@ func (p *Plugin) checkReferences(ctx context.Context, u user.Info, namespace str
 		if decision == authorizer.DecisionAllow {
 			continue
 		}
-		why := ""
+		r := refusal{reference: ref, target: ref.resource}
 		switch {
 		case err != nil:
-			why = fmt.Sprintf(" (the check failed: %v; retry)", err)
+			r.detail = fmt.Sprintf(" (the check failed: %v; retry)", err)
 		case reason != "":
-			why = " (" + reason + ")"
+			r.detail = " (" + reason + ")"
 		}
-		target := ref.resource
 		if ref.subresource != "" {
-			target += "/" + ref.subresource
+			r.target += "/" + ref.subresource
 		}
 		if ref.name != "" {
-			target += " " + fmt.Sprintf("%q", ref.name)
+			r.target += " " + fmt.Sprintf("%q", ref.name)
 		}
-		vs = append(vs, violation{ref.path, fmt.Sprintf(
-			"user %q may not %s %s in namespace %q%s, and a run may use only what its creator may: the run would use %s with the server's authority; get that permission, or name something you may use",
-			userName(u), ref.verb, target, namespace, why, ref.what)})
+		refusals = append(refusals, r)
 	}
-	return vs
+	return refusals
 }
 
 // checkAllowedLists enforces allowedImages, allowedServiceAccounts and

@@ -216,3 +216,35 @@ func TestWorkspaceIsCheckedAsItsRuns(t *testing.T) {
 	labeled.Labels = map[string]string{"team": "a"}
 	checkResult(t, p.Validate(context.Background(), attrs(labeled, ws, admission.Update), nil))
 }
+
+// TestRunTaskKeyIsTheWritersToRead: whoever writes a TerraformRunTask must be
+// allowed to get the Secret of its HMAC key, which the server reads to sign
+// the task's calls; a task without a key asks nothing.
+func TestRunTaskKeyIsTheWritersToRead(t *testing.T) {
+	gvr := terrarun.SchemeGroupVersion.WithResource("terraformruntasks")
+	gvk := terrarun.SchemeGroupVersion.WithKind("TerraformRunTask")
+	task := &terrarun.TerraformRunTask{
+		ObjectMeta: metav1.ObjectMeta{Name: "scanner", Namespace: "dev"},
+		Spec: terrarun.TerraformRunTaskSpec{URL: "https://scanner.example", Stages: []terrarun.RunTaskStage{terrarun.RunTaskPostPlan},
+			HMACKey: &terrarun.KeySelector{Name: "scanner-hmac", Key: "key"}},
+	}
+	attrs := func(task *terrarun.TerraformRunTask, op admission.Operation) admission.Attributes {
+		return admission.NewAttributesRecord(task, nil, gvk, task.Namespace, task.Name, gvr, "", op, nil, false, alice)
+	}
+	g := &grants{allowed: map[string]bool{}}
+	p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	for _, op := range []admission.Operation{admission.Create, admission.Update} {
+		checkResult(t, p.Validate(context.Background(), attrs(task, op), nil),
+			`spec.hmacKey.name: user "alice" may not get secrets "scanner-hmac" in namespace "dev" (no RBAC policy matched), and a run task may use only what whoever writes it may`)
+	}
+	g.allowed["alice get secrets/scanner-hmac"] = true
+	checkResult(t, p.Validate(context.Background(), attrs(task, admission.Create), nil))
+	unsigned := task.DeepCopy()
+	unsigned.Spec.HMACKey = nil
+	g.asked = nil
+	checkResult(t, p.Validate(context.Background(), attrs(unsigned, admission.Create), nil))
+	if len(g.asked) != 0 {
+		t.Errorf("a task without a key asked %q", g.asked)
+	}
+}

@@ -228,6 +228,12 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 			// Defaulted when empty.
 			v.Enforcement = pick(c, terrarun.EnforcementAdvisory, terrarun.EnforcementSoftMandatory, terrarun.EnforcementHardMandatory)
 		},
+		func(s *terrarun.TerraformRunTaskSpec, c randfill.Continue) {
+			c.FillNoCustom(s)
+			// Defaulted when empty.
+			s.Enforcement = pick(c, terrarun.RunTaskMandatory, terrarun.RunTaskAdvisory)
+			s.Timeout = &metav1.Duration{Duration: time.Duration(1+c.Int63n(3600)) * time.Second}
+		},
 		func(j *terrarun.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
 		func(j *v1alpha1.JSON, c randfill.Continue) { j.Raw = jsonValue(c) },
 		func(o *terrarun.OutputStatus, c randfill.Continue) {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -29,5 +30,16 @@ func SetDefaults_TerraformRunSpec(obj *TerraformRunSpec) {
 func SetDefaults_PolicyValidation(obj *PolicyValidation) {
 	if obj.Enforcement == "" {
 		obj.Enforcement = EnforcementHardMandatory
+	}
+}
+
+// SetDefaults_TerraformRunTaskSpec makes a run task Mandatory with a timeout
+// of 10m unless it says otherwise: a task that forgets to say blocks.
+func SetDefaults_TerraformRunTaskSpec(obj *TerraformRunTaskSpec) {
+	if obj.Enforcement == "" {
+		obj.Enforcement = RunTaskMandatory
+	}
+	if obj.Timeout == nil {
+		obj.Timeout = &metav1.Duration{Duration: DefaultRunTaskTimeout}
 	}
 }

@@ -43,6 +43,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformPolicy{},
 		&TerraformPolicyList{},
 		&TerraformRunOverride{},
+		&TerraformRunTask{},
+		&TerraformRunTaskList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -477,6 +477,13 @@ type TerraformRunStatus struct {
 	// failures (the override subresource). No status write changes it.
 	// +optional
 	Policy *PolicyStatus `json:"policy,omitempty" protobuf:"bytes,13,opt,name=policy"`
+	// tasks are the calls of the namespace's TerraformRunTasks at each
+	// stage, recorded by the server (the controller when it calls, the
+	// taskresult subresource when a task answers). No status write changes
+	// them.
+	// +optional
+	// +listType=atomic
+	Tasks []RunTaskCall `json:"tasks,omitempty" protobuf:"bytes,14,rep,name=tasks"`
 	// source records the resolved source.
 	// +optional
 	Source *SourceStatus `json:"source,omitempty" protobuf:"bytes,7,opt,name=source"`

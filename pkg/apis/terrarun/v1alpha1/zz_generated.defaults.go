@@ -33,6 +33,8 @@ func RegisterDefaults(scheme *runtime.Scheme) error {
 	scheme.AddTypeDefaultingFunc(&TerraformPolicyList{}, func(obj interface{}) { SetObjectDefaults_TerraformPolicyList(obj.(*TerraformPolicyList)) })
 	scheme.AddTypeDefaultingFunc(&TerraformRun{}, func(obj interface{}) { SetObjectDefaults_TerraformRun(obj.(*TerraformRun)) })
 	scheme.AddTypeDefaultingFunc(&TerraformRunList{}, func(obj interface{}) { SetObjectDefaults_TerraformRunList(obj.(*TerraformRunList)) })
+	scheme.AddTypeDefaultingFunc(&TerraformRunTask{}, func(obj interface{}) { SetObjectDefaults_TerraformRunTask(obj.(*TerraformRunTask)) })
+	scheme.AddTypeDefaultingFunc(&TerraformRunTaskList{}, func(obj interface{}) { SetObjectDefaults_TerraformRunTaskList(obj.(*TerraformRunTaskList)) })
 	scheme.AddTypeDefaultingFunc(&TerraformWorkspace{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspace(obj.(*TerraformWorkspace)) })
 	scheme.AddTypeDefaultingFunc(&TerraformWorkspaceList{}, func(obj interface{}) { SetObjectDefaults_TerraformWorkspaceList(obj.(*TerraformWorkspaceList)) })
 	return nil
@@ -60,6 +62,17 @@ func SetObjectDefaults_TerraformRunList(in *TerraformRunList) {
 	for i := range in.Items {
 		a := &in.Items[i]
 		SetObjectDefaults_TerraformRun(a)
+	}
+}
+
+func SetObjectDefaults_TerraformRunTask(in *TerraformRunTask) {
+	SetDefaults_TerraformRunTaskSpec(&in.Spec)
+}
+
+func SetObjectDefaults_TerraformRunTaskList(in *TerraformRunTaskList) {
+	for i := range in.Items {
+		a := &in.Items[i]
+		SetObjectDefaults_TerraformRunTask(a)
 	}
 }
 

@@ -142,6 +142,11 @@ func (in PolicyVariable) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunTaskCall) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.RunTaskCall"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Source) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.Source"
 }
@@ -229,6 +234,21 @@ func (in TerraformRunStateOptions) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TerraformRunStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.TerraformRunStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunTask) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunTask"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunTaskList) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunTaskList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformRunTaskSpec) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformRunTaskSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -59,6 +59,16 @@ var schemaYAML = typed.YAMLObject(`types:
     elementType:
       namedType: __untyped_deduced_
     elementRelationship: separable
+- name: com.github.terrarun.terrarun.pkg.apis.terrarun.v1alpha1.TerraformRunTask
+  scalar: untyped
+  list:
+    elementType:
+      namedType: __untyped_atomic_
+    elementRelationship: atomic
+  map:
+    elementType:
+      namedType: __untyped_deduced_
+    elementRelationship: separable
 - name: com.github.terrarun.terrarun.pkg.apis.terrarun.v1alpha1.TerraformWorkspace
   scalar: untyped
   list:

@@ -57,6 +57,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformruns"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformRuns().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("terraformruntasks"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformRunTasks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformworkspaces"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformWorkspaces().Informer()}, nil
 

@@ -50,6 +50,11 @@ type TerraformRunStatusApplyConfiguration struct {
 	// the server with the plan, and the overrides of its soft-mandatory
 	// failures (the override subresource). No status write changes it.
 	Policy *PolicyStatusApplyConfiguration `json:"policy,omitempty"`
+	// tasks are the calls of the namespace's TerraformRunTasks at each
+	// stage, recorded by the server (the controller when it calls, the
+	// taskresult subresource when a task answers). No status write changes
+	// them.
+	Tasks []RunTaskCallApplyConfiguration `json:"tasks,omitempty"`
 	// source records the resolved source.
 	Source *SourceStatusApplyConfiguration `json:"source,omitempty"`
 	// stages lists every stage execution, oldest first.
@@ -134,6 +139,19 @@ func (b *TerraformRunStatusApplyConfiguration) WithApprovals(values ...*Approval
 // If called multiple times, the Policy field is set to the value of the last call.
 func (b *TerraformRunStatusApplyConfiguration) WithPolicy(value *PolicyStatusApplyConfiguration) *TerraformRunStatusApplyConfiguration {
 	b.Policy = value
+	return b
+}
+
+// WithTasks adds the given value to the Tasks field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tasks field.
+func (b *TerraformRunStatusApplyConfiguration) WithTasks(values ...*RunTaskCallApplyConfiguration) *TerraformRunStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithTasks")
+		}
+		b.Tasks = append(b.Tasks, *values[i])
+	}
 	return b
 }
 

@@ -30,6 +30,14 @@ type TerraformRunListerExpansion interface{}
 // TerraformRunNamespaceLister.
 type TerraformRunNamespaceListerExpansion interface{}
 
+// TerraformRunTaskListerExpansion allows custom methods to be added to
+// TerraformRunTaskLister.
+type TerraformRunTaskListerExpansion interface{}
+
+// TerraformRunTaskNamespaceListerExpansion allows custom methods to be added to
+// TerraformRunTaskNamespaceLister.
+type TerraformRunTaskNamespaceListerExpansion interface{}
+
 // TerraformWorkspaceListerExpansion allows custom methods to be added to
 // TerraformWorkspaceLister.
 type TerraformWorkspaceListerExpansion interface{}

@@ -28,6 +28,8 @@ type Interface interface {
 	TerraformPolicies() TypedTerraformPolicyInformer
 	// TerraformRuns returns a TerraformRunInformer.
 	TerraformRuns() TypedTerraformRunInformer
+	// TerraformRunTasks returns a TerraformRunTaskInformer.
+	TerraformRunTasks() TypedTerraformRunTaskInformer
 	// TerraformWorkspaces returns a TerraformWorkspaceInformer.
 	TerraformWorkspaces() TypedTerraformWorkspaceInformer
 }
@@ -51,6 +53,11 @@ func (v *version) TerraformPolicies() TypedTerraformPolicyInformer {
 // TerraformRuns returns a TypedTerraformRunInformer.
 func (v *version) TerraformRuns() TypedTerraformRunInformer {
 	return &terraformRunInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// TerraformRunTasks returns a TypedTerraformRunTaskInformer.
+func (v *version) TerraformRunTasks() TypedTerraformRunTaskInformer {
+	return &terraformRunTaskInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // TerraformWorkspaces returns a TypedTerraformWorkspaceInformer.

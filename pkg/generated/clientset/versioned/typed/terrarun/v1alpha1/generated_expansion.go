@@ -22,4 +22,6 @@ type TerraformPolicyExpansion interface{}
 
 type TerraformRunExpansion interface{}
 
+type TerraformRunTaskExpansion interface{}
+
 type TerraformWorkspaceExpansion interface{}

@@ -30,6 +30,7 @@ type TerrarunV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	TerraformPoliciesGetter
 	TerraformRunsGetter
+	TerraformRunTasksGetter
 	TerraformWorkspacesGetter
 }
 
@@ -44,6 +45,10 @@ func (c *TerrarunV1alpha1Client) TerraformPolicies() TerraformPolicyInterface {
 
 func (c *TerrarunV1alpha1Client) TerraformRuns(namespace string) TerraformRunInterface {
 	return newTerraformRuns(c, namespace)
+}
+
+func (c *TerrarunV1alpha1Client) TerraformRunTasks(namespace string) TerraformRunTaskInterface {
+	return newTerraformRunTasks(c, namespace)
 }
 
 func (c *TerrarunV1alpha1Client) TerraformWorkspaces(namespace string) TerraformWorkspaceInterface {

@@ -36,6 +36,10 @@ func (c *FakeTerrarunV1alpha1) TerraformRuns(namespace string) v1alpha1.Terrafor
 	return newFakeTerraformRuns(c, namespace)
 }
 
+func (c *FakeTerrarunV1alpha1) TerraformRunTasks(namespace string) v1alpha1.TerraformRunTaskInterface {
+	return newFakeTerraformRunTasks(c, namespace)
+}
+
 func (c *FakeTerrarunV1alpha1) TerraformWorkspaces(namespace string) v1alpha1.TerraformWorkspaceInterface {
 	return newFakeTerraformWorkspaces(c, namespace)
 }
