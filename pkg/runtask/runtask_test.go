@@ -60,7 +60,7 @@ func TestParseResult(t *testing.T) {
 	for body, want := range map[string]string{
 		`not json`: "not a JSON:API task-results document",
 		`{"data":{"type":"runs","attributes":{"status":"passed"}}}`:                           "data.type",
-		`{"data":{"type":"task-results","attributes":{"status":"ok"}}}`:                        "data.attributes.status",
+		`{"data":{"type":"task-results","attributes":{"status":"ok"}}}`:                       "data.attributes.status",
 		`{"data":{"type":"task-results","attributes":{"status":"passed","url":"file:///x"}}}`: "data.attributes.url",
 	} {
 		if _, err := ParseResult([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
