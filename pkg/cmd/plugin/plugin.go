@@ -308,8 +308,12 @@ func (o *options) approveCommand() *cobra.Command {
 			fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
 		}
 		writePolicy(o.streams.Out, run)
+		writeTasks(o.streams.Out, run)
 		fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
 		fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
+		if held, waiting := runrules.TasksHold(run); waiting {
+			return fmt.Errorf("not approved: the plan waits for its run tasks, and the server refuses approvals until they have answered: %s Approve again once they have (kubectl terrarun plan %s -n %s shows them)", cell(held), run.Name, ns)
+		}
 		if policyHold(run) == v1alpha1.ReasonPolicyOverrideRequired {
 			return fmt.Errorf("not approved: a SoftMandatory policy check failed, and the server refuses approvals until someone allowed to override it (create on terraformruns/override; not whoever requested the run) runs: %s; then approve again", overrideCommand(run.Name, ns))
 		}

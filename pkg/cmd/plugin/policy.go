@@ -181,21 +181,25 @@ func overrideCommand(name, ns string) string {
 	return fmt.Sprintf(`kubectl terrarun override %s -n %s --justification "..."`, name, ns)
 }
 
-// printPlanPolicy prints, after a run's plan, what the policies said of it.
-// The plan is printed already: a run that cannot be read is a warning.
+// printPlanPolicy prints, after a run's plan, what the policies and the run
+// tasks said of it. The plan is printed already: a run that cannot be read
+// is a warning.
 func (o *options) printPlanPolicy(ctx context.Context, cs versioned.Interface, ns, name string) {
 	run, err := cs.TerrarunV1alpha1().TerraformRuns(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		fmt.Fprintf(o.streams.ErrOut, "warning: the plan's policy results are not shown: %v\n", err)
+		fmt.Fprintf(o.streams.ErrOut, "warning: the plan's policy and run task results are not shown: %v\n", err)
 		return
 	}
-	if !policyMatched(run) {
-		return
+	if policyMatched(run) {
+		fmt.Fprintln(o.streams.Out)
+		writePolicy(o.streams.Out, run)
+		if v := policyVerdict(run, ns); v != "" {
+			fmt.Fprintln(o.streams.Out, v)
+		}
 	}
-	fmt.Fprintln(o.streams.Out)
-	writePolicy(o.streams.Out, run)
-	if v := policyVerdict(run, ns); v != "" {
-		fmt.Fprintln(o.streams.Out, v)
+	if len(run.Status.Tasks) > 0 {
+		fmt.Fprintln(o.streams.Out)
+		writeTasks(o.streams.Out, run)
 	}
 }
 

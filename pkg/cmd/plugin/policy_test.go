@@ -141,7 +141,7 @@ func TestPlanPolicy(t *testing.T) {
 			run: status(http.StatusForbidden, metav1.StatusReasonForbidden,
 				`terraformruns.terrarun.dev "web-1" is forbidden: User "alice" cannot get resource "terraformruns" in API group "terrarun.dev" in the namespace "team-a"`),
 			stdout: planText,
-			stderr: []string{`warning: the plan's policy results are not shown: terraformruns.terrarun.dev "web-1" is forbidden: User "alice" cannot get resource "terraformruns"`},
+			stderr: []string{`warning: the plan's policy and run task results are not shown: terraformruns.terrarun.dev "web-1" is forbidden: User "alice" cannot get resource "terraformruns"`},
 			gets:   1,
 		},
 		{
