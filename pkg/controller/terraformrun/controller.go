@@ -683,7 +683,8 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, ca
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonPolicyDenied, denied)
 	}
 	c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, summary)
-	tasks := c.tasksAhead(run)
+	// Calls already made count even if their task is gone since.
+	tasks := c.tasksAhead(run) || calledAt(run, v1alpha1.RunTaskPostPlan)
 	if tasks {
 		// Its run tasks are called while it waits in AwaitingApproval
 		// (syncApproval calls planned again until the PostPlan ones have
@@ -920,6 +921,7 @@ func (c *Controller) closeLogs(ctx context.Context, run *v1alpha1.TerraformRun, 
 // finish ends the run in phase, with the conditions that tools wait on: a
 // Job's Complete or Failed, and Ready.
 func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase, msg string) {
+	c.endCalls(run, phase)
 	now := metav1.NewTime(c.opts.Clock.Now())
 	run.Status.Phase = phase
 	run.Status.Message = msg

@@ -32,21 +32,31 @@ type Tasks struct {
 	// CallbackURL is the base URL at which tasks reach this server, for the
 	// payload's callback and plan URLs.
 	CallbackURL string
-	// Client sends the payloads; nil is a client with a 30s timeout.
-	Client *http.Client
 }
 
 // maxSendTime bounds the POST of one payload; the task answers later,
 // through the callback.
 const maxSendTime = 30 * time.Second
 
+// noRedirects sends payloads: a redirect is not followed (the payload
+// carries the call's token, for spec.url only), and answers the call as a
+// refusal.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // taskTokens holds the access tokens of the calls recorded and not sent
 // yet, by run and token hash. A token is sent only once the write that
-// records its hash is stored, so that the task can use it at once; a token
-// lost with the leader is never sent, and its call errors at its deadline.
+// records its hash is stored, and the controller has seen it, so that the
+// task can use it at once; a token lost with the leader is never sent, and
+// its call errors at its deadline. A token whose call was never stored (its
+// write failed) is forgotten after the longest timeout.
 type taskTokens struct {
 	mu     sync.Mutex
-	tokens map[string]map[string]string
+	tokens map[string]map[string]heldToken
+}
+
+type heldToken struct {
+	token string
+	made  time.Time
 }
 
 // matchingTasks returns the run tasks of run's namespace that run at stage
@@ -81,6 +91,22 @@ func (c *Controller) matchingTasks(run *v1alpha1.TerraformRun, stage v1alpha1.Ru
 // waits for them.
 func (c *Controller) tasksAhead(run *v1alpha1.TerraformRun) bool {
 	return len(c.matchingTasks(run, v1alpha1.RunTaskPostPlan)) > 0 || len(c.matchingTasks(run, v1alpha1.RunTaskPreApply)) > 0
+}
+
+// calledAt says whether run has calls at stage.
+func calledAt(run *v1alpha1.TerraformRun, stage v1alpha1.RunTaskStage) bool {
+	return slices.ContainsFunc(run.Status.Tasks, func(c v1alpha1.RunTaskCall) bool { return c.Stage == stage })
+}
+
+// endCalls ends the calls of run still Running when the run ends: their
+// tokens are worth nothing from then on.
+func (c *Controller) endCalls(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase) {
+	now := c.opts.Clock.Now()
+	for i := range run.Status.Tasks {
+		if call := &run.Status.Tasks[i]; call.Status == v1alpha1.RunTaskRunning {
+			completeCall(call, v1alpha1.RunTaskErrored, fmt.Sprintf("The run ended %s before the task answered.", phase), now)
+		}
+	}
 }
 
 func findCall(run *v1alpha1.TerraformRun, task string, stage v1alpha1.RunTaskStage) *v1alpha1.RunTaskCall {
@@ -120,7 +146,7 @@ func (c *Controller) gateTasks(ctx context.Context, run *v1alpha1.TerraformRun, 
 			Task: t.Name, Stage: stage, Enforcement: t.Spec.Enforcement, Status: v1alpha1.RunTaskRunning,
 			Message: "Called.", StartedAt: &started, Deadline: &deadline, TokenHash: hash,
 		})
-		c.tokens.add(runKey(run), hash, token)
+		c.tokens.add(runKey(run), hash, token, now)
 		changed = true
 	}
 	var pending, failed, names, advisory []string
@@ -198,34 +224,44 @@ func completeCall(call *v1alpha1.RunTaskCall, status v1alpha1.RunTaskCallStatus,
 	}
 }
 
-func (t *taskTokens) add(run, hash, token string) {
+func (t *taskTokens) add(run, hash, token string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tokens == nil {
-		t.tokens = map[string]map[string]string{}
+		t.tokens = map[string]map[string]heldToken{}
 	}
 	if t.tokens[run] == nil {
-		t.tokens[run] = map[string]string{}
+		t.tokens[run] = map[string]heldToken{}
 	}
-	t.tokens[run][hash] = token
+	t.tokens[run][hash] = heldToken{token: token, made: now}
 }
 
-// take returns the tokens held for run's calls that are Running as stored
-// in run, and forgets them, and those of calls that were never stored.
-func (t *taskTokens) take(run *v1alpha1.TerraformRun) map[string]string {
+// take returns, and forgets, the tokens held for run's calls that are
+// Running as run (read from the cache) records them. It keeps the others,
+// whose write the cache may not show yet, until the longest timeout has
+// passed.
+func (t *taskTokens) take(run *v1alpha1.TerraformRun, now time.Time) map[string]string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	held := t.tokens[runKey(run)]
 	if len(held) == 0 {
 		return nil
 	}
-	delete(t.tokens, runKey(run))
 	taken := map[string]string{}
 	for i := range run.Status.Tasks {
 		call := &run.Status.Tasks[i]
-		if token, ok := held[call.TokenHash]; ok && call.Status == v1alpha1.RunTaskRunning {
-			taken[call.TokenHash] = token
+		if h, ok := held[call.TokenHash]; ok && call.Status == v1alpha1.RunTaskRunning {
+			taken[call.TokenHash] = h.token
+			delete(held, call.TokenHash)
 		}
+	}
+	for hash, h := range held {
+		if now.Sub(h.made) > v1alpha1.MaxRunTaskTimeout {
+			delete(held, hash)
+		}
+	}
+	if len(held) == 0 {
+		delete(t.tokens, runKey(run))
 	}
 	return taken
 }
@@ -233,7 +269,7 @@ func (t *taskTokens) take(run *v1alpha1.TerraformRun) map[string]string {
 // sendRecorded sends the payloads of run's calls that are recorded, as run
 // was read from the cache, and not sent yet.
 func (c *Controller) sendRecorded(ctx context.Context, run *v1alpha1.TerraformRun) {
-	for hash, token := range c.tokens.take(run) {
+	for hash, token := range c.tokens.take(run, c.opts.Clock.Now()) {
 		for i := range run.Status.Tasks {
 			if call := run.Status.Tasks[i]; call.TokenHash == hash {
 				go c.send(ctx, run.DeepCopy(), call, token)
@@ -256,13 +292,11 @@ func (c *Controller) send(ctx context.Context, run *v1alpha1.TerraformRun, call 
 				return fmt.Errorf("its HMAC key (key %q of Secret %q, spec.hmacKey) cannot be read: %v", k.Key, k.Name, err)
 			}
 		}
-		client := c.opts.Tasks.Client
-		if client == nil {
-			client = &http.Client{Timeout: maxSendTime}
-		}
-		sendCtx, cancel := context.WithDeadline(ctx, call.Deadline.Time)
+		// The POST must end by the call's deadline, and soon: the task
+		// answers later, through the callback.
+		sendCtx, cancel := context.WithTimeout(ctx, min(call.Deadline.Sub(c.opts.Clock.Now()), maxSendTime))
 		defer cancel()
-		if err := runtask.Send(sendCtx, client, task.Spec.URL, key, runtask.NewPayload(run, &call, token, c.opts.Tasks.CallbackURL)); err != nil {
+		if err := runtask.Send(sendCtx, noRedirects, task.Spec.URL, key, runtask.NewPayload(run, &call, token, c.opts.Tasks.CallbackURL)); err != nil {
 			return fmt.Errorf("calling %s: %v", task.Spec.URL, err)
 		}
 		return nil
