@@ -36,6 +36,9 @@ type artifactMeta struct {
 	Size       int64  `json:"size"`
 	SHA256     string `json:"sha256"`
 	Truncated  bool   `json:"truncated,omitempty"`
+	// Object names the object that holds the artifact in the object store
+	// (Options.Objects); empty when its chunks are in etcd.
+	Object string `json:"object,omitempty"`
 }
 
 func (m artifactMeta) public() Meta {
@@ -116,8 +119,10 @@ func (s *Store) PutAll(ctx context.Context, run RunRef, next func() (Kind, io.Re
 		u.cleanup()
 		return nil, err
 	}
-	// The generations replaced go in one more transaction.
+	// The generations replaced go in one more transaction, and their
+	// objects after it.
 	var deletes []clientv3.Op
+	var replaced []string
 	for i, p := range u.parts {
 		kvs := resp.Responses[2*i].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
@@ -132,6 +137,12 @@ func (s *Store) PutAll(ctx context.Context, run RunRef, next func() (Kind, io.Re
 		if old.Generation != "" && old.Generation != p.meta.Generation && old.Chunks > 0 {
 			deletes = append(deletes, clientv3.OpDelete(p.keys.genPrefix(old.Generation), clientv3.WithPrefix()))
 		}
+		if old.Object != "" && old.Object != p.meta.Object && s.objects != nil {
+			replaced = append(replaced, old.Object)
+		}
+	}
+	if len(replaced) > 0 {
+		defer s.deleteObjects(ctx, replaced)
 	}
 	if len(deletes) > 0 {
 		if _, err := s.client.Txn(ctx).Then(deletes...).Commit(); err != nil {
@@ -162,6 +173,8 @@ type upload struct {
 	// one of prefixes (every part's new generation, as it is started).
 	written  bool
 	prefixes []string
+	// objects are the objects written for the parts (Options.Objects).
+	objects []string
 }
 
 // uploadPart is one artifact of an upload.
@@ -210,6 +223,13 @@ func (u *upload) readPart(kind Kind, r io.Reader) (uploadPart, error) {
 		return uploadPart{}, err
 	}
 	p := uploadPart{kind: kind, keys: keys, genPrefix: keys.genPrefix(gen)}
+	if u.s.objects != nil {
+		p.meta.Generation = gen
+		if p, err = u.readPartToObject(p, limit, r); err != nil {
+			return uploadPart{}, err
+		}
+		return u.sealMeta(p)
+	}
 	u.prefixes = append(u.prefixes, p.genPrefix)
 	h := sha256.New()
 	var stored, chunks int64
@@ -263,11 +283,16 @@ func (u *upload) readPart(kind Kind, r io.Reader) (uploadPart, error) {
 		}
 	}
 	p.meta = artifactMeta{Generation: gen, Chunks: chunks, Size: stored, SHA256: hashString(h), Truncated: truncated}
+	return u.sealMeta(p)
+}
+
+// sealMeta seals the meta of p, to be committed.
+func (u *upload) sealMeta(p uploadPart) (uploadPart, error) {
 	raw, err := json.Marshal(p.meta)
 	if err != nil {
 		return uploadPart{}, err
 	}
-	if p.sealed, err = u.s.seal(u.ctx, keys.meta, raw); err != nil {
+	if p.sealed, err = u.s.seal(u.ctx, p.keys.meta, raw); err != nil {
 		return uploadPart{}, err
 	}
 	return p, nil
@@ -345,8 +370,12 @@ func (u *upload) kinds() string {
 	return strings.Join(names, ", ")
 }
 
-// cleanup deletes the chunks written ahead of a commit that did not happen.
+// cleanup deletes the chunks written ahead of a commit that did not happen,
+// and the objects.
 func (u *upload) cleanup() {
+	if u.s.objects != nil {
+		u.s.deleteObjects(u.ctx, u.objects)
+	}
 	if !u.written {
 		return
 	}
@@ -431,6 +460,13 @@ func (s *Store) Get(ctx context.Context, run RunRef, kind Kind) (io.ReadCloser, 
 	m, rev, err := s.readArtifactMeta(ctx, run, kind, keys)
 	if err != nil {
 		return nil, Meta{}, err
+	}
+	if m.Object != "" {
+		if s.objects == nil {
+			return nil, Meta{}, fmt.Errorf("artifacts: %s of run %s is in the object store (object %s), and this server has none configured (--artifact-store)", kind, run, m.Object)
+		}
+		rc, err := s.getObject(ctx, fmt.Sprintf("%s of run %s", kind, run), m)
+		return rc, m.public(), err
 	}
 	batch := int64(readBatchBytes / s.chunkSize)
 	if batch < 1 {

@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"k8s.io/apiserver/pkg/storage/value"
+
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
 )
 
 const (
@@ -152,6 +154,9 @@ type Options struct {
 	// to, counted from the first write of the run; default 720h. etcd rounds
 	// it up to whole seconds and to its minimum lease TTL.
 	Retention time.Duration
+	// Objects, when set, keeps the plan parts and the outputs in an object
+	// store, and etcd their metas only; logs stay in etcd.
+	Objects *objectstore.Store
 	// ChunkSize is the size of the chunks that artifacts and logs are split
 	// into; default 256 KiB. Values above 1 MiB are lowered to 1 MiB to stay
 	// well under etcd's 1.5 MiB request limit.
@@ -168,6 +173,8 @@ type Store struct {
 	limits      Limits
 	retention   time.Duration
 	chunkSize   int
+	// objects holds the plan parts and outputs; nil: etcd does.
+	objects *objectstore.Store
 
 	mu       sync.Mutex
 	leases   map[string]clientv3.LeaseID // run base key -> lease
@@ -189,6 +196,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 		limits:      opts.Limits.withDefaults(),
 		retention:   opts.Retention,
 		chunkSize:   opts.ChunkSize,
+		objects:     opts.Objects,
 		leases:      map[string]clientv3.LeaseID{},
 		logMetas:    map[string]cachedLogMeta{},
 	}
@@ -346,6 +354,12 @@ func (s *Store) DeleteRun(ctx context.Context, run RunRef) error {
 	}
 	s.forgetLease(base, 0)
 	s.forgetRunUsage(run)
+	if s.objects != nil {
+		// No meta names them any more.
+		if err := s.deleteRunObjects(ctx, run); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	for k := range s.logMetas {
 		if len(k) >= len(base) && k[:len(base)] == base {

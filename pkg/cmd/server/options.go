@@ -65,6 +65,8 @@ type Options struct {
 	AdmissionPolicyDir string
 	// Executor configures how runs execute.
 	Executor *ExecutorOptions
+	// Artifacts say where plan parts and outputs are kept.
+	Artifacts ArtifactStoreOptions
 	// MaxFollowsPerUser caps the log follows and plan waits one user holds
 	// open on one server.
 	MaxFollowsPerUser int
@@ -123,6 +125,7 @@ func NewOptions(out io.Writer) *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
 	o.Executor.AddFlags(fs)
+	o.Artifacts.AddFlags(fs)
 	// The generic server's feature gates, such as CBORServingAndStorage
 	// (CBOR besides JSON and YAML).
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fs)
@@ -174,6 +177,7 @@ func (o *Options) Validate() error {
 	if o.MaxFollowsPerUser < 1 {
 		errs = append(errs, fmt.Errorf("--max-follows-per-user must be at least 1, not %d", o.MaxFollowsPerUser))
 	}
+	errs = append(errs, o.Artifacts.Validate()...)
 	if o.ListCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("--list-cache-bytes must be 0 (no cache) or more, not %d", o.ListCacheBytes))
 	}
@@ -296,7 +300,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		return nil, cleanup, err
 	}
 	cleanups = append(cleanups, func() { _ = etcdClient.Close() })
-	store, err := newArtifactStore(ctx, recommended.Etcd, o.Executor, etcdClient)
+	store, err := newArtifactStore(ctx, recommended.Etcd, o.Executor, &o.Artifacts, etcdClient)
 	if err != nil {
 		return nil, cleanup, err
 	}

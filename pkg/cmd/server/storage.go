@@ -55,12 +55,17 @@ func artifactTransformer(ctx context.Context, o *genericoptions.EtcdOptions) (va
 	return nil, fmt.Errorf("--encryption-provider-config has no entry for terraformruns.terrarun.dev: add it to encrypt runs and their plans, logs and outputs")
 }
 
-func newArtifactStore(ctx context.Context, etcd *genericoptions.EtcdOptions, o *ExecutorOptions, client *clientv3.Client) (*artifacts.Store, error) {
+func newArtifactStore(ctx context.Context, etcd *genericoptions.EtcdOptions, o *ExecutorOptions, a *ArtifactStoreOptions, client *clientv3.Client) (*artifacts.Store, error) {
 	t, err := artifactTransformer(ctx, etcd)
 	if err != nil {
 		return nil, err
 	}
+	objects, err := a.objects()
+	if err != nil {
+		return nil, err
+	}
 	return artifacts.New(client, artifacts.Options{
+		Objects:     objects,
 		Transformer: t,
 		Retention:   o.ArtifactRetention,
 		Limits: artifacts.Limits{Log: o.MaxLogBytes, PlanText: o.MaxPlanBytes, PlanJSON: o.MaxPlanBytes,

@@ -1,6 +1,7 @@
 package terraformrun
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -207,6 +209,13 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
 			"the redacted plan JSON of run %q exceeded the server's --max-plan-bytes and was truncated; read the text plan, or ask the administrator to raise the limit", run.Name))
 	}
+	// The first bytes are read before the answer starts, so that a part
+	// that fails its check there (an object changed in the bucket fails
+	// on its first segment) is an error, not an empty plan.
+	body := bufio.NewReaderSize(rc, 64<<10)
+	if _, err := body.Peek(1); err != nil && err != io.EOF {
+		return apierrors.NewInternalError(fmt.Errorf("refusing to serve the %s of run %q: %w", format.kind, run.Name, err))
+	}
 	w.Header().Set("Content-Type", format.contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Terrarun-Plan-Digest", run.Status.Plan.Digest)
@@ -214,7 +223,13 @@ func (r *PlanREST) serve(ctx context.Context, run *terrarun.TerraformRun, format
 		w.Header().Set("ETag", etag)
 	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, rc)
+	if _, err := io.Copy(w, body); err != nil && req.Context().Err() == nil {
+		// A part that fails its check after its first bytes (its digest
+		// is checked at its end): the answer is cut off, never completed,
+		// so that no client takes part of a plan for the plan.
+		klog.FromContext(ctx).Error(err, "Aborting the answer of a plan part that failed its check", "run", klog.KObj(run), "part", format.kind)
+		panic(http.ErrAbortHandler)
+	}
 	return nil
 }
 
