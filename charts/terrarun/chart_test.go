@@ -362,3 +362,42 @@ func TestBadValues(t *testing.T) {
 		}
 	}
 }
+
+// TestArtifactStoreValues: with artifactStore.type s3 the server is told
+// where the object store is, and mounts the Secrets of its keys, CA and
+// credentials; the required values are named when missing.
+func TestArtifactStoreValues(t *testing.T) {
+	objs := mustRender(t, "--set", "artifactStore.type=s3", "--set", "artifactStore.s3.endpoint=https://s3.example.com",
+		"--set", "artifactStore.s3.bucket=plans", "--set", "artifactStore.s3.pathStyle=true", "--set", "artifactStore.s3.caSecretName=s3-ca",
+		"--set", "artifactStore.s3.credentialsSecretName=s3-creds", "--set", "artifactStore.encryptionKeysSecretName=artifact-keys")
+	var deploy appsv1.Deployment
+	find(t, objs, "Deployment", "terrarun-apiserver", &deploy)
+	spec := deploy.Spec.Template.Spec
+	args := strings.Join(spec.Containers[0].Args, " ")
+	for _, want := range []string{"--artifact-store=s3", "--artifact-store-endpoint=https://s3.example.com", "--artifact-store-bucket=plans",
+		"--artifact-store-path-style", "--artifact-store-ca-file=/var/run/terrarun/artifact-store-ca/ca.crt",
+		"--artifact-store-credentials-file=/var/run/terrarun/artifact-store-credentials/credentials",
+		"--artifact-encryption-keys=/var/run/terrarun/artifact-keys/keys.yaml"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("the server's args lack %s: %s", want, args)
+		}
+	}
+	secrets := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	if secrets["artifact-keys"] != "artifact-keys" || secrets["artifact-store-ca"] != "s3-ca" || secrets["artifact-store-credentials"] != "s3-creds" {
+		t.Errorf("secret volumes %v", secrets)
+	}
+	if _, err := render(t, "--set", "artifactStore.type=s3", "--set", "artifactStore.s3.endpoint=https://s3.example.com", "--set", "artifactStore.s3.bucket=plans"); err == nil ||
+		!strings.Contains(err.Error(), "artifactStore.encryptionKeysSecretName is required") {
+		t.Errorf("s3 without keys: %v", err)
+	}
+	// The default keeps artifacts in etcd.
+	find(t, mustRender(t), "Deployment", "terrarun-apiserver", &deploy)
+	if args := strings.Join(deploy.Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--artifact-store") {
+		t.Errorf("the default chart configures an object store: %s", args)
+	}
+}
