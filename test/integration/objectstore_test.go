@@ -126,6 +126,46 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		}
 	})
 
+	t.Run("the store down while a plan uploads and back", func(t *testing.T) {
+		srv.Kill()
+		if out, err := kubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "outputs")); err == nil || !strings.Contains(out, "unavailable") && !strings.Contains(out, "ServiceUnavailable") && !strings.Contains(out, "503") {
+			t.Errorf("reading while the store is down: %v\n%s", err, out)
+		}
+		e.create(t, runManifest("outage", inline(map[string]string{"main.tf": helloTF}, `  approval:
+    mode: Auto
+  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef: {name: db, key: password}
+`)))
+		// The plan stage plans and uploads while the store is down; its
+		// uploads are answered 503, and retried.
+		e.waitPhase(t, "outage", time.Minute, v1alpha1.RunPhasePlanning)
+		time.Sleep(6 * time.Second)
+		srv.Restart()
+		run := e.waitPhase(t, "outage", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Fatalf("run outage ended %s: %q", run.Status.Phase, run.Status.Message)
+		}
+		got := objects(run)
+		for _, kind := range []string{"plan-file", "plan-text", "plan-json", "plan-source", "outputs"} {
+			if _, ok := got[kind]; !ok {
+				t.Errorf("no %s object after the outage: %v", kind, got)
+			}
+		}
+		// One object per part: nothing stored twice.
+		var n int
+		_ = filepath.Walk(srv.ObjectPath("terrarun/runs/default/outage/"+string(run.UID)), func(_ string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() {
+				n++
+			}
+			return nil
+		})
+		if n != 5 {
+			t.Errorf("%d objects for run outage, want 5 (each part and the outputs once)", n)
+		}
+	})
+
 	t.Run("deleting a run deletes its objects", func(t *testing.T) {
 		if err := e.client.TerrarunV1alpha1().TerraformRuns("default").Delete(context.Background(), "stored", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -143,13 +145,32 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader) error {
 		body = newSealer(r, aead, base, name)
 	}
 	if _, err := s.client.PutObject(ctx, s.bucket, s.key(name), body, -1, opts); err != nil {
-		return fmt.Errorf("storing object %s in bucket %s: %w", s.key(name), s.bucket, err)
+		return fmt.Errorf("storing object %s in bucket %s: %w", s.key(name), s.bucket, classify(err))
 	}
 	return nil
 }
 
 // ErrNotFound is the error of reading an object that does not exist.
 var ErrNotFound = errors.New("no such object")
+
+// ErrUnavailable is wrapped by the errors of requests that the object store
+// could not answer (it is down, unreachable, slow or failing): they may be
+// retried.
+var ErrUnavailable = errors.New("the object store is unavailable")
+
+// classify wraps err with ErrUnavailable when the store did not answer it,
+// or answered with a server error.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || minio.ToErrorResponse(err).StatusCode >= 500 {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
 
 // Object is a stored object, as Stat found it.
 type Object struct {
@@ -167,7 +188,7 @@ func (s *Store) Stat(ctx context.Context, name string) (*Object, error) {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return nil, fmt.Errorf("object %s: %w", s.key(name), ErrNotFound)
 		}
-		return nil, fmt.Errorf("reading object %s in bucket %s: %w", s.key(name), s.bucket, err)
+		return nil, fmt.Errorf("reading object %s in bucket %s: %w", s.key(name), s.bucket, classify(err))
 	}
 	o := &Object{Size: info.Size, info: info}
 	id := info.UserMetadata[metaKeyID]
@@ -259,7 +280,7 @@ type readCloser struct {
 // Delete removes object name; a missing object is no error.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	if err := s.client.RemoveObject(ctx, s.bucket, s.key(name), minio.RemoveObjectOptions{}); err != nil && minio.ToErrorResponse(err).Code != minio.NoSuchKey {
-		return fmt.Errorf("deleting object %s in bucket %s: %w", s.key(name), s.bucket, err)
+		return fmt.Errorf("deleting object %s in bucket %s: %w", s.key(name), s.bucket, classify(err))
 	}
 	return nil
 }
@@ -268,7 +289,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 func (s *Store) List(ctx context.Context, prefix string, fn func(name string) error) error {
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key(prefix), Recursive: true}) {
 		if info.Err != nil {
-			return fmt.Errorf("listing bucket %s: %w", s.bucket, info.Err)
+			return fmt.Errorf("listing bucket %s: %w", s.bucket, classify(info.Err))
 		}
 		name := info.Key
 		if s.prefix != "" {

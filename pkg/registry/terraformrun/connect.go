@@ -18,6 +18,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
 )
 
 // connectBase is shared by the plan, logs and outputs subresources: they are
@@ -118,7 +119,7 @@ func artifactError(err error, name, what, message string) error {
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return apierrors.NewServiceUnavailable("etcd is out of space (its NOSPACE alarm is raised) and accepts only reads and deletes: " +
 			"delete old runs, whose logs and plans go with them; then an administrator compacts, defragments and disarms etcd (standalone mode does this itself within 10 minutes)")
-	case storeUnavailable(err):
+	case storeUnavailable(err), errors.Is(err, objectstore.ErrUnavailable):
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("the artifact store is unavailable, try again: %v", err))
 	}
 	return apierrors.NewInternalError(err)
