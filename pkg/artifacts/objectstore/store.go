@@ -244,7 +244,24 @@ func (s *Store) Get(ctx context.Context, name string, off, n int64) (io.ReadClos
 	if err := opts.SetMatchETag(o.info.ETag); err != nil {
 		return nil, nil, err
 	}
+	if n == 0 && (o.aead == nil || o.Size > 0) {
+		return io.NopCloser(strings.NewReader("")), o, nil
+	}
 	if n == 0 {
+		// An empty encrypted object is one empty sealed segment: opened, so
+		// that an object replaced by another empty one fails too.
+		body, err := s.client.GetObject(ctx, s.bucket, s.key(name), opts)
+		if err != nil {
+			return nil, nil, classify(err)
+		}
+		defer body.Close()
+		sealed, err := io.ReadAll(io.LimitReader(body, tagSize+1))
+		if err != nil {
+			return nil, nil, classify(err)
+		}
+		if _, err := o.aead.Open(nil, segmentNonce(o.base, 0), sealed, segmentAAD(name, true)); err != nil {
+			return nil, nil, fmt.Errorf("object %s: %w", s.key(name), ErrTampered)
+		}
 		return io.NopCloser(strings.NewReader("")), o, nil
 	}
 	if o.aead == nil {

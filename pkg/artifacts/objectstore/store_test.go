@@ -112,6 +112,11 @@ func TestTampering(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, name := range []string{"empty", "another-empty"} {
+		if err := s.Put(ctx, name, bytes.NewReader(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	path := func(name string) string { return srv.ObjectPath("artifacts/" + name) }
 	b, _ := os.ReadFile(path("flipped"))
 	b[sealedSeg+10] ^= 1
@@ -127,7 +132,12 @@ func TestTampering(t *testing.T) {
 	if err := os.WriteFile(path("moved"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"flipped", "cut", "moved"} {
+	// "empty" gets the bytes of another empty object.
+	b, _ = os.ReadFile(path("another-empty"))
+	if err := os.WriteFile(path("empty"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"flipped", "cut", "moved", "empty"} {
 		if _, err := get(t, s, name, 0, -1); !errors.Is(err, ErrTampered) {
 			t.Errorf("%s, whole: %v, want ErrTampered", name, err)
 		}
