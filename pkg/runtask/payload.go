@@ -102,12 +102,12 @@ func runMessage(run *v1alpha1.TerraformRun) string {
 	return "Created directly"
 }
 
-// SignatureHeader is the header that carries a payload's signature.
-const SignatureHeader = "X-TFC-Task-Signature"
+// signatureHeader is the header that carries a payload's signature.
+const signatureHeader = "X-TFC-Task-Signature"
 
-// Sign returns the signature of body with key: the hex HMAC-SHA512, as HCP
+// sign returns the signature of body with key: the hex HMAC-SHA512, as HCP
 // Terraform signs its run task payloads.
-func Sign(key, body []byte) string {
+func sign(key, body []byte) string {
 	mac := hmac.New(sha512.New, key)
 	mac.Write(body)
 	return hex.EncodeToString(mac.Sum(nil))
@@ -130,7 +130,7 @@ func Send(ctx context.Context, client *http.Client, url string, key []byte, p Pa
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "terrarun")
 	if len(key) > 0 {
-		req.Header.Set(SignatureHeader, Sign(key, body))
+		req.Header.Set(signatureHeader, sign(key, body))
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -139,6 +139,9 @@ func Send(ctx context.Context, client *http.Client, url string, key []byte, p Pa
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		// A task that echoes the payload does not put the call's token
+		// where the run's readers see it (its status and Events).
+		msg = bytes.ReplaceAll(msg, []byte(p.AccessToken), []byte("[access token]"))
 		return fmt.Errorf("it answered %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil

@@ -5,7 +5,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha512"
 	"encoding/hex"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +45,8 @@ func TestToken(t *testing.T) {
 func TestSign(t *testing.T) {
 	mac := hmac.New(sha512.New, []byte("key"))
 	mac.Write([]byte(`{"payload_version":1}`))
-	if got, want := Sign([]byte("key"), []byte(`{"payload_version":1}`)), hex.EncodeToString(mac.Sum(nil)); got != want {
-		t.Errorf("Sign = %s, want %s", got, want)
+	if got, want := sign([]byte("key"), []byte(`{"payload_version":1}`)), hex.EncodeToString(mac.Sum(nil)); got != want {
+		t.Errorf("sign = %s, want %s", got, want)
 	}
 }
 
@@ -188,5 +190,26 @@ func TestPayload(t *testing.T) {
 	call.Stage = v1alpha1.RunTaskPrePlan
 	if p := NewPayload(run, call, "trt_x", "https://terrarun.example"); p.PlanJSONAPIURL != "" || p.Stage != "pre_plan" {
 		t.Errorf("a PrePlan payload has a plan URL %q, stage %q", p.PlanJSONAPIURL, p.Stage)
+	}
+}
+
+// TestSendKeepsTheTokenOutOfErrors: a task that refuses the call and echoes
+// the payload does not put the call's token in the error, which goes to the
+// run's status and Events.
+func TestSendKeepsTheTokenOutOfErrors(t *testing.T) {
+	var signature string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		signature = req.Header.Get(signatureHeader)
+		body, _ := io.ReadAll(req.Body)
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	err := Send(context.Background(), srv.Client(), srv.URL, []byte("key"), Payload{PayloadVersion: 1, AccessToken: "trt_dev_web_secret-token"})
+	if err == nil || strings.Contains(err.Error(), "secret-token") || !strings.Contains(err.Error(), "[access token]") || !strings.Contains(err.Error(), "400") {
+		t.Errorf("Send = %v", err)
+	}
+	if signature == "" {
+		t.Error("the payload was not signed")
 	}
 }

@@ -81,9 +81,6 @@ func NewKeyring(primary string, keys map[string]string) (*Keyring, error) {
 	return k, nil
 }
 
-// Primary is the id of the key that wraps new objects' data keys.
-func (k *Keyring) Primary() string { return k.primary }
-
 func newAEAD(key []byte) (cipher.AEAD, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {

@@ -172,7 +172,7 @@ func classify(err error) error {
 	return err
 }
 
-// Object is a stored object, as Stat found it.
+// Object is a stored object, as Get found it.
 type Object struct {
 	// Size is the size of its plaintext.
 	Size int64
@@ -181,8 +181,8 @@ type Object struct {
 	base []byte
 }
 
-// Stat returns the object name, and the key to open it with.
-func (s *Store) Stat(ctx context.Context, name string) (*Object, error) {
+// stat returns the object name, and the key to open it with.
+func (s *Store) stat(ctx context.Context, name string) (*Object, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, s.key(name), minio.StatObjectOptions{})
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
@@ -228,7 +228,7 @@ func (s *Store) Stat(ctx context.Context, name string) (*Object, error) {
 // (to the end when n < 0), reading from the store only the segments that
 // hold them. A read whose bytes fail authentication fails with ErrTampered.
 func (s *Store) Get(ctx context.Context, name string, off, n int64) (io.ReadCloser, *Object, error) {
-	o, err := s.Stat(ctx, name)
+	o, err := s.stat(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}

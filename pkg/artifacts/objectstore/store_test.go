@@ -225,7 +225,7 @@ func TestLoadKeyring(t *testing.T) {
 		return p
 	}
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
-	if k, err := LoadKeyring(write("primary: a\nkeys:\n  a: " + key + "\n")); err != nil || k.Primary() != "a" {
+	if k, err := LoadKeyring(write("primary: a\nkeys:\n  a: " + key + "\n")); err != nil || k.primary != "a" {
 		t.Errorf("a valid keyring: %v", err)
 	}
 	for body, want := range map[string]string{
