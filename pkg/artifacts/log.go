@@ -24,6 +24,11 @@ type logMeta struct {
 	Size      int64 `json:"size"`   // bytes stored, including the truncation marker
 	Truncated bool  `json:"truncated,omitempty"`
 	Closed    bool  `json:"closed,omitempty"`
+	// Object names the object that holds the closed log in the object
+	// store, once its chunks were moved there (logobjects.go); SHA256 is
+	// the digest of its bytes.
+	Object string `json:"object,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // cachedLogMeta is a log meta with the ModRevision of its key; modRev 0 means
@@ -266,6 +271,7 @@ func (s *Store) appendLog(ctx context.Context, run RunRef, stage string, attempt
 		metrics.LogBytes.WithLabelValues(run.Namespace).Add(float64(stored))
 		if m.Closed {
 			s.cacheLogMeta(keys.meta, nil)
+			s.compactSoon(logRef{run, stage, attempt})
 		}
 		if m.Truncated {
 			if end && !m.Closed {
@@ -295,6 +301,9 @@ func (s *Store) CloseLog(ctx context.Context, run RunRef, stage string, attempt 
 		return cur, nil, false, nil
 	})
 	s.cacheLogMeta(keys.meta, nil)
+	if err == nil {
+		s.compactSoon(logRef{run, stage, attempt})
+	}
 	return err
 }
 
@@ -317,6 +326,9 @@ var errLimitReached = errors.New("limit reached")
 type logSink struct {
 	w         io.Writer
 	remaining int64 // < 0: unlimited
+	// pos is the offset in the log of the byte after the last one written,
+	// where a read that lost the log's chunks to their object goes on.
+	pos int64
 }
 
 func (k *logSink) write(p []byte) error {
@@ -333,6 +345,7 @@ func (k *logSink) write(p []byte) error {
 	if _, err := k.w.Write(p); err != nil {
 		return err
 	}
+	k.pos += int64(len(p))
 	if k.remaining > 0 {
 		k.remaining -= int64(len(p))
 	}
@@ -376,6 +389,10 @@ func (s *Store) StreamLog(ctx context.Context, run RunRef, stage string, attempt
 		return fmt.Errorf("artifacts: invalid tailLines %d", *opts.TailLines)
 	}
 	err = s.streamLog(ctx, keys, opts, sink)
+	if errors.Is(err, errChunksGone) {
+		// The log was moved into the object store while it was read.
+		err = s.resumeFromObject(ctx, keys, err, sink)
+	}
 	if errors.Is(err, errLimitReached) {
 		return nil
 	}
@@ -398,11 +415,14 @@ func (s *Store) streamLog(ctx context.Context, keys logKeys, opts LogOptions, si
 	if cur.modRev == 0 && !opts.Follow {
 		return fmt.Errorf("%w: no %s", ErrNotFound, keys.what)
 	}
+	if cur.meta.Object != "" {
+		return s.streamLogObject(ctx, keys, cur.meta, opts.TailLines, sink)
+	}
 	var next int64
 	if cur.modRev != 0 {
 		from, skip := int64(0), 0
 		if opts.TailLines != nil {
-			if from, skip, err = s.tailStart(ctx, keys, cur.meta, *opts.TailLines); err != nil {
+			if from, skip, sink.pos, err = s.tailStart(ctx, keys, cur.meta, *opts.TailLines); err != nil {
 				return err
 			}
 		}
@@ -448,7 +468,7 @@ func (s *Store) copyChunks(ctx context.Context, keys logKeys, m logMeta, from in
 			return fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
 		}
 		if int64(len(resp.Kvs)) != end-from {
-			return fmt.Errorf("%w: %s was deleted while being read", ErrNotFound, keys.what)
+			return fmt.Errorf("%w: %s was deleted while being read", errChunksGone, keys.what)
 		}
 		for i, kv := range resp.Kvs {
 			key := keys.chunk(from + int64(i))
@@ -471,46 +491,60 @@ func (s *Store) copyChunks(ctx context.Context, keys logKeys, m logMeta, from in
 	return nil
 }
 
-// tailStart finds where the last n lines of a log start: the chunk and the
-// offset in it. It scans the chunks backwards without keeping them. A newline
-// at the very end of the content does not start another line.
-func (s *Store) tailStart(ctx context.Context, keys logKeys, m logMeta, n int64) (int64, int, error) {
+// tailStart finds where the last n lines of a log start: the chunk, the
+// offset in it, and the offset in the log. It scans the chunks backwards
+// without keeping them. A newline at the very end of the content does not
+// start another line.
+func (s *Store) tailStart(ctx context.Context, keys logKeys, m logMeta, n int64) (int64, int, int64, error) {
 	total := m.Chunks
 	if n == 0 {
-		return total, 0, nil
+		return total, 0, m.Size, nil
 	}
 	batch := s.batchFor(m)
 	last := true
+	var after int64 // bytes of the chunks after the one scanned
 	for end := total; end > 0; {
 		start := max(end-batch, 0)
 		resp, err := s.client.Get(ctx, keys.chunk(start), clientv3.WithRange(keys.chunk(end)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
 		if err != nil {
-			return 0, 0, fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
+			return 0, 0, 0, fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
 		}
 		if int64(len(resp.Kvs)) != end-start {
-			return 0, 0, fmt.Errorf("%w: %s was deleted while being read", ErrNotFound, keys.what)
+			return 0, 0, 0, fmt.Errorf("%w: %s was deleted while being read", errChunksGone, keys.what)
 		}
 		for i, kv := range resp.Kvs {
 			seq := end - 1 - int64(i)
 			data, err := s.unseal(ctx, keys.chunk(seq), kv.Value)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
-			for j := len(data) - 1; j >= 0; j-- {
-				if data[j] == '\n' && !last {
-					if n--; n == 0 {
-						if j+1 == len(data) {
-							return seq + 1, 0, nil
-						}
-						return seq, j + 1, nil
-					}
+			if j := lastLinesStart(data, &n, &last); j >= 0 {
+				if j == len(data) {
+					return seq + 1, 0, m.Size - after, nil
 				}
-				last = false
+				return seq, j, m.Size - after - int64(len(data)-j), nil
 			}
+			after += int64(len(data))
 		}
 		end = start
 	}
-	return 0, 0, nil
+	return 0, 0, 0, nil
+}
+
+// lastLinesStart scans data, a piece of a log read backwards, for the start
+// of the last *n lines: it returns the offset in data where they start, or
+// -1 with *n lowered by the lines data ends. *last is true until a byte of
+// the log has been scanned: a newline that ends the log starts no line.
+func lastLinesStart(data []byte, n *int64, last *bool) int {
+	for j := len(data) - 1; j >= 0; j-- {
+		if data[j] == '\n' && !*last {
+			if *n--; *n == 0 {
+				return j + 1
+			}
+		}
+		*last = false
+	}
+	return -1
 }
 
 // follow streams the chunks from sequence number next on, watching the log's
@@ -550,6 +584,9 @@ func (s *Store) follow(ctx context.Context, keys logKeys, next, rev int64, sink 
 			}
 			continue
 		}
+		if cur.meta.Object != "" {
+			return s.copyObject(ctx, keys, cur.meta, sink.pos, sink)
+		}
 		if err := s.copyChunks(ctx, keys, cur.meta, next, 0, cur.meta.Chunks, sink); err != nil {
 			return err
 		}
@@ -588,6 +625,9 @@ func (s *Store) consume(ctx context.Context, keys logKeys, wch clientv3.WatchCha
 				if cur.meta.Closed {
 					// Normally every chunk has been seen by now; fetch any
 					// that have not, to be safe.
+					if *next < cur.meta.Chunks && cur.meta.Object != "" {
+						return true, s.copyObject(ctx, keys, cur.meta, sink.pos, sink)
+					}
 					if *next < cur.meta.Chunks {
 						if err := s.copyChunks(ctx, keys, cur.meta, *next, 0, cur.meta.Chunks, sink); err != nil {
 							return true, err
@@ -602,7 +642,7 @@ func (s *Store) consume(ctx context.Context, keys logKeys, wch clientv3.WatchCha
 				continue
 			}
 			if ev.Type == mvccpb.DELETE {
-				return true, fmt.Errorf("%w: %s was deleted while being followed", ErrNotFound, keys.what)
+				return true, fmt.Errorf("%w: %s was deleted while being followed", errChunksGone, keys.what)
 			}
 			if seq < *next {
 				continue // already written

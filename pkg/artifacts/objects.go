@@ -118,7 +118,7 @@ func (s *Store) deleteObjects(ctx context.Context, names []string) {
 // deleteRunObjects deletes every object of run.
 func (s *Store) deleteRunObjects(ctx context.Context, run RunRef) error {
 	var names []string
-	if err := s.objects.List(ctx, objectPrefix(run), func(name string) error {
+	if err := s.objects.List(ctx, objectPrefix(run), func(name string, _ time.Time) error {
 		names = append(names, name)
 		return nil
 	}); err != nil {

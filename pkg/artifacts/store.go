@@ -154,8 +154,9 @@ type Options struct {
 	// to, counted from the first write of the run; default 720h. etcd rounds
 	// it up to whole seconds and to its minimum lease TTL.
 	Retention time.Duration
-	// Objects, when set, keeps the plan parts and the outputs in an object
-	// store, and etcd their metas only; logs stay in etcd.
+	// Objects, when set, keeps the plan parts, the outputs and the finished
+	// logs in an object store, and etcd their metas only; a log stays in
+	// etcd while its stage writes it (RunLogCompaction moves it).
 	Objects *objectstore.Store
 	// ChunkSize is the size of the chunks that artifacts and logs are split
 	// into; default 256 KiB. Values above 1 MiB are lowered to 1 MiB to stay
@@ -173,8 +174,10 @@ type Store struct {
 	limits      Limits
 	retention   time.Duration
 	chunkSize   int
-	// objects holds the plan parts and outputs; nil: etcd does.
+	// objects holds the plan parts, outputs and finished logs; nil: etcd
+	// does.
 	objects *objectstore.Store
+	compact compactions
 
 	mu       sync.Mutex
 	leases   map[string]clientv3.LeaseID // run base key -> lease
@@ -199,6 +202,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 		objects:     opts.Objects,
 		leases:      map[string]clientv3.LeaseID{},
 		logMetas:    map[string]cachedLogMeta{},
+		compact:     compactions{queue: make(chan logRef, 1024)},
 	}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
@@ -21,7 +24,9 @@ import (
 // in a real S3-compatible server (versitygw), encrypted, with credentials
 // from a file: a run's plan is read back through kubectl and its outputs
 // after the apply; the bucket holds every part and no plaintext of the plan
-// or of the secret variable; a plan part changed in the bucket is refused
+// or of the secret variable; the finished logs move into the bucket and are
+// served from it (whole, by their last lines and by bytes; 503 with
+// Retry-After while it is down); a plan part changed in the bucket is refused
 // when served and when applied; deleting a run deletes its objects.
 func TestObjectStoreArtifacts(t *testing.T) {
 	srv := objectstoretest.Start(t)
@@ -47,17 +52,44 @@ func TestObjectStoreArtifacts(t *testing.T) {
 `)))
 	}
 
+	// objects are a run's objects in the bucket, by what they hold: the
+	// kind of a plan part or the outputs, log/<stage>/<attempt> of a log.
 	objects := func(run *v1alpha1.TerraformRun) map[string]string {
 		t.Helper()
 		found := map[string]string{}
 		root := srv.ObjectPath("terrarun/runs/default/" + run.Name + "/" + string(run.UID))
 		_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
 			if err == nil && !info.IsDir() {
-				found[filepath.Base(filepath.Dir(path))] = path
+				rel, _ := filepath.Rel(root, filepath.Dir(path))
+				found[rel] = path
 			}
 			return nil
 		})
 		return found
+	}
+	// movedLogs waits until the logs of a finished run are in the bucket.
+	movedLogs := func(run *v1alpha1.TerraformRun, logs ...string) map[string]string {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got, missing := objects(run), ""
+			for _, l := range logs {
+				if _, ok := got[l]; !ok {
+					missing = l
+				}
+			}
+			if missing == "" {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the finished %s of run %s is not in the bucket after a minute: %v", missing, run.Name, got)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	httpClient, err := rest.HTTPClientFor(e.Config)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	run := e.waitPhase(t, "stored", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
@@ -91,6 +123,31 @@ func TestObjectStoreArtifacts(t *testing.T) {
 	}
 	if _, ok := objects(run)["outputs"]; !ok {
 		t.Errorf("no outputs object in the bucket: %v", objects(run))
+	}
+	// The finished logs leave etcd for the bucket, encrypted, and are
+	// served from there, by their last lines too.
+	applyLog := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "logs?stage=apply"))
+	for l, path := range movedLogs(run, "log/plan/0000000001", "log/apply/0000000001") {
+		if !strings.HasPrefix(l, "log/") {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte("terraform_data.hello")) {
+			t.Errorf("the bucket holds plaintext of %s", l)
+		}
+	}
+	if got := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "logs?stage=apply")); got != applyLog || !strings.Contains(got, "Apply complete") {
+		t.Errorf("the apply log from the bucket:\n%s\nfrom etcd:\n%s", got, applyLog)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(applyLog, "\n"), "\n")
+	if got := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "logs?stage=apply&tailLines=2")); got != strings.Join(lines[len(lines)-2:], "")+"\n" {
+		t.Errorf("the last 2 lines of the apply log from the bucket: %q, want the end of %q", got, applyLog)
+	}
+	if got := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "logs?stage=apply&limitBytes=10")); got != applyLog[:10] {
+		t.Errorf("10 bytes of the apply log from the bucket: %q", got)
 	}
 
 	t.Run("a part changed in the bucket is refused when served", func(t *testing.T) {
@@ -128,8 +185,19 @@ func TestObjectStoreArtifacts(t *testing.T) {
 
 	t.Run("the store down while a plan uploads and back", func(t *testing.T) {
 		srv.Kill()
-		if out, err := kubectl(t, e.Kubeconfig, "get", "--raw", raw("stored", "outputs")); err == nil || !strings.Contains(out, "unavailable") && !strings.Contains(out, "ServiceUnavailable") && !strings.Contains(out, "503") {
-			t.Errorf("reading while the store is down: %v\n%s", err, out)
+		// Outputs and a finished log, even followed, are 503 with
+		// Retry-After (which kubectl honours, retrying for a while; a raw
+		// client sees the first answer).
+		for _, path := range []string{raw("stored", "outputs"), raw("stored", "logs?stage=apply&follow=true")} {
+			resp, err := httpClient.Get(e.Config.Host + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "artifact store is unavailable") {
+				t.Errorf("GET %s while the store is down: %s, Retry-After %q\n%s", path, resp.Status, resp.Header.Get("Retry-After"), body)
+			}
 		}
 		e.create(t, runManifest("outage", inline(map[string]string{"main.tf": helloTF}, `  approval:
     mode: Auto
@@ -147,13 +215,13 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 			t.Fatalf("run outage ended %s: %q", run.Status.Phase, run.Status.Message)
 		}
-		got := objects(run)
+		got := movedLogs(run, "log/plan/0000000001", "log/apply/0000000001")
 		for _, kind := range []string{"plan-file", "plan-text", "plan-json", "plan-source", "outputs"} {
 			if _, ok := got[kind]; !ok {
 				t.Errorf("no %s object after the outage: %v", kind, got)
 			}
 		}
-		// One object per part: nothing stored twice.
+		// One object per part and log: nothing stored twice.
 		var n int
 		_ = filepath.Walk(srv.ObjectPath("terrarun/runs/default/outage/"+string(run.UID)), func(_ string, info os.FileInfo, err error) error {
 			if err == nil && !info.IsDir() {
@@ -161,8 +229,8 @@ func TestObjectStoreArtifacts(t *testing.T) {
 			}
 			return nil
 		})
-		if n != 5 {
-			t.Errorf("%d objects for run outage, want 5 (each part and the outputs once)", n)
+		if n != 7 {
+			t.Errorf("%d objects for run outage, want 7 (each part, the outputs and the two logs once): %v", n, got)
 		}
 	})
 

@@ -16,6 +16,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -302,8 +303,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// List calls fn with the name of every object under prefix, in order.
-func (s *Store) List(ctx context.Context, prefix string, fn func(name string) error) error {
+// List calls fn with the name and the time of the last change of every
+// object under prefix, in order.
+func (s *Store) List(ctx context.Context, prefix string, fn func(name string, modified time.Time) error) error {
 	for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.key(prefix), Recursive: true}) {
 		if info.Err != nil {
 			return fmt.Errorf("listing bucket %s: %w", s.bucket, classify(info.Err))
@@ -312,7 +314,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(name string) er
 		if s.prefix != "" {
 			name = strings.TrimPrefix(name, s.prefix+"/")
 		}
-		if err := fn(name); err != nil {
+		if err := fn(name, info.LastModified); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 )
@@ -204,7 +205,7 @@ func TestDeleteAndList(t *testing.T) {
 		t.Errorf("deleting a missing object: %v", err)
 	}
 	var names []string
-	if err := s.List(ctx, "runs/", func(name string) error { names = append(names, name); return nil }); err != nil {
+	if err := s.List(ctx, "runs/", func(name string, _ time.Time) error { names = append(names, name); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(names, ",") != "runs/a/plan,runs/b/plan" {

@@ -304,6 +304,12 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	if err != nil {
 		return nil, cleanup, err
 	}
+	if err := config.AddPostStartHook("terrarun-artifact-objects", func(hook genericapiserver.PostStartHookContext) error {
+		go store.RunLogCompaction(hook)
+		return nil
+	}); err != nil {
+		return nil, cleanup, err
+	}
 	var (
 		kube kubernetes.Interface
 		meta metadata.Interface

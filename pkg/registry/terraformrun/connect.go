@@ -99,7 +99,8 @@ func notFound(name, what, message string) error {
 //   - artifacts.ErrTooLarge: 413 Request Entity Too Large;
 //   - artifacts.ErrNotFound: 404 Not Found with message, which says what to do;
 //   - artifacts.ErrLogClosed: 409 Conflict with message;
-//   - an etcd timeout or unavailability: 503 Service Unavailable, which
+//   - an etcd timeout or unavailability, or an object store that does not
+//     answer: 503 Service Unavailable with Retry-After, which
 //     clients, terrarun-executor among them, retry;
 //   - anything else: 500 Internal Server Error.
 //
@@ -120,7 +121,9 @@ func artifactError(err error, name, what, message string) error {
 		return apierrors.NewServiceUnavailable("etcd is out of space (its NOSPACE alarm is raised) and accepts only reads and deletes: " +
 			"delete old runs, whose logs and plans go with them; then an administrator compacts, defragments and disarms etcd (standalone mode does this itself within 10 minutes)")
 	case storeUnavailable(err), errors.Is(err, objectstore.ErrUnavailable):
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("the artifact store is unavailable, try again: %v", err))
+		unavailable := apierrors.NewServiceUnavailable(fmt.Sprintf("the artifact store is unavailable, try again: %v", err))
+		unavailable.ErrStatus.Details = &metav1.StatusDetails{Name: name, RetryAfterSeconds: 5}
+		return unavailable
 	}
 	return apierrors.NewInternalError(err)
 }

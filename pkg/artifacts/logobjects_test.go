@@ -1,0 +1,243 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
+)
+
+// objectStore starts a real S3-compatible server and returns an encrypting
+// store of its bucket.
+func objectStore(t *testing.T) (*objectstore.Store, *objectstoretest.Server) {
+	t.Helper()
+	srv := objectstoretest.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	keys, err := objectstore.NewKeyring("k1", map[string]string{"k1": base64.StdEncoding.EncodeToString(randomBytes(t, 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := objectstore.New(objectstore.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "terrarun", PathStyle: true, Region: "us-east-1", Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, srv
+}
+
+// bucketHolds reports whether any file of the bucket contains b.
+func bucketHolds(t *testing.T, srv *objectstoretest.Server, b []byte) bool {
+	t.Helper()
+	found := false
+	err := filepath.Walk(srv.Root, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		found = found || bytes.Contains(data, b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// waitMoved waits until the log of stage attempt 1 of testRun names its
+// object.
+func waitMoved(t *testing.T, ctx context.Context, s *Store, stage string) logMeta {
+	t.Helper()
+	keys, err := s.logKeys(testRun, stage, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := s.client.Get(ctx, keys.meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, err := s.decodeLogMeta(ctx, keys.meta, resp.Kvs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.meta.Object != "" {
+			return cur.meta
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed %s log was not moved into the object store in 30s: %+v", stage, cur.meta)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func logLines(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "line %05d of the apply: hunter2-secret-value\n", i)
+	}
+	return b.String()
+}
+
+// TestFinishedLogMovesIntoTheObjectStore: a closed log leaves etcd for one
+// encrypted object, and is served from it whole, by its last lines and by
+// bytes, exactly as it was served from etcd.
+func TestFinishedLogMovesIntoTheObjectStore(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, srv := objectStore(t)
+	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
+	go s.RunLogCompaction(ctx)
+	content := logLines(3000) // 150 KiB: objects of several segments, tails across blocks
+	etcdOnly := New(cli, Options{ChunkSize: 1024, Prefix: "/etcd-only/"})
+	for _, st := range []*Store{s, etcdOnly} {
+		if err := st.AppendLog(ctx, testRun, "apply", 1, []byte(content[:70000])); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EndLog(ctx, testRun, "apply", 1, []byte(content[70000:])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := waitMoved(t, ctx, s, "apply")
+	if m.Size != int64(len(content)) || m.SHA256 != sum([]byte(content)) {
+		t.Fatalf("moved log meta %+v, want %d bytes %s", m, len(content), sum([]byte(content)))
+	}
+	lk, _ := s.logKeys(testRun, "apply", 1)
+	if left := keys(t, cli, lk.chunks); len(left) != 0 {
+		t.Fatalf("%d chunks of the moved log stay in etcd", len(left))
+	}
+	if left := keys(t, cli, s.usageKey(testRun, "apply", 1)); len(left) != 0 {
+		t.Fatal("the moved log still counts against the etcd log budgets")
+	}
+	if bucketHolds(t, srv, []byte("hunter2-secret-value")) {
+		t.Fatal("the bucket holds the log in plaintext")
+	}
+	for _, opts := range []LogOptions{
+		{}, {Follow: true},
+		{TailLines: ptr[int64](0)}, {TailLines: ptr[int64](1)}, {TailLines: ptr[int64](100)}, {TailLines: ptr[int64](2999)}, {TailLines: ptr[int64](5000)},
+		{LimitBytes: ptr[int64](0)}, {LimitBytes: ptr[int64](100)}, {LimitBytes: ptr[int64](int64(len(content)) + 5)},
+		{TailLines: ptr[int64](2000), LimitBytes: ptr[int64](70000)},
+	} {
+		want := streamAll(t, etcdOnly, ctx, testRun, "apply", 1, opts)
+		if got := streamAll(t, s, ctx, testRun, "apply", 1, opts); got != want {
+			t.Fatalf("options %s: the object store served %d bytes (%.40q...), etcd %d (%.40q...)", describe(opts), len(got), got, len(want), want)
+		}
+	}
+
+	// A byte changed in the bucket fails the read.
+	var object string
+	_ = filepath.Walk(srv.Root, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && strings.Contains(path, "/log/apply/") {
+			object = path
+		}
+		return nil
+	})
+	data, err := os.ReadFile(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(object, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = s.StreamLog(ctx, testRun, "apply", 1, LogOptions{TailLines: ptr[int64](10)}, &bytes.Buffer{})
+	if err == nil {
+		err = s.StreamLog(ctx, testRun, "apply", 1, LogOptions{}, &bytes.Buffer{})
+	}
+	if !errors.Is(err, objectstore.ErrTampered) {
+		t.Fatalf("a tampered log object was served: %v", err)
+	}
+
+	// Deleting the run deletes the object.
+	if err := s.DeleteRun(ctx, testRun); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := objs.List(ctx, objectPrefix(testRun), func(string, time.Time) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d objects of the deleted run stay", n)
+	}
+}
+
+func describe(o LogOptions) string {
+	var parts []string
+	if o.Follow {
+		parts = append(parts, "follow")
+	}
+	if o.TailLines != nil {
+		parts = append(parts, fmt.Sprintf("tailLines=%d", *o.TailLines))
+	}
+	if o.LimitBytes != nil {
+		parts = append(parts, fmt.Sprintf("limitBytes=%d", *o.LimitBytes))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// pausingWriter runs pause once, at its first write.
+type pausingWriter struct {
+	bytes.Buffer
+	pause func()
+}
+
+func (w *pausingWriter) Write(p []byte) (int, error) {
+	if w.pause != nil {
+		w.pause()
+		w.pause = nil
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestReadGoesOnWhenTheLogMoves: a read that is part-way through a log's
+// chunks when they move into the object store goes on from the object at
+// the byte it reached, with nothing lost or repeated.
+func TestReadGoesOnWhenTheLogMoves(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, _ := objectStore(t)
+	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
+	content := logLines(70000) // 3.2 MB: more than one batch of reads
+	lines := strings.SplitAfter(content, "\n")
+	for i, opts := range []LogOptions{{}, {TailLines: ptr[int64](60000)}} {
+		attempt := int32(i + 1)
+		if err := s.EndLog(ctx, testRun, "plan", attempt, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		moved := false
+		w := &pausingWriter{pause: func() {
+			if err := s.compactLog(ctx, logRef{testRun, "plan", attempt}); err != nil {
+				t.Fatal(err)
+			}
+			lk, _ := s.logKeys(testRun, "plan", attempt)
+			moved = len(keys(t, cli, lk.chunks)) == 0
+		}}
+		if err := s.StreamLog(ctx, testRun, "plan", attempt, opts, w); err != nil {
+			t.Fatalf("options %s: %v", describe(opts), err)
+		}
+		if !moved {
+			t.Fatalf("options %s: the log's chunks stayed in etcd", describe(opts))
+		}
+		want := content
+		if opts.TailLines != nil {
+			want = strings.Join(lines[len(lines)-1-int(*opts.TailLines):], "")
+		}
+		if w.String() != want {
+			t.Fatalf("options %s: read %d bytes across the move, want %d", describe(opts), w.Len(), len(want))
+		}
+	}
+}
