@@ -9,7 +9,10 @@
 // subresource and to stdout, and uploads the plan or the outputs to the run.
 //
 // SIGTERM and SIGINT cancel the stage: terraform receives SIGINT, so it can
-// release state locks, and is killed only after the grace period.
+// release state locks, and is killed only after the grace period. Every
+// other signal is ignored (and logged on stderr): in a Job's pod the
+// executor is PID 1, which the stage's processes, run as the same user, may
+// signal.
 //
 // Started as `terrarun-executor sandbox-init CONFIG -- COMMAND...`, it is the
 // init of a stage's sandbox instead (package sandbox).
@@ -90,6 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	defer ignoreOtherSignals(stderr)()
 
 	err = runStage(ctx, spec, stdout, *grace)
 	fmt.Fprint(stdout, stage.EndLine(spec.Stage, spec.Attempt, err))
@@ -116,12 +120,25 @@ var terminationLog = "/dev/termination-log"
 // maxTerminationMessage is the most the kubelet keeps of it.
 const maxTerminationMessage = 4096
 
+// getpid and killOthers are os.Getpid and killNamespace; tests replace them.
+var (
+	getpid     = os.Getpid
+	killOthers = killNamespace
+)
+
 // terminationMessage leaves how the stage ended where the kubelet reads it,
 // so that the run's status says why a stage failed and not only the exit
 // code. It writes only where the kubelet has mounted the file: never
 // elsewhere (a local stage has none). The runner's errors are already
 // redacted.
+//
+// As PID 1 (a Job's pod), it first kills every other process of the
+// container, so that none that the stage left behind writes the file after
+// it.
 func terminationMessage(msg string) {
+	if getpid() == 1 {
+		killOthers()
+	}
 	f, openErr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
 	if openErr != nil {
 		return
@@ -131,6 +148,58 @@ func terminationMessage(msg string) {
 		msg = msg[:maxTerminationMessage-3] + "..."
 	}
 	_, _ = f.WriteString(msg)
+}
+
+// reapTimeout bounds how long killNamespace waits for the processes it
+// killed to be gone.
+const reapTimeout = 2 * time.Second
+
+// killNamespace kills, as PID 1 of a PID namespace, every other process of
+// the namespace (kill(-1) reaches all of them but the caller), and reaps
+// them, processes reparented to it as their parents die included, until none
+// is left or reapTimeout has passed: a killed process may still be in a
+// system call that writes.
+func killNamespace() {
+	deadline := time.Now().Add(reapTimeout)
+	for time.Now().Before(deadline) {
+		// ESRCH: no other process is left, not even one to reap.
+		if err := syscall.Kill(-1, syscall.SIGKILL); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		for {
+			if pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ignoreOtherSignals makes the executor receive every signal, so that none
+// ends it through Go's default action (SIGQUIT's stack dump, SIGHUP's exit,
+// ...) before it writes its termination message, and returns the function
+// that restores the default actions. It ignores every signal but SIGTERM and
+// SIGINT, which cancel the stage, and logs each one's name on stderr, but
+// for SIGCHLD and SIGURG, which children and the Go runtime send routinely.
+func ignoreOtherSignals(stderr io.Writer) (restore func()) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := range sigs {
+			switch s {
+			case syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD, syscall.SIGURG:
+			default:
+				fmt.Fprintf(stderr, "terrarun-executor: ignored signal %v\n", s)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(sigs)
+		<-done
+	}
 }
 
 func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time.Duration) error {

@@ -108,6 +108,15 @@ func (s *Store) PutAll(ctx context.Context, run RunRef, next func() (Kind, io.Re
 	if err != nil {
 		return nil, err
 	}
+	if s.objects != nil {
+		// Each object upload holds a buffer of a part's size (8 MiB): one
+		// upload of a run at a time, whatever its stage's code sends.
+		release, err := s.uploads.acquire(ctx, run.UID)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	u := &upload{s: s, ctx: ctx, run: run, base: base, lease: leaseID, buf: make([]byte, s.chunkSize)}
 	metas, err := u.read(next)
 	if err != nil {

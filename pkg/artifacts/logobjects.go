@@ -190,6 +190,11 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 		return err
 	}
 	name := logObjectName(ref, gen)
+	release, err := s.uploads.acquire(ctx, ref.run.UID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	h := sha256.New()
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)

@@ -7,6 +7,7 @@ import (
 	"hash"
 	"io"
 	"net/url"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -18,6 +19,62 @@ import (
 // second, so that no meta names an object that is not stored; an object
 // whose meta was never written, or was replaced, is deleted by the upload
 // that wrote it, or with its run. Logs stay in etcd.
+
+// maxObjectUploads bounds the objects being written at once, by uploads
+// and log moves together: each holds a buffer of one part (8 MiB).
+const maxObjectUploads = 16
+
+// uploadSlots bounds the object uploads in flight: one per run, and
+// maxObjectUploads in all.
+type uploadSlots struct {
+	all  chan struct{}
+	mu   sync.Mutex
+	runs map[string]chan struct{} // by run UID, while one of its uploads waits or runs
+	refs map[string]int
+}
+
+func newUploadSlots() *uploadSlots {
+	return &uploadSlots{all: make(chan struct{}, maxObjectUploads), runs: map[string]chan struct{}{}, refs: map[string]int{}}
+}
+
+// acquire waits for run's turn and a free slot, or ctx's end; release gives
+// them back.
+func (u *uploadSlots) acquire(ctx context.Context, run string) (release func(), err error) {
+	u.mu.Lock()
+	ch, ok := u.runs[run]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		u.runs[run] = ch
+	}
+	u.refs[run]++
+	u.mu.Unlock()
+	unref := func() {
+		u.mu.Lock()
+		if u.refs[run]--; u.refs[run] == 0 {
+			delete(u.refs, run)
+			delete(u.runs, run)
+		}
+		u.mu.Unlock()
+	}
+	select {
+	case ch <- struct{}{}:
+	case <-ctx.Done():
+		unref()
+		return nil, ctx.Err()
+	}
+	select {
+	case u.all <- struct{}{}:
+	case <-ctx.Done():
+		<-ch
+		unref()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-u.all
+		<-ch
+		unref()
+	}, nil
+}
 
 // objectPrefix is the object name prefix of run's artifacts.
 func objectPrefix(run RunRef) string {

@@ -178,6 +178,7 @@ type Store struct {
 	// does.
 	objects *objectstore.Store
 	compact compactions
+	uploads *uploadSlots
 
 	mu       sync.Mutex
 	leases   map[string]clientv3.LeaseID // run base key -> lease
@@ -203,6 +204,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 		leases:      map[string]clientv3.LeaseID{},
 		logMetas:    map[string]cachedLogMeta{},
 		compact:     compactions{queue: make(chan logRef, 1024)},
+		uploads:     newUploadSlots(),
 	}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix

@@ -25,3 +25,19 @@ func TasksHold(run *v1alpha1.TerraformRun) (string, bool) {
 func Applied(run *v1alpha1.TerraformRun) bool {
 	return meta.IsStatusConditionTrue(run.Status.Conditions, v1alpha1.ConditionApplied)
 }
+
+// WaitsForTasksOnly says whether run's stage has ended and the run waits
+// only for run tasks before it ends: an applied run for its PostApply
+// tasks, a speculative plan for its PostPlan ones. Such a run still holds
+// its state, but no process of it runs.
+func WaitsForTasksOnly(run *v1alpha1.TerraformRun) bool {
+	switch Phase(run) {
+	case v1alpha1.RunPhaseApplying:
+		st := CurrentStage(run, v1alpha1.StageApply)
+		return st != nil && st.CompletionTime != nil && Applied(run)
+	case v1alpha1.RunPhasePlanning:
+		st := CurrentStage(run, v1alpha1.StagePlan)
+		return st != nil && st.CompletionTime != nil && run.Spec.Operation == v1alpha1.OperationPlan && run.Status.Plan != nil
+	}
+	return false
+}

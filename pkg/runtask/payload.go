@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -113,12 +117,18 @@ func sign(key, body []byte) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// maxErrorBody bounds what of a task's refusal goes into a message.
-const maxErrorBody = 512
-
-// Send POSTs p to url, signed with key when key is not empty. The task must
-// answer 200 OK; it answers the call itself later, through the callback.
-func Send(ctx context.Context, client *http.Client, url string, key []byte, p Payload) error {
+// Send POSTs p to url, which must be https, verifying the server against
+// caBundle (PEM; the system's roots when empty), signed with key when key
+// is not empty. The task must answer 200 OK; it answers the call itself
+// later, through the callback. A redirect is not followed (the payload
+// carries the call's token, for url only), and what a refusal's body says
+// is not kept: the run's readers see the error, and a task URL that points
+// at an internal service must not read its pages back to them.
+func Send(ctx context.Context, url string, caBundle, key []byte, p Payload) error {
+	client, err := taskClient(url, caBundle)
+	if err != nil {
+		return err
+	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -137,12 +147,28 @@ func Send(ctx context.Context, client *http.Client, url string, key []byte, p Pa
 		return err
 	}
 	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		// A task that echoes the payload does not put the call's token
-		// where the run's readers see it (its status and Events).
-		msg = bytes.ReplaceAll(msg, []byte(p.AccessToken), []byte("[access token]"))
-		return fmt.Errorf("it answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+		return fmt.Errorf("it answered %s (a task accepts a payload with 200 OK)", resp.Status)
 	}
 	return nil
+}
+
+// taskClient is the client that sends a payload to url: https only, to a
+// server that caBundle (or the system) trusts, following no redirect.
+func taskClient(url string, caBundle []byte) (*http.Client, error) {
+	if !strings.HasPrefix(url, "https://") {
+		return nil, fmt.Errorf("%s is not an https URL: the payload carries a token that reads the run's plan, and goes only to a server that proves who it is", url)
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(caBundle) > 0 {
+		tlsConfig.RootCAs = x509.NewCertPool()
+		if !tlsConfig.RootCAs.AppendCertsFromPEM(caBundle) {
+			return nil, errors.New("spec.caBundle holds no PEM certificate")
+		}
+	}
+	return &http.Client{
+		Transport:     &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true, Proxy: http.ProxyFromEnvironment, TLSHandshakeTimeout: 10 * time.Second},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
 }

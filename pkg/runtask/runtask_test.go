@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha512"
 	"encoding/hex"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -198,18 +199,53 @@ func TestPayload(t *testing.T) {
 // run's status and Events.
 func TestSendKeepsTheTokenOutOfErrors(t *testing.T) {
 	var signature string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		signature = req.Header.Get(signatureHeader)
 		body, _ := io.ReadAll(req.Body)
 		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write(body)
+		_, _ = w.Write(append(body, []byte(" internal page")...))
 	}))
 	defer srv.Close()
-	err := Send(context.Background(), srv.Client(), srv.URL, []byte("key"), Payload{PayloadVersion: 1, AccessToken: "trt_dev_web_secret-token"})
-	if err == nil || strings.Contains(err.Error(), "secret-token") || !strings.Contains(err.Error(), "[access token]") || !strings.Contains(err.Error(), "400") {
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	err := Send(context.Background(), srv.URL, ca, []byte("key"), Payload{PayloadVersion: 1, AccessToken: "trt_dev_web_secret-token"})
+	if err == nil || strings.Contains(err.Error(), "secret-token") || strings.Contains(err.Error(), "internal page") || !strings.Contains(err.Error(), "400") {
 		t.Errorf("Send = %v", err)
 	}
 	if signature == "" {
 		t.Error("the payload was not signed")
+	}
+}
+
+// TestSendOnlyToAServerThatProvesItself: a payload goes only over TLS, to a
+// server the task's CA bundle (or the system) trusts, and no redirect is
+// followed.
+func TestSendOnlyToAServerThatProvesItself(t *testing.T) {
+	received := 0
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { received++ }))
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/redirect" {
+			http.Redirect(w, req, "/elsewhere", http.StatusTemporaryRedirect)
+			return
+		}
+		received++
+	}))
+	defer tlsSrv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw})
+	p := Payload{PayloadVersion: 1, AccessToken: "trt_dev_web_token"}
+	if err := Send(context.Background(), plain.URL, nil, nil, p); err == nil || !strings.Contains(err.Error(), "not an https URL") {
+		t.Errorf("sent over plain http: %v", err)
+	}
+	if err := Send(context.Background(), tlsSrv.URL, nil, nil, p); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("sent to a server no CA vouches for: %v", err)
+	}
+	if err := Send(context.Background(), tlsSrv.URL+"/redirect", ca, nil, p); err == nil || !strings.Contains(err.Error(), "307") {
+		t.Errorf("a redirect: %v", err)
+	}
+	if received != 0 {
+		t.Fatalf("%d payloads reached a server they must not", received)
+	}
+	if err := Send(context.Background(), tlsSrv.URL, ca, nil, p); err != nil || received != 1 {
+		t.Errorf("sent to the task's server: %v (%d received)", err, received)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha512"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -66,12 +68,18 @@ func newTaskServer(t *testing.T, key string, server *rest.Config) *taskServer {
 		t.Fatal(err)
 	}
 	ts.client = &http.Client{Transport: transport, Timeout: 30 * time.Second}
-	ts.srv = httptest.NewServer(http.HandlerFunc(ts.serve))
+	ts.srv = httptest.NewTLSServer(http.HandlerFunc(ts.serve))
 	t.Cleanup(ts.srv.Close)
 	return ts
 }
 
 func (ts *taskServer) url(task string) string { return ts.srv.URL + "/" + task }
+
+// caBundle is the base64 of the PEM of its certificate, for a task's
+// spec.caBundle.
+func (ts *taskServer) caBundle() string {
+	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.srv.Certificate().Raw}))
+}
 
 func (ts *taskServer) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
@@ -212,7 +220,7 @@ func TestRunTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unreachable := "http://" + closed.Addr().String() + "/task"
+	unreachable := "https://" + closed.Addr().String() + "/task"
 	closed.Close()
 
 	task := func(name, url, scenario, stages, extra string) string {
@@ -222,11 +230,12 @@ metadata:
   name: %s
 spec:
   url: %s
+  caBundle: %s
   hmacKey: {name: task-hmac, key: key}
   stages: [%s]
   runSelector:
     matchLabels: {scenario: %s}
-%s`, name, url, stages, scenario, extra)
+%s`, name, url, ts.caBundle(), stages, scenario, extra)
 	}
 	manifests := task("checker", ts.url("checker"), "all", "PrePlan, PostPlan, PreApply, PostApply", "") + "---\n" +
 		task("gate", ts.url("gate"), "gate", "PostPlan", "") + "---\n" +

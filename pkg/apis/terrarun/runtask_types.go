@@ -25,8 +25,8 @@ type TerraformRunTask struct {
 
 // TerraformRunTaskSpec is where a run task is and when it runs.
 type TerraformRunTaskSpec struct {
-	// url is where terrarun POSTs the task's payload: https, or http to a
-	// loopback address.
+	// url is where terrarun POSTs the task's payload: an https URL, whose
+	// server terrarun verifies against caBundle (or the system's roots).
 	URL string `json:"url"`
 	// hmacKey names the key of a Secret of the namespace whose value signs
 	// each payload (HMAC-SHA512, hex, in the X-TFC-Task-Signature header).
@@ -50,6 +50,10 @@ type TerraformRunTaskSpec struct {
 	// their labels; all when unset.
 	// +optional
 	RunSelector *metav1.LabelSelector `json:"runSelector,omitempty"`
+	// caBundle is PEM-encoded CA certificates that verify the task's
+	// server; the system's trusted roots when unset.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
 }
 
 // RunTaskStage is when a run task runs.

@@ -1276,6 +1276,11 @@ func (in *TerraformRunTaskSpec) DeepCopyInto(out *TerraformRunTaskSpec) {
 		*out = new(v1.LabelSelector)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.CABundle != nil {
+		in, out := &in.CABundle, &out.CABundle
+		*out = make([]byte, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 

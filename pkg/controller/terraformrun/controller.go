@@ -122,13 +122,13 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 		UpdateFunc: func(old, obj interface{}) {
 			c.enqueue(obj)
 			o, n := old.(*v1alpha1.TerraformRun), obj.(*v1alpha1.TerraformRun)
+			if holdsSlot(o) && !holdsSlot(n) {
+				c.released()
+			}
 			if runrules.Phase(o) == runrules.Phase(n) && (o.Status.Approval == nil) == (n.Status.Approval == nil) {
 				return
 			}
 			c.forget(n, false)
-			if holdsSlot(runrules.Phase(o)) && !holdsSlot(runrules.Phase(n)) {
-				c.released()
-			}
 			c.stateFreed(n)
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -140,7 +140,7 @@ func New(client versioned.Interface, informer informers.TerraformRunInformer, ex
 				return
 			}
 			c.forget(run, true)
-			if holdsSlot(runrules.Phase(run)) {
+			if holdsSlot(run) {
 				c.released()
 			}
 			c.stateFreed(run)
@@ -453,10 +453,10 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		return c.startStage(ctx, run, stageName, 1, nil)
 	}
 	switch {
-	case stageName == v1alpha1.StageApply && st.CompletionTime != nil && runrules.Applied(run):
+	case runrules.WaitsForTasksOnly(run) && stageName == v1alpha1.StageApply:
 		// Applied, and waiting for its PostApply run tasks.
 		return c.applied(ctx, run)
-	case stageName == v1alpha1.StagePlan && st.CompletionTime != nil && run.Spec.Operation == v1alpha1.OperationPlan && run.Status.Plan != nil:
+	case runrules.WaitsForTasksOnly(run):
 		// A speculative plan waiting for its PostPlan run tasks.
 		return c.planned(ctx, run, nil)
 	}

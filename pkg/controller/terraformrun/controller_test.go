@@ -2042,6 +2042,27 @@ func TestStageSlots(t *testing.T) {
 		}
 	})
 
+	t.Run("a run waiting only for its run tasks holds no slot", func(t *testing.T) {
+		// An applied run whose PostApply task has not answered, and a
+		// speculative plan whose PostPlan task has not: their stages have
+		// ended; a late task holds their state, not another tenant's slot.
+		applied := other("elsewhere", "applied", t0.Add(-time.Hour), v1alpha1.RunPhaseApplying)
+		applied.Status.Stages = []v1alpha1.StageStatus{{Name: v1alpha1.StageApply, Attempt: 1, CompletionTime: &metav1.Time{Time: t0}}}
+		applied.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonApplied}}
+		speculative := other("elsewhere", "speculative", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning)
+		speculative.Spec.Operation = v1alpha1.OperationPlan
+		speculative.Status.Plan = &v1alpha1.PlanSummary{Digest: "sha256:" + strings.Repeat("a", 64)}
+		speculative.Status.Stages = []v1alpha1.StageStatus{{Name: v1alpha1.StagePlan, Attempt: 1, CompletionTime: &metav1.Time{Time: t0}}}
+		for _, waiting := range []*v1alpha1.TerraformRun{applied, speculative} {
+			h := newHarness(t, newRun(), limits(1, 1))
+			h.add(waiting)
+			h.mustSync()
+			if run := h.get(); run.Status.Phase != v1alpha1.RunPhasePlanning {
+				t.Fatalf("%s, waiting for its run tasks, held the only slot: %s %q", waiting.Name, run.Status.Phase, run.Status.Message)
+			}
+		}
+	})
+
 	t.Run("canceled while queued", func(t *testing.T) {
 		h := newHarness(t, newRun(func(r *v1alpha1.TerraformRun) { r.Status.Phase = v1alpha1.RunPhaseQueued }, cancelRequested), limits(1, 0))
 		h.add(other(testNS, "busy", t0.Add(-time.Hour), v1alpha1.RunPhasePlanning))

@@ -57,7 +57,7 @@ func (c *Controller) occupancy() (int, map[string]int, []*v1alpha1.TerraformRun,
 	var waiting []*v1alpha1.TerraformRun
 	for _, r := range runs {
 		switch {
-		case c.inStage(r):
+		case c.inStage(r) && !runrules.WaitsForTasksOnly(r):
 			active++
 			byNamespace[r.Namespace]++
 		case runrules.WaitsToStart(r):
@@ -197,7 +197,10 @@ func (c *Controller) released() {
 	}
 }
 
-// holdsSlot says whether a run in phase p holds a stage slot.
-func holdsSlot(p v1alpha1.RunPhase) bool {
-	return p == v1alpha1.RunPhasePlanning || p == v1alpha1.RunPhaseApplying
+// holdsSlot says whether run holds a stage slot: it is planning or
+// applying, and not only waiting for its run tasks (a task that answers
+// late holds the run's state, not a slot another tenant's stage could use).
+func holdsSlot(run *v1alpha1.TerraformRun) bool {
+	p := runrules.Phase(run)
+	return (p == v1alpha1.RunPhasePlanning || p == v1alpha1.RunPhaseApplying) && !runrules.WaitsForTasksOnly(run)
 }

@@ -2,8 +2,8 @@ package terraformrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -38,11 +38,6 @@ type Tasks struct {
 // through the callback.
 const maxSendTime = 30 * time.Second
 
-// noRedirects sends payloads: a redirect is not followed (the payload
-// carries the call's token, for spec.url only), and answers the call as a
-// refusal.
-var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-
 // taskTokens holds the access tokens of the calls recorded and not sent
 // yet, by run and token hash. A token is sent only once the write that
 // records its hash is stored, and the controller has seen it, so that the
@@ -69,6 +64,13 @@ func (c *Controller) matchingTasks(run *v1alpha1.TerraformRun, stage v1alpha1.Ru
 	if err != nil {
 		return nil
 	}
+	// A run is selected by its labels now, or as it was created: an editor
+	// who removes a label after the plan does not take the run out of a
+	// task's later stages.
+	var created map[string]string
+	if v, ok := run.Annotations[v1alpha1.AnnotationLabelsAtCreation]; ok {
+		_ = json.Unmarshal([]byte(v), &created)
+	}
 	var tasks []*v1alpha1.TerraformRunTask
 	for _, t := range all {
 		if !slices.Contains(t.Spec.Stages, stage) {
@@ -76,7 +78,7 @@ func (c *Controller) matchingTasks(run *v1alpha1.TerraformRun, stage v1alpha1.Ru
 		}
 		if sel := t.Spec.RunSelector; sel != nil {
 			s, err := metav1.LabelSelectorAsSelector(sel)
-			if err != nil || !s.Matches(labels.Set(run.Labels)) {
+			if err != nil || !s.Matches(labels.Set(run.Labels)) && !(created != nil && s.Matches(labels.Set(created))) {
 				continue
 			}
 		}
@@ -296,7 +298,7 @@ func (c *Controller) send(ctx context.Context, run *v1alpha1.TerraformRun, call 
 		// answers later, through the callback.
 		sendCtx, cancel := context.WithTimeout(ctx, min(call.Deadline.Sub(c.opts.Clock.Now()), maxSendTime))
 		defer cancel()
-		if err := runtask.Send(sendCtx, noRedirects, task.Spec.URL, key, runtask.NewPayload(run, &call, token, c.opts.Tasks.CallbackURL)); err != nil {
+		if err := runtask.Send(sendCtx, task.Spec.URL, task.Spec.CABundle, key, runtask.NewPayload(run, &call, token, c.opts.Tasks.CallbackURL)); err != nil {
 			return fmt.Errorf("calling %s: %v", task.Spec.URL, err)
 		}
 		return nil

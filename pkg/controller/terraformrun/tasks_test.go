@@ -3,6 +3,7 @@ package terraformrun
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,7 +33,7 @@ type taskWorld struct {
 func newTaskWorld(t *testing.T) *taskWorld {
 	w := &taskWorld{t: t, payloads: make(chan runtask.Payload, 16),
 		informer: externalversions.NewSharedInformerFactory(fake.NewSimpleClientset(), 0).Terrarun().V1alpha1().TerraformRunTasks()}
-	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+	w.srv = httptest.NewTLSServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		var p runtask.Payload
 		if err := json.NewDecoder(req.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
@@ -52,7 +53,7 @@ func (w *taskWorld) option(o *Options) {
 func (w *taskWorld) add(name string, enforcement v1alpha1.RunTaskEnforcement, stages ...v1alpha1.RunTaskStage) {
 	w.t.Helper()
 	task := &v1alpha1.TerraformRunTask{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name}, Spec: v1alpha1.TerraformRunTaskSpec{
-		URL: w.srv.URL + "/" + name, Stages: stages, Enforcement: enforcement, Timeout: &metav1.Duration{Duration: time.Minute}}}
+		URL: w.srv.URL + "/" + name, CABundle: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: w.srv.Certificate().Raw}), Stages: stages, Enforcement: enforcement, Timeout: &metav1.Duration{Duration: time.Minute}}}
 	if err := w.informer.Informer().GetIndexer().Add(task); err != nil {
 		w.t.Fatal(err)
 	}
@@ -197,5 +198,36 @@ func TestAutoRunWaitsForPostPlanTasks(t *testing.T) {
 	apply := run.Status.Stages[len(run.Status.Stages)-1]
 	if run.Status.Phase != v1alpha1.RunPhaseApplying || run.Status.Approval == nil || apply.Name != v1alpha1.StageApply || apply.CarrierAttempt != 0 {
 		t.Errorf("run %s %q, approval %+v, last stage %+v; want its apply, a stage of its own", run.Status.Phase, run.Status.Message, run.Status.Approval, apply)
+	}
+}
+
+// TestTasksSelectByLabelsAtCreation: a task selects a run by its labels now
+// or as it was created, so an editor who removes a label after the plan
+// does not take the run out of the task's PreApply check.
+func TestTasksSelectByLabelsAtCreation(t *testing.T) {
+	w := newTaskWorld(t)
+	task := &v1alpha1.TerraformRunTask{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "payments-scan"}, Spec: v1alpha1.TerraformRunTaskSpec{
+		URL: w.srv.URL, Stages: []v1alpha1.RunTaskStage{v1alpha1.RunTaskPreApply},
+		RunSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}}}
+	if err := w.informer.Informer().GetIndexer().Add(task); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, newRun(), w.option)
+	for name, tc := range map[string]struct {
+		labels, annotations map[string]string
+		selected            bool
+	}{
+		"labelled":                     {map[string]string{"team": "payments"}, nil, true},
+		"never labelled":               {nil, nil, false},
+		"label removed after creation": {nil, map[string]string{v1alpha1.AnnotationLabelsAtCreation: `{"team":"payments"}`}, true},
+		"label changed after creation": {map[string]string{"team": "web"}, map[string]string{v1alpha1.AnnotationLabelsAtCreation: `{"team":"payments"}`}, true},
+		"label added after creation":   {map[string]string{"team": "payments"}, map[string]string{v1alpha1.AnnotationLabelsAtCreation: `{"team":"web"}`}, true},
+		"created with another label":   {nil, map[string]string{v1alpha1.AnnotationLabelsAtCreation: `{"team":"web"}`}, false},
+	} {
+		run := newRun()
+		run.Labels, run.Annotations = tc.labels, tc.annotations
+		if got := len(h.ctrl.matchingTasks(run, v1alpha1.RunTaskPreApply)) == 1; got != tc.selected {
+			t.Errorf("%s: selected %v, want %v", name, got, tc.selected)
+		}
 	}
 }

@@ -2913,7 +2913,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskSpec(ref common.Reference
 				Properties: map[string]spec.Schema{
 					"url": {
 						SchemaProps: spec.SchemaProps{
-							Description: "url is where terrarun POSTs the task's payload: https, or http to a loopback address.",
+							Description: "url is where terrarun POSTs the task's payload: an https URL, whose server terrarun verifies against caBundle (or the system's roots).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -2963,6 +2963,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunTaskSpec(ref common.Reference
 						SchemaProps: spec.SchemaProps{
 							Description: "runSelector selects the runs of the namespace the task checks by their labels; all when unset.",
 							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"caBundle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caBundle is PEM-encoded CA certificates that verify the task's server; the system's trusted roots when unset.",
+							Type:        []string{"string"},
+							Format:      "byte",
 						},
 					},
 				},

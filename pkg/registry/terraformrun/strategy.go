@@ -4,6 +4,7 @@ package terraformrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -63,6 +64,14 @@ func (s runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 		// creator: the workspace's (admission checks the run as hers).
 		run.Spec.Creator = CreatorFrom(ctx)
 	}
+	delete(run.Annotations, terrarun.AnnotationLabelsAtCreation)
+	if len(run.Labels) > 0 {
+		snapshot, _ := json.Marshal(run.Labels)
+		if run.Annotations == nil {
+			run.Annotations = map[string]string{}
+		}
+		run.Annotations[terrarun.AnnotationLabelsAtCreation] = string(snapshot)
+	}
 	terrarun.SetBuiltinDefaults(&run.Spec, s.engine)
 }
 
@@ -93,6 +102,16 @@ func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obje
 	}
 	if newRun.Spec.RequestedBy == nil {
 		newRun.Spec.RequestedBy = slices.Clone(oldRun.Spec.RequestedBy)
+	}
+	// The labels it was created with stay the server's record, also when
+	// the update does not send them (kubectl replace of the manifest).
+	if v, ok := oldRun.Annotations[terrarun.AnnotationLabelsAtCreation]; ok {
+		if newRun.Annotations == nil {
+			newRun.Annotations = map[string]string{}
+		}
+		newRun.Annotations[terrarun.AnnotationLabelsAtCreation] = v
+	} else {
+		delete(newRun.Annotations, terrarun.AnnotationLabelsAtCreation)
 	}
 	terrarun.SetBuiltinDefaults(&newRun.Spec, s.engine)
 	newRun.Generation = oldRun.Generation
@@ -146,6 +165,9 @@ func checkWorkspaceMarks(ctx context.Context, run, oldRun *terrarun.TerraformRun
 	var oldLabels, oldAnnotations map[string]string
 	if oldRun != nil {
 		oldLabels, oldAnnotations = oldRun.Labels, oldRun.Annotations
+	} else if v, ok := run.Annotations[terrarun.AnnotationLabelsAtCreation]; ok {
+		// PrepareForCreate has just set it.
+		oldAnnotations = map[string]string{terrarun.AnnotationLabelsAtCreation: v}
 	}
 	allErrs := serverKeysChanged(field.NewPath("metadata", "labels"), run.Labels, oldLabels, msg)
 	allErrs = append(allErrs, serverKeysChanged(field.NewPath("metadata", "annotations"), run.Annotations, oldAnnotations, msg)...)

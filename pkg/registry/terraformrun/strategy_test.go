@@ -206,3 +206,32 @@ func TestOutputsSecretNeedsAHostCluster(t *testing.T) {
 		t.Errorf("without a host cluster and without outputsSecret: %v", errs)
 	}
 }
+
+// TestLabelsAtCreationAreTheServers: a run's labels as created are recorded
+// by the server (a client's value is replaced), kept across an update that
+// does not send them, and cannot be changed.
+func TestLabelsAtCreationAreTheServers(t *testing.T) {
+	s := NewStrategy(nil, "")
+	ctx := userCtx("alice")
+	run := newRun()
+	run.Labels = map[string]string{"team": "payments"}
+	run.Annotations = map[string]string{terrarun.AnnotationLabelsAtCreation: `{"team":"web"}`}
+	s.PrepareForCreate(ctx, run)
+	if got := run.Annotations[terrarun.AnnotationLabelsAtCreation]; got != `{"team":"payments"}` {
+		t.Fatalf("labels at creation = %q", got)
+	}
+	if errs := s.Validate(ctx, run); len(errs) != 0 {
+		t.Fatalf("a labelled run is refused: %v", errs)
+	}
+	replaced := run.DeepCopy()
+	replaced.Labels, replaced.Annotations = nil, nil
+	s.PrepareForUpdate(ctx, replaced, run)
+	if errs := s.ValidateUpdate(ctx, replaced, run); len(errs) != 0 || replaced.Annotations[terrarun.AnnotationLabelsAtCreation] != `{"team":"payments"}` {
+		t.Errorf("an update without the labels: %v, annotations %v", errs, replaced.Annotations)
+	}
+	forged := run.DeepCopy()
+	forged.Annotations[terrarun.AnnotationLabelsAtCreation] = `{}`
+	if errs := checkWorkspaceMarks(ctx, forged, run); len(errs) != 1 {
+		t.Errorf("a changed record of the labels: %v", errs)
+	}
+}

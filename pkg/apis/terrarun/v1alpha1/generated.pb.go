@@ -2646,6 +2646,13 @@ func (m *TerraformRunTaskSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.CABundle != nil {
+		i -= len(m.CABundle)
+		copy(dAtA[i:], m.CABundle)
+		i = encodeVarintGenerated(dAtA, i, uint64(len(m.CABundle)))
+		i--
+		dAtA[i] = 0x3a
+	}
 	if m.RunSelector != nil {
 		{
 			size, err := m.RunSelector.MarshalToSizedBuffer(dAtA[:i])
@@ -4266,6 +4273,10 @@ func (m *TerraformRunTaskSpec) Size() (n int) {
 		l = m.RunSelector.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	if m.CABundle != nil {
+		l = len(m.CABundle)
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -5187,6 +5198,7 @@ func (this *TerraformRunTaskSpec) String() string {
 		`Enforcement:` + fmt.Sprintf("%v", this.Enforcement) + `,`,
 		`Timeout:` + strings.Replace(fmt.Sprintf("%v", this.Timeout), "Duration", "v1.Duration", 1) + `,`,
 		`RunSelector:` + strings.Replace(fmt.Sprintf("%v", this.RunSelector), "LabelSelector", "v1.LabelSelector", 1) + `,`,
+		`CABundle:` + valueToStringGenerated(this.CABundle) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -13774,6 +13786,40 @@ func (m *TerraformRunTaskSpec) Unmarshal(dAtA []byte) error {
 			}
 			if err := m.RunSelector.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
+			}
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CABundle", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.CABundle = append(m.CABundle[:0], dAtA[iNdEx:postIndex]...)
+			if m.CABundle == nil {
+				m.CABundle = []byte{}
 			}
 			iNdEx = postIndex
 		default:

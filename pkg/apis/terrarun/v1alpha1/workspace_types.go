@@ -237,6 +237,11 @@ const (
 	// AnnotationAbandonResources, "true" on a workspace being deleted with
 	// destroyOnDelete, removes it without destroying what it manages.
 	AnnotationAbandonResources = "terrarun.dev/abandon-resources"
+	// AnnotationLabelsAtCreation holds a run's labels as it was created
+	// (JSON), set by the server: a run task selects a run by them as well
+	// as by its labels now, so that no label removed later takes a run out
+	// of a task's checks.
+	AnnotationLabelsAtCreation = "terrarun.dev/labels-at-creation"
 )
 
 // Trigger says why a workspace created a run.

@@ -26,6 +26,7 @@ import (
 	unsafe "unsafe"
 
 	terrarun "github.com/terrarun/terrarun/pkg/apis/terrarun"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	conversion "k8s.io/apimachinery/pkg/conversion"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
@@ -1704,7 +1705,13 @@ func Convert_terrarun_TerraformRunTaskList_To_v1alpha1_TerraformRunTaskList(in *
 }
 
 func autoConvert_v1alpha1_TerraformRunTaskSpec_To_terrarun_TerraformRunTaskSpec(in *TerraformRunTaskSpec, out *terrarun.TerraformRunTaskSpec, s conversion.Scope) error {
-	*out = *(*terrarun.TerraformRunTaskSpec)(unsafe.Pointer(in))
+	out.URL = in.URL
+	out.HMACKey = (*terrarun.KeySelector)(unsafe.Pointer(in.HMACKey))
+	out.Stages = *(*[]terrarun.RunTaskStage)(unsafe.Pointer(&in.Stages))
+	out.Enforcement = terrarun.RunTaskEnforcement(in.Enforcement)
+	out.Timeout = (*v1.Duration)(unsafe.Pointer(in.Timeout))
+	out.RunSelector = (*v1.LabelSelector)(unsafe.Pointer(in.RunSelector))
+	out.CABundle = *(*[]byte)(unsafe.Pointer(&in.CABundle))
 	return nil
 }
 
@@ -1714,7 +1721,13 @@ func Convert_v1alpha1_TerraformRunTaskSpec_To_terrarun_TerraformRunTaskSpec(in *
 }
 
 func autoConvert_terrarun_TerraformRunTaskSpec_To_v1alpha1_TerraformRunTaskSpec(in *terrarun.TerraformRunTaskSpec, out *TerraformRunTaskSpec, s conversion.Scope) error {
-	*out = *(*TerraformRunTaskSpec)(unsafe.Pointer(in))
+	out.URL = in.URL
+	out.HMACKey = (*KeySelector)(unsafe.Pointer(in.HMACKey))
+	out.Stages = *(*[]RunTaskStage)(unsafe.Pointer(&in.Stages))
+	out.Enforcement = RunTaskEnforcement(in.Enforcement)
+	out.Timeout = (*v1.Duration)(unsafe.Pointer(in.Timeout))
+	out.RunSelector = (*v1.LabelSelector)(unsafe.Pointer(in.RunSelector))
+	out.CABundle = *(*[]byte)(unsafe.Pointer(&in.CABundle))
 	return nil
 }
 

@@ -1,9 +1,8 @@
 package validation
 
 import (
-	"net"
+	"crypto/x509"
 	"net/url"
-	"strings"
 	"time"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -16,7 +15,9 @@ import (
 // Bounds of a TerraformRunTask.
 const (
 	maxRunTaskURLLength = 2048
-	maxRunTaskTimeout   = time.Hour
+	// maxCABundleLength bounds a task's CA bundle, as a webhook's.
+	maxCABundleLength = 64 << 10
+	maxRunTaskTimeout = time.Hour
 )
 
 // ValidateTerraformRunTask validates a TerraformRunTask on create and
@@ -25,6 +26,7 @@ func ValidateTerraformRunTask(t *terrarun.TerraformRunTask) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&t.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	spec, specPath := &t.Spec, field.NewPath("spec")
 	allErrs = append(allErrs, validateRunTaskURL(spec.URL, specPath.Child("url"))...)
+	allErrs = append(allErrs, validateCABundle(spec.CABundle, specPath.Child("caBundle"))...)
 	if spec.HMACKey != nil {
 		allErrs = append(allErrs, validateKeySelector(spec.HMACKey, "secret", specPath.Child("hmacKey"))...)
 	}
@@ -48,9 +50,10 @@ func ValidateTerraformRunTask(t *terrarun.TerraformRunTask) field.ErrorList {
 	return allErrs
 }
 
-// validateRunTaskURL accepts an https URL, or an http one to a loopback
-// address: a task's payload carries a token that reads the run's plan, so
-// it is never sent in the clear over a network. Credentials never go in the
+// validateRunTaskURL accepts an https URL: a task's payload carries a token
+// that reads the run's plan, so it goes only to a server that proves who it
+// is (a plain http listener on loopback is one any local stage can take
+// over while the task's own server is down). Credentials never go in the
 // URL: the HMAC key is a Secret.
 func validateRunTaskURL(raw string, path *field.Path) field.ErrorList {
 	if raw == "" {
@@ -69,18 +72,23 @@ func validateRunTaskURL(raw string, path *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(path, raw, "must not have a fragment")}
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && loopbackHost(u.Hostname()):
-		return nil
 	case u.Scheme == "http":
-		return field.ErrorList{field.Invalid(path, raw, "must be https: the payload carries a token that reads the run's plan (http is accepted only to a loopback address)")}
+		return field.ErrorList{field.Invalid(path, raw, "must be https, also on loopback: the payload carries a token that reads the run's plan, and only TLS proves that the task's own server, not a stage listening in its place, receives it (a private CA goes in spec.caBundle)")}
 	}
 	return field.ErrorList{field.Invalid(path, raw, "must be an https URL")}
 }
 
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
+// validateCABundle accepts PEM that holds at least one certificate, and
+// nothing else.
+func validateCABundle(bundle []byte, path *field.Path) field.ErrorList {
+	if len(bundle) == 0 {
+		return nil
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	if len(bundle) > maxCABundleLength {
+		return field.ErrorList{field.TooLong(path, "", maxCABundleLength)}
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(bundle) {
+		return field.ErrorList{field.Invalid(path, "<PEM>", "must hold PEM-encoded CA certificates (-----BEGIN CERTIFICATE-----)")}
+	}
+	return nil
 }

@@ -29,8 +29,8 @@ import (
 //
 // TerraformRunTaskSpec is where a run task is and when it runs.
 type TerraformRunTaskSpecApplyConfiguration struct {
-	// url is where terrarun POSTs the task's payload: https, or http to a
-	// loopback address.
+	// url is where terrarun POSTs the task's payload: an https URL, whose
+	// server terrarun verifies against caBundle (or the system's roots).
 	URL *string `json:"url,omitempty"`
 	// hmacKey names the key of a Secret of the namespace whose value signs
 	// each payload (HMAC-SHA512, hex, in the X-TFC-Task-Signature header).
@@ -49,6 +49,9 @@ type TerraformRunTaskSpecApplyConfiguration struct {
 	// runSelector selects the runs of the namespace the task checks by
 	// their labels; all when unset.
 	RunSelector *metav1.LabelSelectorApplyConfiguration `json:"runSelector,omitempty"`
+	// caBundle is PEM-encoded CA certificates that verify the task's
+	// server; the system's trusted roots when unset.
+	CABundle []byte `json:"caBundle,omitempty"`
 }
 
 // TerraformRunTaskSpecApplyConfiguration constructs a declarative configuration of the TerraformRunTaskSpec type for use with
@@ -104,5 +107,15 @@ func (b *TerraformRunTaskSpecApplyConfiguration) WithTimeout(value v1.Duration) 
 // If called multiple times, the RunSelector field is set to the value of the last call.
 func (b *TerraformRunTaskSpecApplyConfiguration) WithRunSelector(value *metav1.LabelSelectorApplyConfiguration) *TerraformRunTaskSpecApplyConfiguration {
 	b.RunSelector = value
+	return b
+}
+
+// WithCABundle adds the given value to the CABundle field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the CABundle field.
+func (b *TerraformRunTaskSpecApplyConfiguration) WithCABundle(values ...byte) *TerraformRunTaskSpecApplyConfiguration {
+	for i := range values {
+		b.CABundle = append(b.CABundle, values[i])
+	}
 	return b
 }
