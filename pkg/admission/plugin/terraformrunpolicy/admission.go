@@ -128,7 +128,38 @@ func (p *Plugin) validateApprove(ctx context.Context, a admission.Attributes) er
 	if err != nil {
 		return err
 	}
-	return checkApprover(p.cfg, run, a.GetUserInfo())
+	if err := checkApprover(p.cfg, run, a.GetUserInfo()); err != nil {
+		return err
+	}
+	return p.checkConfigMapAuthor(ctx, run, a.GetUserInfo())
+}
+
+// checkConfigMapAuthor extends separation of duties to the configuration a
+// run reads from a ConfigMap (spec.source.configMap): Kubernetes does not
+// record who wrote a ConfigMap, so whoever may write it (update or patch,
+// as a SubjectAccessReview says) may have written the code the plan
+// planned, and may not approve it. A change of the ConfigMap starts a
+// workspace's run on its spec editor's behalf; without this rule its
+// author could approve it. Standalone mode, whose ConfigMaps are the
+// server's own files that no tenant writes, has no authorizer here.
+func (p *Plugin) checkConfigMapAuthor(ctx context.Context, run *terrarun.TerraformRun, approver user.Info) error {
+	cm := run.Spec.Source.ConfigMap
+	if p.authorizer == nil || cm == nil || approver == nil {
+		return nil
+	}
+	for _, verb := range []string{"update", "patch"} {
+		decision, _, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			User: approver, Verb: verb, Namespace: run.Namespace, Resource: "configmaps", Name: cm.Name, ResourceRequest: true})
+		switch {
+		case decision == authorizer.DecisionAllow:
+			return apierrors.NewForbidden(terrarun.Resource("terraformruns"), run.Name, fmt.Errorf(
+				"separation of duties: %s may %s ConfigMap %q, which holds the run's configuration (spec.source.configMap), and so may have written the code it plans; ask a user who may not change it, with create on terraformruns/approve",
+				approver.GetName(), verb, cm.Name))
+		case err != nil:
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("separation of duties: whether %s may change ConfigMap %q cannot be checked (%v); retry", approver.GetName(), cm.Name, err))
+		}
+	}
+	return nil
 }
 
 // SetAuthorizer implements genericadmissioninitializer.WantsAuthorizer. Only

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -687,5 +688,40 @@ func TestApproveSeparationOfDuties(t *testing.T) {
 	unwired := newPlugin(t, testPolicy, clusterLabeler(t))
 	if err := unwired.Validate(ctx, approve(bob), nil); !apierrors.IsInternalError(err) {
 		t.Fatalf("without a run getter: %v, want an internal error rather than an unchecked approval", err)
+	}
+}
+
+// TestConfigMapAuthorsDoNotApprove: in cluster mode, a user who may change
+// the ConfigMap that holds a run's configuration may have written the code
+// it plans (a change of it starts a workspace's run on the spec editor's
+// behalf), and may not approve it; a user who may not change it may.
+func TestConfigMapAuthorsDoNotApprove(t *testing.T) {
+	ctx := context.Background()
+	run := newRun("prod", func(r *terrarun.TerraformRun) {
+		r.Spec.Creator = creatorOf(alice)
+		r.Spec.Source = terrarun.Source{ConfigMap: &terrarun.ConfigMapSource{Name: "network-tf"}}
+	})
+	approve := func(u user.Info) admission.Attributes {
+		return admission.NewAttributesRecord(&terrarun.TerraformRunApproval{PlanDigest: "sha256:00"}, nil,
+			terrarun.SchemeGroupVersion.WithKind("TerraformRunApproval"), "prod", run.Name, runsGVR, "approve", admission.Create, &metav1.CreateOptions{}, false, u)
+	}
+	carol := &user.DefaultInfo{Name: "carol"}
+	g := &grants{allowed: map[string]bool{"bob patch configmaps/network-tf": true}}
+	p := newPlugin(t, testPolicy, clusterLabeler(t))
+	initializer.NewInitializer(nil, fakeRuns{"prod/" + run.Name: run}).Initialize(p)
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	if err := p.Validate(ctx, approve(bob), nil); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `bob may patch ConfigMap "network-tf"`) {
+		t.Fatalf("a user who may patch the ConfigMap approving: %v, want Forbidden", err)
+	}
+	if err := p.Validate(ctx, approve(carol), nil); err != nil {
+		t.Fatalf("a user who may not change the ConfigMap approving: %v", err)
+	}
+	if err := p.Validate(ctx, approve(&user.DefaultInfo{Name: "broken"}), nil); !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("an approval whose check failed: %v, want 503 rather than an unchecked approval", err)
+	}
+	inline := newRun("prod", func(r *terrarun.TerraformRun) { r.Name = "inline"; r.Spec.Creator = creatorOf(alice) })
+	initializer.NewInitializer(nil, fakeRuns{"prod/" + run.Name: inline}).Initialize(p)
+	if err := p.Validate(ctx, approve(bob), nil); err != nil {
+		t.Fatalf("a run without a ConfigMap source approved by a ConfigMap writer: %v", err)
 	}
 }
