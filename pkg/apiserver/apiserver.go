@@ -208,10 +208,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, terraformrun.Deps{
+	deps := terraformrun.Deps{
 		RunsOnState:       own.runsOnState,
 		CheckPolicy:       own.policyCheck(extra.Controllers.Kube),
-		Artifacts:         extra.Storage.Artifacts,
 		States:            extra.Storage.States,
 		DefaultEngine:     extra.Executor.DefaultEngine,
 		NoHostCluster:     extra.Controllers.Kube == nil,
@@ -221,7 +220,11 @@ func (c CompletedConfig) New() (*Server, error) {
 				klog.FromContext(ctx).Error(err, "Stopping the executions of a deleted run", "run", klog.KRef(namespace, name))
 			}
 		},
-	})
+	}
+	if extra.Storage.Artifacts != nil {
+		deps.Artifacts = extra.Storage.Artifacts
+	}
+	runs, err := terraformrun.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, deps)
 	if err != nil {
 		return nil, err
 	}

@@ -122,7 +122,21 @@ func Approved(run *v1alpha1.TerraformRun, digest string) bool {
 	case a == nil || digest == "" || a.PlanDigest != digest || a.ApprovedBy == "" || !PolicyCleared(run, digest):
 		return false
 	case a.ApprovedBy == v1alpha1.AutoApprover:
-		return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && len(PolicyApprovals(run)) == 0
+		return AutoApproves(run, digest)
 	}
 	return len(MissingApprovals(run, digest)) == 0
+}
+
+// AutoApproves says whether Auto mode approves run's plan with digest
+// itself: the run is in that mode, its policies let the plan go on, and no
+// policy approval rule asks for people.
+func AutoApproves(run *v1alpha1.TerraformRun, digest string) bool {
+	return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && PolicyCleared(run, digest) && len(PolicyApprovals(run)) == 0
+}
+
+// AppliesWithoutApproval says whether run may apply its plan with no one
+// approving it: Auto mode, unless its policies hold the plan once it is
+// checked, which is not known while it plans.
+func AppliesWithoutApproval(run *v1alpha1.TerraformRun) bool {
+	return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && run.Spec.Operation != v1alpha1.OperationPlan
 }

@@ -7,8 +7,10 @@ import "github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 // (stage.Spec.ApplyAfterPlan): for a run approved automatically, so that one
 // engine, initialized once, plans and applies. The apply stage it carries
 // records the plan stage's attempt (StageStatus.CarrierAttempt).
+// Whether the grant comes is the controller's: not when run tasks or
+// policies stand between the plan and the apply.
 func CarriesApply(run *v1alpha1.TerraformRun) bool {
-	return run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && run.Spec.Operation != v1alpha1.OperationPlan
+	return AppliesWithoutApproval(run)
 }
 
 // Carrier returns the attempt of the plan stage whose execution carries run's

@@ -127,7 +127,7 @@ func Busy(run *v1alpha1.TerraformRun, others []*v1alpha1.TerraformRun) (*v1alpha
 			return o, fmt.Sprintf("run %s is applying to the same state (%s) now", o.Name, DescribeState(run))
 		case ApprovedToApply(o):
 			return o, fmt.Sprintf("run %s's approved plan applies to the same state (%s) first", o.Name, DescribeState(run))
-		case Phase(o) == v1alpha1.RunPhasePlanning && CarriesApply(o):
+		case Phase(o) == v1alpha1.RunPhasePlanning && AppliesWithoutApproval(o):
 			return o, fmt.Sprintf("run %s is planning on the same state (%s) and applies without approval", o.Name, DescribeState(run))
 		}
 	}

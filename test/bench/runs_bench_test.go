@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -1075,7 +1076,7 @@ func concurrentRuns(b *testing.B, n int, args []string) {
 		if r.Status.Phase == v1alpha1.RunPhasePlanning && s.planning.IsZero() {
 			s.planning = now
 		}
-		if harness.IsFinal(r.Status.Phase) && s.final.IsZero() {
+		if runrules.Final(r.Status.Phase) && s.final.IsZero() {
 			s.final, s.phase, s.message = now, r.Status.Phase, r.Status.Message
 			if finished++; finished == n {
 				close(allDone)

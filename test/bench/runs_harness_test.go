@@ -30,6 +30,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -130,7 +131,7 @@ func (rs *runServer) watchRun(ctx context.Context, namespace, name, rv string, u
 		if _, ok := seen[r.Status.Phase]; !ok {
 			seen[r.Status.Phase] = time.Now()
 		}
-		if harness.IsFinal(r.Status.Phase) {
+		if runrules.Final(r.Status.Phase) {
 			return true
 		}
 		for _, p := range until {

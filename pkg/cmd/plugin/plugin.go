@@ -473,10 +473,11 @@ func waitError(ctx context.Context, err error, ns, name string) error {
 // final says whether the run has ended, and the error that says how when it
 // did not succeed.
 func final(run *v1alpha1.TerraformRun) (bool, error) {
+	if !runrules.Finished(run) {
+		return false, nil
+	}
 	msg := fmt.Sprintf("%s/%s %s: %s", run.Namespace, run.Name, runrules.Phase(run), run.Status.Message)
 	switch runrules.Phase(run) {
-	case v1alpha1.RunPhaseSucceeded:
-		return true, nil
 	case v1alpha1.RunPhaseFailed:
 		return true, &exitError{code: ExitFailed, msg: msg}
 	case v1alpha1.RunPhaseCanceled:
@@ -484,7 +485,7 @@ func final(run *v1alpha1.TerraformRun) (bool, error) {
 	case v1alpha1.RunPhaseDiscarded:
 		return true, &exitError{code: ExitDiscarded, msg: msg}
 	}
-	return false, nil
+	return true, nil
 }
 
 func (o *options) rerunCommand() *cobra.Command {

@@ -700,7 +700,7 @@ func (c *Controller) planned(ctx context.Context, run *v1alpha1.TerraformRun, ca
 		}
 	}
 	switch {
-	case run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto && held == "" && len(runrules.PolicyApprovals(run)) == 0:
+	case runrules.AutoApproves(run, p.Digest):
 		c.approveAuto(run)
 		if tasks {
 			// The apply waits for the PreApply run tasks, and runs as a
@@ -804,8 +804,7 @@ func (c *Controller) syncApproval(ctx context.Context, run *v1alpha1.TerraformRu
 		// once they have.
 		return c.planned(ctx, run, nil)
 	}
-	if p := run.Status.Plan; p != nil && run.Status.Approval == nil && run.Spec.Approval.Mode == v1alpha1.ApprovalModeAuto &&
-		runrules.PolicyCleared(run, p.Digest) && len(runrules.PolicyApprovals(run)) == 0 {
+	if p := run.Status.Plan; p != nil && run.Status.Approval == nil && runrules.AutoApproves(run, p.Digest) {
 		// Its soft-mandatory failures were overridden: Auto mode approves.
 		c.approveAuto(run)
 	}

@@ -34,7 +34,7 @@ import (
 // with the rest.Responder that Connect was given.
 type connectBase struct {
 	status    statusWriter
-	artifacts *artifacts.Store
+	artifacts Artifacts
 	waiters   *waiters
 }
 

@@ -3,6 +3,7 @@ package terraformrun
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,10 +54,25 @@ type ActionStorage interface {
 	rest.NamedCreater
 }
 
+// Artifacts is what the run's storage and subresources do with its
+// artifacts (package artifacts' Store).
+type Artifacts interface {
+	Put(ctx context.Context, run artifacts.RunRef, kind artifacts.Kind, r io.Reader) (artifacts.Meta, error)
+	PutAll(ctx context.Context, run artifacts.RunRef, next func() (artifacts.Kind, io.Reader, error)) (map[artifacts.Kind]artifacts.Meta, error)
+	Get(ctx context.Context, run artifacts.RunRef, kind artifacts.Kind) (io.ReadCloser, artifacts.Meta, error)
+	Stat(ctx context.Context, run artifacts.RunRef, kind artifacts.Kind) (artifacts.Meta, error)
+	AppendLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32, p []byte) error
+	EndLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32, p []byte) error
+	CloseLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32) error
+	StreamLog(ctx context.Context, run artifacts.RunRef, stage string, attempt int32, opts artifacts.LogOptions, w io.Writer) error
+	WatchLogFollowers(ctx context.Context, run artifacts.RunRef, stage string, attempt int32) (*artifacts.LogFollowers, error)
+	DeleteRun(ctx context.Context, run artifacts.RunRef) error
+}
+
 // Deps are what the subresources need besides the object store.
 type Deps struct {
 	// Artifacts stores plans, logs and outputs.
-	Artifacts *artifacts.Store
+	Artifacts Artifacts
 	// DefaultEngine is spec.engine.binary when neither the run nor the
 	// cluster policy sets it; terraform when empty.
 	DefaultEngine terrarun.EngineBinary

@@ -21,15 +21,6 @@ import (
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 )
 
-// IsFinal says whether a run in phase p has ended.
-func IsFinal(p v1alpha1.RunPhase) bool {
-	switch p {
-	case v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseCanceled, v1alpha1.RunPhaseDiscarded:
-		return true
-	}
-	return false
-}
-
 // WaitForPhase polls the run until it is in one of phases, for at most
 // timeout, and returns it; on timeout the error holds its last status.
 func WaitForPhase(ctx context.Context, client versioned.Interface, namespace, name string, timeout time.Duration, phases ...v1alpha1.RunPhase) (*v1alpha1.TerraformRun, error) {
