@@ -21,7 +21,6 @@ import (
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrundefaults"
-	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
 	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
@@ -59,7 +58,7 @@ func newChain(t *testing.T, provider admission.ConfigProvider) admission.Interfa
 	plugins := admission.NewPlugins()
 	tradmission.Register(plugins)
 	chain, err := plugins.NewFromPlugins(tradmission.PluginOrder, provider,
-		admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, nil)}, nil)
+		admission.PluginInitializers{initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil)}, nil)
 	if err != nil {
 		t.Fatalf("NewFromPlugins: %v", err)
 	}

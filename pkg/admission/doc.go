@@ -72,7 +72,7 @@
 // informer factory, from which it builds a namespace informer (only when a
 // selector is configured; the server then needs list and watch on
 // namespaces). In standalone mode the server passes
-// initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, nil), which
+// initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil), which
 // knows only the kubernetes.io/metadata.name label that Kubernetes sets on
 // every namespace, so selectors on that label work in both modes.
 package admission

@@ -16,9 +16,11 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
+	"github.com/terrarun/terrarun/pkg/controller/runttl"
 	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
 	workspacecontroller "github.com/terrarun/terrarun/pkg/controller/terraformworkspace"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
@@ -59,6 +61,7 @@ var controllers = []struct {
 }{
 	{"run-controller", newRunController},
 	{"workspace-controller", newWorkspaceController},
+	{"ttl-controller", newTTLController},
 }
 
 // startControllers runs the controllers, through the loopback client, while
@@ -186,4 +189,14 @@ func newWorkspaceController(cc *controllerContext) (func(context.Context) error,
 		return nil, err
 	}
 	return func(ctx context.Context) error { return ctrl.Run(ctx, c.Controllers.Workers) }, nil
+}
+
+// newTTLController builds the controller that deletes finished runs whose
+// spec.ttlSecondsAfterFinished has passed.
+func newTTLController(cc *controllerContext) (func(context.Context) error, error) {
+	ctrl, err := runttl.New(cc.clientset, cc.factory.Terrarun().V1alpha1().TerraformRuns(), clock.RealClock{})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return ctrl.Run(ctx, 1) }, nil
 }

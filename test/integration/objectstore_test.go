@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -231,6 +232,33 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		})
 		if n != 7 {
 			t.Errorf("%d objects for run outage, want 7 (each part, the outputs and the two logs once): %v", n, got)
+		}
+	})
+
+	t.Run("a run whose time after finishing is up goes with its objects", func(t *testing.T) {
+		e.create(t, runManifest("shortlived", inline(map[string]string{"main.tf": helloTF}, `  ttlSecondsAfterFinished: 3
+  approval:
+    mode: Auto
+  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef: {name: db, key: password}
+`)))
+		run := e.waitPhase(t, "shortlived", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Fatalf("run shortlived ended %s: %q", run.Status.Phase, run.Status.Message)
+		}
+		movedLogs(run, "log/plan/0000000001", "log/apply/0000000001")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(context.Background(), "shortlived", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) && len(objects(run)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a minute after its 3 s: the run is there (%v), with objects %v", err, objects(run))
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 

@@ -183,6 +183,17 @@ func Validate(cfg *Config) error {
 			terrarun.DefaultExecutorImage)
 	}
 
+	if ttl := d.TTLSecondsAfterFinished; ttl != nil && *ttl < 0 {
+		add("defaults.ttlSecondsAfterFinished", "must be 0 or more seconds, got %d", *ttl)
+	}
+	for i, r := range cfg.Retention {
+		if _, err := metav1.LabelSelectorAsSelector(&r.NamespaceSelector); err != nil {
+			add(fmt.Sprintf("retention[%d].namespaceSelector", i), "%v", err)
+		}
+		if r.TTLSecondsAfterFinished < 0 {
+			add(fmt.Sprintf("retention[%d].ttlSecondsAfterFinished", i), "must be 0 or more seconds, got %d", r.TTLSecondsAfterFinished)
+		}
+	}
 	if cfg.ManualApprovalNamespaceSelector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(cfg.ManualApprovalNamespaceSelector); err != nil {
 			add("manualApprovalNamespaceSelector", "invalid label selector: %v", err)
@@ -348,4 +359,24 @@ func isNilPointer(r io.Reader) bool {
 		return v.IsNil()
 	}
 	return false
+}
+
+// DefaultTTL returns the default spec.ttlSecondsAfterFinished of a run in a
+// namespace labelled nsLabels: the first retention entry that selects it,
+// else defaults.ttlSecondsAfterFinished, else none.
+func (c *Config) DefaultTTL(nsLabels map[string]string) *int32 {
+	if c == nil {
+		return nil
+	}
+	for _, r := range c.Retention {
+		if s, err := metav1.LabelSelectorAsSelector(&r.NamespaceSelector); err == nil && s.Matches(labels.Set(nsLabels)) {
+			ttl := r.TTLSecondsAfterFinished
+			return &ttl
+		}
+	}
+	if ttl := c.Defaults.TTLSecondsAfterFinished; ttl != nil {
+		v := *ttl
+		return &v
+	}
+	return nil
 }

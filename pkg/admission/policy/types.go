@@ -10,12 +10,16 @@
 //	  engine: {binary: tofu, image: registry.example.com/terrarun-executor:v1}
 //	  approval: {mode: Manual, timeout: 24h}
 //	  timeouts: {plan: 30m, apply: 1h}
+//	  ttlSecondsAfterFinished: 2592000
 //	allowedGitHosts: ["github.com", "*.corp.example.com"]
 //	allowedImages: ["registry.example.com/terrarun-executor:*"]
 //	allowedServiceAccounts: ["terraform-deployer"]
 //	allowedBackends: ["kubernetes", "s3"]
 //	manualApprovalNamespaceSelector: {matchLabels: {env: prod}}
 //	maxTimeouts: {plan: 2h, apply: 4h, approval: 72h}
+//	retention:
+//	- namespaceSelector: {matchLabels: {env: dev}}
+//	  ttlSecondsAfterFinished: 604800
 //	separationOfDuties: true
 //
 // Every field is optional. An empty file, or no file at all, is the zero
@@ -102,6 +106,12 @@ type Config struct {
 	// +optional
 	MinRequiredApprovals int32 `json:"minRequiredApprovals,omitempty"`
 
+	// Retention sets, per namespace, how long finished runs are kept: the
+	// first entry whose namespaceSelector matches a run's namespace gives
+	// its default spec.ttlSecondsAfterFinished.
+	// +optional
+	Retention []NamespaceRetention `json:"retention,omitempty"`
+
 	// SeparationOfDuties, when true (the default), forbids the creator of a run
 	// to approve it through the approve subresource. Set it to false only where
 	// a single identity must both create and approve (for example a standalone
@@ -121,6 +131,23 @@ type Defaults struct {
 	// Timeouts holds defaults for spec.timeouts.
 	// +optional
 	Timeouts TimeoutDefaults `json:"timeouts,omitempty"`
+	// TTLSecondsAfterFinished is the default spec.ttlSecondsAfterFinished:
+	// how long a finished run, with its plans, logs and outputs, is kept.
+	// Not of the runs a workspace creates, which its history limits keep.
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// NamespaceRetention keeps the finished runs of the namespaces it selects
+// for a time of their own.
+type NamespaceRetention struct {
+	// NamespaceSelector selects the namespaces by their labels (every
+	// namespace carries kubernetes.io/metadata.name=<name>, which also
+	// works in standalone mode).
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+	// TTLSecondsAfterFinished is the default spec.ttlSecondsAfterFinished of
+	// the runs of those namespaces, over defaults.ttlSecondsAfterFinished.
+	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
 }
 
 // EngineDefaults are defaults for spec.engine.

@@ -160,6 +160,15 @@ type TerraformRunSpec struct {
 	// +optional
 	// +listType=atomic
 	RequestedBy []string `json:"requestedBy,omitempty"`
+
+	// ttlSecondsAfterFinished, when set, deletes the run, with its plans,
+	// logs and outputs, that many seconds after it finished, as a Job's
+	// field does; 0 deletes it once it has finished. The cluster policy may
+	// set a default (per namespace too). The one field of the spec that may
+	// change, to keep a run longer or let it go sooner. A workspace's runs
+	// are kept by its history limits instead.
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // LockFileName is the dependency lock file, which an inline configuration

@@ -22,7 +22,6 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
-	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
 	"github.com/terrarun/terrarun/pkg/standalone"
 )
 
@@ -187,7 +186,7 @@ func applyStandaloneAdmission(c *genericapiserver.RecommendedConfig, a *generico
 		return fmt.Errorf("reading --admission-control-config-file: %w", err)
 	}
 	provider := policyDirConfig{ConfigProvider: read, dir: policyDir}
-	initializers := admission.PluginInitializers{initializer.NewInitializer(terraformrunpolicy.NameOnlyNamespaceLabeler{}, runs)}
+	initializers := admission.PluginInitializers{initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, runs)}
 	if policyDir != "" {
 		initializers = append(initializers, noClusterInitializer(c)...)
 	}

@@ -2598,6 +2598,13 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref common.ReferenceCall
 							},
 						},
 					},
+					"ttlSecondsAfterFinished": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ttlSecondsAfterFinished, when set, deletes the run, with its plans, logs and outputs, that many seconds after it finished, as a Job's field does; 0 deletes it once it has finished. The cluster policy may set a default (per namespace too). The one field of the spec that may change, to keep a run longer or let it go sooner. A workspace's runs are kept by its history limits instead.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"source"},
 			},

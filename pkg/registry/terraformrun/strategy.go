@@ -115,7 +115,7 @@ func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obje
 	}
 	terrarun.SetBuiltinDefaults(&newRun.Spec, s.engine)
 	newRun.Generation = oldRun.Generation
-	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
+	if !terrarun.SameRunSpec(&newRun.Spec, &oldRun.Spec) {
 		newRun.Generation = oldRun.Generation + 1
 	}
 }

@@ -11,7 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	genericadmissioninitializer "k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/client-go/informers"
 
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
@@ -34,15 +37,52 @@ func Register(plugins *admission.Plugins) {
 // Plugin is the TerraformRunDefaults mutating admission plugin. On the creation
 // of a terraformruns object it sets, from the policy defaults, only the fields
 // the user left empty: spec.engine.binary, spec.engine.image,
-// spec.approval.mode, spec.approval.timeout, spec.timeouts.plan and
-// spec.timeouts.apply. It never overwrites a value the user set, and ignores
+// spec.approval.mode, spec.approval.timeout, spec.timeouts.plan,
+// spec.timeouts.apply, and spec.ttlSecondsAfterFinished (by namespace). It never overwrites a value the user set, and ignores
 // every other resource, subresource and operation.
 type Plugin struct {
 	*admission.Handler
 	cfg *policy.Config
+	// labeler gives the namespace labels that the policy's retention
+	// entries select by.
+	labeler         initializer.NamespaceLabeler
+	informerFactory informers.SharedInformerFactory
 }
 
-var _ admission.MutationInterface = &Plugin{}
+var (
+	_ admission.MutationInterface                                  = &Plugin{}
+	_ initializer.WantsNamespaceLabeler                            = &Plugin{}
+	_ genericadmissioninitializer.WantsExternalKubeInformerFactory = &Plugin{}
+)
+
+// SetNamespaceLabeler implements initializer.WantsNamespaceLabeler
+// (standalone mode).
+func (p *Plugin) SetNamespaceLabeler(l initializer.NamespaceLabeler) {
+	p.labeler = l
+	p.SetReadyFunc(nil)
+}
+
+// SetExternalKubeInformerFactory implements
+// genericadmissioninitializer.WantsExternalKubeInformerFactory (cluster
+// mode): the namespaces' labels come from its informer.
+func (p *Plugin) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
+	p.informerFactory = f
+}
+
+// ValidateInitialization implements admission.InitializationValidator: a
+// policy with retention entries needs the namespaces' labels.
+func (p *Plugin) ValidateInitialization() error {
+	if len(p.cfg.Retention) == 0 || p.labeler != nil {
+		return nil
+	}
+	if p.informerFactory == nil {
+		return fmt.Errorf("%s: retention is configured but namespace labels are unavailable", PluginName)
+	}
+	namespaces := p.informerFactory.Core().V1().Namespaces()
+	p.labeler = initializer.NewInformerNamespaceLabeler(namespaces.Lister())
+	p.SetReadyFunc(namespaces.Informer().HasSynced)
+	return nil
+}
 
 // New returns the plugin for a loaded policy. A nil policy sets nothing.
 func New(cfg *policy.Config) *Plugin {
@@ -69,6 +109,24 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.
 		return apierrors.NewBadRequest(fmt.Sprintf("%s: expected a *terrarun.TerraformRun, got %T", PluginName, a.GetObject()))
 	}
 	ApplyDefaults(p.cfg, run)
+	return p.defaultTTL(ctx, a.GetNamespace(), run)
+}
+
+// defaultTTL sets spec.ttlSecondsAfterFinished from the policy (its
+// namespace's retention entry, else its default) when the run sets none and
+// no workspace created it: a workspace's history limits keep its runs.
+func (p *Plugin) defaultTTL(ctx context.Context, namespace string, run *terrarun.TerraformRun) error {
+	if run.Spec.TTLSecondsAfterFinished != nil || run.Labels[terrarun.LabelWorkspace] != "" {
+		return nil
+	}
+	var nsLabels map[string]string
+	if len(p.cfg.Retention) > 0 {
+		var err error
+		if nsLabels, err = p.labeler.NamespaceLabels(ctx, namespace); err != nil {
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: reading the labels of namespace %q for the policy's retention: %v", PluginName, namespace, err))
+		}
+	}
+	run.Spec.TTLSecondsAfterFinished = p.cfg.DefaultTTL(nsLabels)
 	return nil
 }
 

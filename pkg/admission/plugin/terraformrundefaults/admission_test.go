@@ -2,6 +2,7 @@ package terraformrundefaults
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
@@ -244,4 +246,70 @@ func TestRegister(t *testing.T) {
 	if _, ok := pl.(admission.ValidationInterface); ok {
 		t.Errorf("plugin must not be validating")
 	}
+}
+
+// TestTTLDefaults: a run that sets no ttlSecondsAfterFinished gets its
+// namespace's retention (the first entry that selects it), else the
+// policy's default; a run that sets one keeps it; a workspace's run gets
+// none (its history limits keep it); a policy with retention entries needs
+// the namespaces' labels.
+func TestTTLDefaults(t *testing.T) {
+	cfg := loadPolicy(t, `apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+defaults:
+  ttlSecondsAfterFinished: 2592000
+retention:
+- namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: dev}}
+  ttlSecondsAfterFinished: 3600
+- namespaceSelector: {}
+  ttlSecondsAfterFinished: 86400
+`)
+	p := New(cfg)
+	if err := p.ValidateInitialization(); err == nil {
+		t.Fatal("retention without namespace labels was accepted")
+	}
+	initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil).Initialize(p)
+	if err := p.ValidateInitialization(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		namespace string
+		mutate    func(*terrarun.TerraformRun)
+		want      *int32
+	}{
+		{"the namespace's retention", "dev", nil, ptr(int32(3600))},
+		{"the next entry that selects", "prod", nil, ptr(int32(86400))},
+		{"the run's own", "dev", func(r *terrarun.TerraformRun) { r.Spec.TTLSecondsAfterFinished = ptr(int32(5)) }, ptr(int32(5))},
+		{"a workspace's run", "dev", func(r *terrarun.TerraformRun) { r.Labels = map[string]string{terrarun.LabelWorkspace: "network"} }, nil},
+	} {
+		run := newRun(tc.mutate)
+		run.Namespace = tc.namespace
+		a := admission.NewAttributesRecord(run, nil, runGVK, tc.namespace, "run", runsGVR, "", admission.Create, &metav1.CreateOptions{}, false, alice)
+		if err := p.Admit(context.Background(), a, nil); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := run.Spec.TTLSecondsAfterFinished; (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: ttlSecondsAfterFinished = %v, want %v", tc.name, deref(got), deref(tc.want))
+		}
+	}
+	noRetention := New(loadPolicy(t, "apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\ndefaults: {ttlSecondsAfterFinished: 60}\n"))
+	run := newRun(nil)
+	if err := noRetention.Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil); err != nil || deref(run.Spec.TTLSecondsAfterFinished) != "60" {
+		t.Errorf("the policy's default: %v, %s", err, deref(run.Spec.TTLSecondsAfterFinished))
+	}
+	for _, bad := range []string{"defaults: {ttlSecondsAfterFinished: -1}", "retention: [{namespaceSelector: {}, ttlSecondsAfterFinished: -5}]"} {
+		if _, err := policy.Load(strings.NewReader("apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\n" + bad + "\n")); err == nil || !strings.Contains(err.Error(), "ttlSecondsAfterFinished: must be 0 or more seconds") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(p *int32) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
 }

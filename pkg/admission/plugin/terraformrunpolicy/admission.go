@@ -184,7 +184,7 @@ func (p *Plugin) SetExternalKubeInformerFactory(f informers.SharedInformerFactor
 
 // ValidateInitialization implements admission.InitializationValidator. It runs
 // after every initializer. When a namespace selector is configured and no
-// labeler was set explicitly, it builds an informerNamespaceLabeler from the
+// labeler was set explicitly, it builds an initializer.InformerNamespaceLabeler from the
 // informer factory's namespace informer (registering that informer before the
 // factory is started) and makes admission wait for its cache to sync. It fails
 // when a selector is configured and neither source of labels was provided.
@@ -195,10 +195,10 @@ func (p *Plugin) ValidateInitialization() error {
 	if p.informerFactory == nil {
 		return fmt.Errorf("%s: manualApprovalNamespaceSelector is configured but namespace labels are unavailable: "+
 			"provide a Kubernetes informer factory (cluster mode) or a NamespaceLabeler through initializer.NewInitializer "+
-			"(standalone mode: terraformrunpolicy.NameOnlyNamespaceLabeler)", PluginName)
+			"(standalone mode: initializer.NameOnlyNamespaceLabeler)", PluginName)
 	}
 	nsInformer := p.informerFactory.Core().V1().Namespaces()
-	p.labeler = newInformerNamespaceLabeler(nsInformer.Lister())
+	p.labeler = initializer.NewInformerNamespaceLabeler(nsInformer.Lister())
 	p.SetReadyFunc(nsInformer.Informer().HasSynced)
 	return nil
 }

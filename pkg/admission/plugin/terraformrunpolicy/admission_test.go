@@ -90,8 +90,8 @@ func fakeLister(t *testing.T, nss ...*corev1.Namespace) corev1listers.NamespaceL
 	return corev1listers.NewNamespaceLister(idx)
 }
 
-func clusterLabeler(t *testing.T) *informerNamespaceLabeler {
-	return newInformerNamespaceLabeler(fakeLister(t,
+func clusterLabeler(t *testing.T) *initializer.InformerNamespaceLabeler {
+	return initializer.NewInformerNamespaceLabeler(fakeLister(t,
 		namespace("prod", map[string]string{"env": "prod"}),
 		namespace("dev", map[string]string{"env": "dev"}),
 		namespace("unlabeled", nil),
@@ -214,11 +214,11 @@ manualApprovalNamespaceSelector:
 			wantErr: []string{`spec.approval.mode: Auto approval cannot be checked against the cluster policy in namespace "ghost"`, "not found", "use Manual"}},
 		{name: "cluster: name selector matches", policy: byName, labeler: clusterLabeler(t), ns: "prod", mode: terrarun.ApprovalModeAuto,
 			wantErr: []string{`Auto approval is forbidden in namespace "prod"`}},
-		{name: "standalone: name selector matches", policy: byName, labeler: NameOnlyNamespaceLabeler{}, ns: "prod", mode: terrarun.ApprovalModeAuto,
+		{name: "standalone: name selector matches", policy: byName, labeler: initializer.NameOnlyNamespaceLabeler{}, ns: "prod", mode: terrarun.ApprovalModeAuto,
 			wantErr: []string{`spec.approval.mode: Auto approval is forbidden in namespace "prod" by the cluster policy; use Manual`}},
-		{name: "standalone: name selector, other namespace", policy: byName, labeler: NameOnlyNamespaceLabeler{}, ns: "dev", mode: terrarun.ApprovalModeAuto},
-		{name: "standalone: env selector never matches", policy: testPolicy, labeler: NameOnlyNamespaceLabeler{}, ns: "prod", mode: terrarun.ApprovalModeAuto},
-		{name: "standalone: empty selector matches every namespace", labeler: NameOnlyNamespaceLabeler{}, ns: "anything", mode: terrarun.ApprovalModeAuto,
+		{name: "standalone: name selector, other namespace", policy: byName, labeler: initializer.NameOnlyNamespaceLabeler{}, ns: "dev", mode: terrarun.ApprovalModeAuto},
+		{name: "standalone: env selector never matches", policy: testPolicy, labeler: initializer.NameOnlyNamespaceLabeler{}, ns: "prod", mode: terrarun.ApprovalModeAuto},
+		{name: "standalone: empty selector matches every namespace", labeler: initializer.NameOnlyNamespaceLabeler{}, ns: "anything", mode: terrarun.ApprovalModeAuto,
 			policy:  "apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\nmanualApprovalNamespaceSelector: {}\n",
 			wantErr: []string{`Auto approval is forbidden in namespace "anything"`}},
 		{name: "no selector: Auto allowed anywhere", labeler: nil, ns: "prod", mode: terrarun.ApprovalModeAuto,
@@ -235,7 +235,7 @@ manualApprovalNamespaceSelector:
 
 func TestLabelers(t *testing.T) {
 	ctx := context.Background()
-	got, err := NameOnlyNamespaceLabeler{}.NamespaceLabels(ctx, "team-a")
+	got, err := initializer.NameOnlyNamespaceLabeler{}.NamespaceLabels(ctx, "team-a")
 	if err != nil || len(got) != 1 || got["kubernetes.io/metadata.name"] != "team-a" {
 		t.Errorf("NameOnlyNamespaceLabeler = %v, %v", got, err)
 	}
@@ -253,7 +253,7 @@ func TestLabelers(t *testing.T) {
 	if _, err := l.NamespaceLabels(ctx, "ghost"); err == nil || !apierrors.IsNotFound(errors.Unwrap(err)) {
 		t.Errorf("missing namespace: want a wrapped NotFound, got %v", err)
 	}
-	var nilLabeler *informerNamespaceLabeler
+	var nilLabeler *initializer.InformerNamespaceLabeler
 	if _, err := nilLabeler.NamespaceLabels(ctx, "prod"); err == nil {
 		t.Errorf("nil labeler must fail")
 	}
@@ -487,7 +487,7 @@ func TestValidateInitialization(t *testing.T) {
 		t.Errorf("want a clear initialization error, got %v", err)
 	}
 	p := load(testPolicy)
-	p.SetNamespaceLabeler(NameOnlyNamespaceLabeler{})
+	p.SetNamespaceLabeler(initializer.NameOnlyNamespaceLabeler{})
 	if err := p.ValidateInitialization(); err != nil {
 		t.Errorf("with a labeler: %v", err)
 	}
@@ -533,8 +533,8 @@ func TestClusterModeInformerFactory(t *testing.T) {
 	if err := admission.ValidateInitialization(p); err != nil {
 		t.Fatalf("ValidateInitialization: %v", err)
 	}
-	if _, ok := p.labeler.(*informerNamespaceLabeler); !ok {
-		t.Fatalf("labeler = %T, want *informerNamespaceLabeler", p.labeler)
+	if _, ok := p.labeler.(*initializer.InformerNamespaceLabeler); !ok {
+		t.Fatalf("labeler = %T, want *initializer.InformerNamespaceLabeler", p.labeler)
 	}
 	f.Start(ctx.Done())
 
@@ -550,8 +550,8 @@ func TestClusterModeInformerFactory(t *testing.T) {
 func TestExplicitLabelerWins(t *testing.T) {
 	f := informers.NewSharedInformerFactory(fake.NewSimpleClientset(namespace("prod", map[string]string{"env": "prod"})), 0)
 	for name, inits := range map[string]admission.PluginInitializers{
-		"factory first": {kubeInformerInitializer{f}, initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil)},
-		"labeler first": {initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil), kubeInformerInitializer{f}},
+		"factory first": {kubeInformerInitializer{f}, initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil)},
+		"labeler first": {initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil), kubeInformerInitializer{f}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg, _ := policy.Load(strings.NewReader(testPolicy))
@@ -563,7 +563,7 @@ func TestExplicitLabelerWins(t *testing.T) {
 			if err := admission.ValidateInitialization(p); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := p.labeler.(NameOnlyNamespaceLabeler); !ok {
+			if _, ok := p.labeler.(initializer.NameOnlyNamespaceLabeler); !ok {
 				t.Fatalf("labeler = %T, want NameOnlyNamespaceLabeler", p.labeler)
 			}
 			// The name-only labeler knows no env label, so Auto is allowed in
@@ -631,7 +631,7 @@ func TestRegister(t *testing.T) {
 	if got := plugins.Registered(); len(got) != 1 || got[0] != PluginName {
 		t.Fatalf("registered %v", got)
 	}
-	pl, err := plugins.InitPlugin(PluginName, strings.NewReader(testPolicy), initializer.NewInitializer(NameOnlyNamespaceLabeler{}, nil))
+	pl, err := plugins.InitPlugin(PluginName, strings.NewReader(testPolicy), initializer.NewInitializer(initializer.NameOnlyNamespaceLabeler{}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2171,6 +2171,13 @@ func (m *TerraformRunSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.TTLSecondsAfterFinished != nil {
+		i = encodeVarintGenerated(dAtA, i, uint64(*m.TTLSecondsAfterFinished))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x90
+	}
 	if len(m.RequestedBy) > 0 {
 		for iNdEx := len(m.RequestedBy) - 1; iNdEx >= 0; iNdEx-- {
 			i -= len(m.RequestedBy[iNdEx])
@@ -4133,6 +4140,9 @@ func (m *TerraformRunSpec) Size() (n int) {
 			n += 2 + l + sovGenerated(uint64(l))
 		}
 	}
+	if m.TTLSecondsAfterFinished != nil {
+		n += 2 + sovGenerated(uint64(*m.TTLSecondsAfterFinished))
+	}
 	return n
 }
 
@@ -5098,6 +5108,7 @@ func (this *TerraformRunSpec) String() string {
 		`Refresh:` + valueToStringGenerated(this.Refresh) + `,`,
 		`Creator:` + strings.Replace(this.Creator.String(), "Creator", "Creator", 1) + `,`,
 		`RequestedBy:` + fmt.Sprintf("%v", this.RequestedBy) + `,`,
+		`TTLSecondsAfterFinished:` + valueToStringGenerated(this.TTLSecondsAfterFinished) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -12700,6 +12711,26 @@ func (m *TerraformRunSpec) Unmarshal(dAtA []byte) error {
 			}
 			m.RequestedBy = append(m.RequestedBy, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
+		case 18:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TTLSecondsAfterFinished", wireType)
+			}
+			var v int32
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.TTLSecondsAfterFinished = &v
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

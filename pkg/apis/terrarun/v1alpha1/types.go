@@ -168,6 +168,15 @@ type TerraformRunSpec struct {
 	// +optional
 	// +listType=atomic
 	RequestedBy []string `json:"requestedBy,omitempty" protobuf:"bytes,17,rep,name=requestedBy"`
+
+	// ttlSecondsAfterFinished, when set, deletes the run, with its plans,
+	// logs and outputs, that many seconds after it finished, as a Job's
+	// field does; 0 deletes it once it has finished. The cluster policy may
+	// set a default (per namespace too). The one field of the spec that may
+	// change, to keep a run longer or let it go sooner. A workspace's runs
+	// are kept by its history limits instead.
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty" protobuf:"varint,18,opt,name=ttlSecondsAfterFinished"`
 }
 
 // Source is where the configuration comes from. Exactly one member must be set.

@@ -23,7 +23,6 @@ import (
 	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,6 +130,10 @@ func ValidateTerraformRunUpdate(newRun, oldRun *terrarun.TerraformRun) field.Err
 	if len(specErrs) == 0 {
 		// An unchanged spec is not validated again: a rule tightened after the run
 		// was created must not block metadata updates such as removing a finalizer.
+		// Its one mutable field is, when it changes.
+		if ttl := newRun.Spec.TTLSecondsAfterFinished; ttl != nil {
+			allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(*ttl), field.NewPath("spec", "ttlSecondsAfterFinished"))...)
+		}
 		return allErrs
 	}
 	allErrs = append(allErrs, specErrs...)
@@ -188,6 +191,9 @@ func ValidateTerraformRunSpec(spec *terrarun.TerraformRunSpec, fldPath *field.Pa
 
 	allErrs = append(allErrs, validateSource(&spec.Source, fldPath.Child("source"))...)
 	allErrs = append(allErrs, validateVariables(spec.Variables, fldPath.Child("variables"))...)
+	if ttl := spec.TTLSecondsAfterFinished; ttl != nil {
+		allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(*ttl), fldPath.Child("ttlSecondsAfterFinished"))...)
+	}
 	if spec.Backend != nil {
 		allErrs = append(allErrs, validateBackend(spec.Backend, fldPath.Child("backend"))...)
 	}
@@ -243,10 +249,10 @@ func validateSpecSize(spec *terrarun.TerraformRunSpec, fldPath *field.Path) fiel
 
 // validateSpecUnchanged refuses any change of an immutable spec.
 func validateSpecUnchanged(newSpec, oldSpec *terrarun.TerraformRunSpec) field.ErrorList {
-	if apiequality.Semantic.DeepEqual(*newSpec, *oldSpec) {
+	if terrarun.SameRunSpec(newSpec, oldSpec) {
 		return nil
 	}
-	return field.ErrorList{field.Forbidden(field.NewPath("spec"), "spec is immutable after creation; to run again, create a new TerraformRun")}
+	return field.ErrorList{field.Forbidden(field.NewPath("spec"), "spec is immutable after creation but for ttlSecondsAfterFinished; to run again, create a new TerraformRun")}
 }
 
 // validateSource checks that exactly one source is set and validates it.

@@ -607,9 +607,19 @@ func TestValidateTerraformRunUpdate(t *testing.T) {
 			oldRun, newRun := base(), base()
 			mutate(newRun)
 			checkErrors(t, ValidateTerraformRunUpdate(newRun, oldRun), []string{forbidden("spec")},
-				"spec is immutable after creation; to run again, create a new TerraformRun")
+				"spec is immutable after creation but for ttlSecondsAfterFinished; to run again, create a new TerraformRun")
 		})
 	}
+
+	t.Run("ttlSecondsAfterFinished may change", func(t *testing.T) {
+		oldRun, newRun := base(), base()
+		newRun.Spec.TTLSecondsAfterFinished = ptrTo[int32](3600)
+		if errs := ValidateTerraformRunUpdate(newRun, oldRun); len(errs) != 0 {
+			t.Fatalf("raising the TTL: %v", errs)
+		}
+		newRun.Spec.TTLSecondsAfterFinished = ptrTo[int32](-1)
+		checkErrors(t, ValidateTerraformRunUpdate(newRun, oldRun), []string{"FieldValueInvalid spec.ttlSecondsAfterFinished"}, "must be greater than or equal to 0")
+	})
 
 	t.Run("metadata only", func(t *testing.T) {
 		oldRun, newRun := base(), base()

@@ -79,6 +79,13 @@ type TerraformRunSpecApplyConfiguration struct {
 	// The server sets it at creation and nothing else can; with separation of
 	// duties on, none of them may approve the run, as its creator may not.
 	RequestedBy []string `json:"requestedBy,omitempty"`
+	// ttlSecondsAfterFinished, when set, deletes the run, with its plans,
+	// logs and outputs, that many seconds after it finished, as a Job's
+	// field does; 0 deletes it once it has finished. The cluster policy may
+	// set a default (per namespace too). The one field of the spec that may
+	// change, to keep a run longer or let it go sooner. A workspace's runs
+	// are kept by its history limits instead.
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // TerraformRunSpecApplyConfiguration constructs a declarative configuration of the TerraformRunSpec type for use with
@@ -231,5 +238,13 @@ func (b *TerraformRunSpecApplyConfiguration) WithRequestedBy(values ...string) *
 	for i := range values {
 		b.RequestedBy = append(b.RequestedBy, values[i])
 	}
+	return b
+}
+
+// WithTTLSecondsAfterFinished sets the TTLSecondsAfterFinished field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TTLSecondsAfterFinished field is set to the value of the last call.
+func (b *TerraformRunSpecApplyConfiguration) WithTTLSecondsAfterFinished(value int32) *TerraformRunSpecApplyConfiguration {
+	b.TTLSecondsAfterFinished = &value
 	return b
 }
