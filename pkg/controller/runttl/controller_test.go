@@ -42,7 +42,9 @@ func TestRunsGoWhenTheirTimeIsUp(t *testing.T) {
 		finished("zero", ttl(0), 0),
 		finished("later", ttl(3600), time.Minute),
 		finished("forever", nil, 48*time.Hour),
-		finished("running", ttl(0), time.Hour, func(r *v1alpha1.TerraformRun) { r.Status.Phase, r.Status.CompletionTime = v1alpha1.RunPhaseApplying, nil }),
+		finished("running", ttl(0), time.Hour, func(r *v1alpha1.TerraformRun) {
+			r.Status.Phase, r.Status.CompletionTime = v1alpha1.RunPhaseApplying, nil
+		}),
 		finished("workspaces", ttl(0), time.Hour, func(r *v1alpha1.TerraformRun) { r.Labels = map[string]string{v1alpha1.LabelWorkspace: "network"} }),
 		finished("raised", ttl(60), time.Hour),
 	}
