@@ -61,7 +61,7 @@ type compactions struct {
 }
 
 // compactSoon asks for the closed log of ref to be moved into the object
-// store; RunLogCompaction does it. A full queue drops the request: the
+// store; RunObjectMaintenance does it. A full queue drops the request: the
 // sweep finds the log.
 func (s *Store) compactSoon(ref logRef) {
 	if s.objects == nil {
@@ -73,15 +73,23 @@ func (s *Store) compactSoon(ref logRef) {
 	}
 }
 
-// RunLogCompaction moves closed logs into the object store until ctx ends:
-// each log as it closes, and every minute the closed logs that are still in
-// etcd (a server stopped before it moved them, or the object store was
-// down). Without an object store it returns at once.
-func (s *Store) RunLogCompaction(ctx context.Context) {
+// RunObjectMaintenance keeps the object store in order until ctx ends: it
+// moves closed logs into it, each as it closes and every minute those still
+// in etcd (a server stopped before it moved them, or the object store was
+// down), and every hour deletes the objects of runs that have no key in
+// etcd any more (SweepOrphans). Without an object store it returns at once.
+func (s *Store) RunObjectMaintenance(ctx context.Context) {
 	if s.objects == nil {
 		return
 	}
 	go wait.UntilWithContext(ctx, s.sweepClosedLogs, logSweepInterval)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if n, err := s.SweepOrphans(ctx, orphanGrace); err != nil {
+			klog.FromContext(ctx).Error(err, "Deleting the objects of runs gone from etcd; trying again in an hour", "deleted", n)
+		} else if n > 0 {
+			klog.FromContext(ctx).Info("Deleted the objects of runs gone from etcd", "objects", n)
+		}
+	}, orphanSweepInterval)
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,40 +103,12 @@ func (s *Store) RunLogCompaction(ctx context.Context) {
 }
 
 // sweepClosedLogs moves the closed logs that the last sweep found in etcd
-// too. The usage keys list every log still in etcd.
+// too.
 func (s *Store) sweepClosedLogs(ctx context.Context) {
-	dir := s.prefix + usageDir
-	var closed []logRef
-	key, end := dir, clientv3.GetPrefixRangeEnd(dir)
-	for {
-		resp, err := s.client.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(1000), clientv3.WithKeysOnly())
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Listing the logs in etcd, to move the finished ones into the object store")
-			return
-		}
-		for _, kv := range resp.Kvs {
-			ref, ok := parseUsageKey(strings.TrimPrefix(string(kv.Key), dir))
-			if !ok {
-				continue
-			}
-			keys, err := s.logKeys(ref.run, ref.stage, ref.attempt)
-			if err != nil {
-				continue
-			}
-			m, err := s.client.Get(ctx, keys.meta)
-			if err != nil {
-				klog.FromContext(ctx).Error(err, "Reading a log's meta, to move it into the object store")
-				return
-			}
-			cur, err := s.decodeLogMeta(ctx, keys.meta, m.Kvs)
-			if err == nil && cur.meta.Closed && cur.meta.Object == "" {
-				closed = append(closed, ref)
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	closed, err := s.closedLogsInEtcd(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the finished logs still in etcd, to move them into the object store")
+		return
 	}
 	s.compact.mu.Lock()
 	last := s.compact.seen

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 )
@@ -101,7 +103,7 @@ func TestFinishedLogMovesIntoTheObjectStore(t *testing.T) {
 	cli := startEtcd(t)
 	objs, srv := objectStore(t)
 	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
-	go s.RunLogCompaction(ctx)
+	go s.RunObjectMaintenance(ctx)
 	content := logLines(3000) // 150 KiB: objects of several segments, tails across blocks
 	etcdOnly := New(cli, Options{ChunkSize: 1024, Prefix: "/etcd-only/"})
 	for _, st := range []*Store{s, etcdOnly} {
@@ -239,5 +241,103 @@ func TestReadGoesOnWhenTheLogMoves(t *testing.T) {
 		if w.String() != want {
 			t.Fatalf("options %s: read %d bytes across the move, want %d", describe(opts), w.Len(), len(want))
 		}
+	}
+}
+
+// TestSweepOrphans: the objects of a run with no key left in etcd (its
+// deletion failed half-way, or its lease expired) are deleted once older
+// than the grace; a run with keys keeps its objects, and an upload younger
+// than the grace, whose keys may not be written yet, is left alone.
+func TestSweepOrphans(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, _ := objectStore(t)
+	s := New(cli, Options{Objects: objs})
+	kept, orphan := testRun, RunRef{Namespace: "team-a", Name: "gone", UID: "4f1c9a6e-0000-4000-8000-000000000002"}
+	for _, run := range []RunRef{kept, orphan} {
+		if _, err := s.Put(ctx, run, PlanText, strings.NewReader("plan of "+run.Name)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(ctx, run, Outputs, strings.NewReader("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The orphan's keys go, as when DeleteRun deleted them and failed
+	// before the objects.
+	if _, err := cli.Delete(ctx, s.runBase(orphan), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(run RunRef) int {
+		n := 0
+		if err := objs.List(ctx, objectPrefix(run), func(string, time.Time) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n, err := s.SweepOrphans(ctx, time.Hour); err != nil || n != 0 || count(orphan) != 2 {
+		t.Fatalf("within the grace: deleted %d (%v), the orphan keeps %d objects", n, err, count(orphan))
+	}
+	if n, err := s.SweepOrphans(ctx, 0); err != nil || n != 2 || count(orphan) != 0 {
+		t.Fatalf("after the grace: deleted %d (%v), the orphan keeps %d objects", n, err, count(orphan))
+	}
+	if count(kept) != 2 {
+		t.Fatalf("the run with keys lost objects: %d left", count(kept))
+	}
+}
+
+// TestMigrateToObjects: what a server kept in etcd before it had an object
+// store moves there, each artifact whole or not at all, and reads back the
+// same; a second pass moves nothing; a log still being written stays.
+func TestMigrateToObjects(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	before := New(cli, Options{ChunkSize: 1024})
+	parts := map[Kind][]byte{PlanFile: randomBytes(t, 5000), PlanText: []byte(logLines(100)), PlanJSON: []byte(`{"resource_changes":[]}`), PlanSource: randomBytes(t, 3000), Outputs: []byte(`{"url":{"value":"x"}}`)}
+	for kind, b := range parts {
+		if _, err := before.Put(ctx, testRun, kind, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := before.EndLog(ctx, testRun, "plan", 1, []byte(logLines(200))); err != nil {
+		t.Fatal(err)
+	}
+	if err := before.AppendLog(ctx, testRun, "apply", 1, []byte("still applying\n")); err != nil {
+		t.Fatal(err)
+	}
+	objs, srv := objectStore(t)
+	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
+	moved, err := s.MigrateToObjects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, b := range parts {
+		want += int64(len(b))
+	}
+	if moved.Artifacts != len(parts) || moved.Bytes != want || moved.Logs != 1 {
+		t.Fatalf("moved %+v, want %d artifacts of %d bytes and 1 log", moved, len(parts), want)
+	}
+	for kind, b := range parts {
+		got, _ := readAll(t, s, ctx, testRun, kind)
+		if !bytes.Equal(got, b) {
+			t.Errorf("%s read back after the move differs", kind)
+		}
+		ak, _, _ := s.artifactKeys(testRun, kind)
+		if left := keys(t, cli, ak.dir); len(left) != 1 {
+			t.Errorf("%s: %d keys left in etcd, want its meta only", kind, len(left))
+		}
+	}
+	if got := streamAll(t, s, ctx, testRun, "plan", 1, LogOptions{}); got != logLines(200) {
+		t.Error("the moved log reads back otherwise")
+	}
+	if bucketHolds(t, srv, []byte("hunter2-secret-value")) {
+		t.Error("the bucket holds plaintext")
+	}
+	if again, err := s.MigrateToObjects(ctx); err != nil || again != (Migrated{}) {
+		t.Errorf("a second pass moved %+v (%v)", again, err)
+	}
+	lk, _ := s.logKeys(testRun, "apply", 1)
+	if len(keys(t, cli, lk.chunks)) != 1 {
+		t.Error("a log still being written left etcd")
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"hash"
 	"io"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 )
 
@@ -226,3 +228,68 @@ func (v *verifiedObject) Read(p []byte) (int, error) {
 }
 
 func (v *verifiedObject) Close() error { return v.rc.Close() }
+
+const (
+	// orphanSweepInterval is how often the objects of runs gone from etcd
+	// are looked for.
+	orphanSweepInterval = time.Hour
+	// orphanGrace is how old an object of a run without keys in etcd must
+	// be to be deleted: an upload writes its objects before the keys that
+	// name them, and takes far less.
+	orphanGrace = time.Hour
+)
+
+// SweepOrphans deletes the objects of runs that have no key in etcd any
+// more, and that are older than grace: a run whose deletion failed half-way
+// (its keys went first), or whose artifacts' lease expired, leaves them. It
+// returns how many objects it deleted.
+func (s *Store) SweepOrphans(ctx context.Context, grace time.Duration) (int, error) {
+	if s.objects == nil {
+		return 0, nil
+	}
+	deleted := 0
+	var run string // the run prefix of names, runs/<ns>/<name>/<uid>/
+	var names []string
+	young := false
+	flush := func() error {
+		defer func() { run, names, young = "", nil, false }()
+		if run == "" || young {
+			return nil
+		}
+		resp, err := s.client.Get(ctx, s.prefix+strings.TrimPrefix(run, "runs/"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return fmt.Errorf("artifacts: looking for the keys of %s: %w", run, err)
+		}
+		if resp.Count > 0 {
+			return nil
+		}
+		for _, name := range names {
+			if err := s.objects.Delete(ctx, name); err != nil {
+				return err
+			}
+			deleted++
+		}
+		return nil
+	}
+	now := time.Now()
+	err := s.objects.List(ctx, "runs/", func(name string, modified time.Time) error {
+		parts := strings.SplitN(name, "/", 5)
+		if len(parts) < 5 {
+			return nil // not a run's object
+		}
+		prefix := strings.Join(parts[:4], "/") + "/"
+		if prefix != run {
+			if err := flush(); err != nil {
+				return err
+			}
+			run = prefix
+		}
+		names = append(names, name)
+		young = young || now.Sub(modified) < grace
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return deleted, err
+}

@@ -156,7 +156,7 @@ type Options struct {
 	Retention time.Duration
 	// Objects, when set, keeps the plan parts, the outputs and the finished
 	// logs in an object store, and etcd their metas only; a log stays in
-	// etcd while its stage writes it (RunLogCompaction moves it).
+	// etcd while its stage writes it (RunObjectMaintenance moves it).
 	Objects *objectstore.Store
 	// ChunkSize is the size of the chunks that artifacts and logs are split
 	// into; default 256 KiB. Values above 1 MiB are lowered to 1 MiB to stay

@@ -18,8 +18,12 @@ import (
 // in. Every tree is walked through os.Root without following links,
 // counting each inode's allocated blocks once, so a stage's links, sparse
 // files and hard links make the server count no more (and read nothing)
-// outside the tree. Stages that share a tree at once share the blame for
-// what is added to it.
+// outside the tree; and every path at least one block (pathBytes), so that
+// empty files, short links and further names of one file, which take no
+// blocks of their own, are not free: the budget bounds the inodes a stage
+// takes of the file system and the paths the server keeps in memory for
+// it. Stages that share a tree at once share the blame for what is added
+// to it.
 type Budget struct {
 	limits    Limits
 	flags     Flags
@@ -134,8 +138,16 @@ func (b *Budget) RemoveNew() error {
 	return errors.Join(errs...)
 }
 
+// pathBytes is what every path of a tree counts at least: one block of the
+// file system. An empty file, a short link or a further name of a file takes
+// no block of its own, but an inode or a directory entry, and a path the
+// server keeps: at this price the default budget of 4 GiB bounds a stage to
+// about a million of them.
+const pathBytes = 4096
+
 // measure walks dir (nothing when it does not exist): the blocks its
-// files take, each inode once, and every path in it.
+// files take, each inode once, every path at least pathBytes, and every
+// path in it.
 func measure(dir string) (usage, error) {
 	u := usage{paths: map[string]bool{}}
 	root, err := os.OpenRoot(dir)
@@ -164,10 +176,12 @@ func measure(dir string) (usage, error) {
 		if err != nil {
 			return nil
 		}
+		n := int64(pathBytes)
 		if st, ok := info.Sys().(*syscall.Stat_t); ok && !seen[st.Ino] {
 			seen[st.Ino] = true
-			u.bytes += st.Blocks * 512
+			n = max(n, st.Blocks*512)
 		}
+		u.bytes += n
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package stagelimits
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,46 @@ func TestBudget(t *testing.T) {
 	write(t, filepath.Join(ws, "more"), 8192)
 	if over, err := b2.Check(); err != nil || !strings.Contains(over, "over the namespace's limit of 4194304 bytes (--ns)") {
 		t.Errorf("Check once its workspace grew too = %q, %v", over, err)
+	}
+}
+
+// TestBudgetCountsEveryPath: empty files and short links take no block of
+// their own, but each an inode of the file system and a path the server
+// keeps: every path counts a block, so that a stage that makes many of them
+// goes over its budget as one that wrote their blocks would.
+func TestBudgetCountsEveryPath(t *testing.T) {
+	root := t.TempDir()
+	work, ns := filepath.Join(root, "work"), filepath.Join(root, "state", "ns")
+	ws := filepath.Join(ns, "ws")
+	for _, dir := range []string{work, ws} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := NewBudget(Limits{Disk: 4 << 20}, Flags{Disk: "--disk"}, work, ns, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2,000 paths take 8,192,000 bytes at a block each: 1,000 empty files
+	// in the work directory, 1,000 short links in the state directory.
+	for i := range 1000 {
+		f, err := os.Create(filepath.Join(work, fmt.Sprintf("empty-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := os.Symlink("x", filepath.Join(ws, fmt.Sprintf("link-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	over, err := b.Check()
+	if err != nil || !strings.Contains(over, "over its limit of 4194304 bytes (--disk)") {
+		t.Fatalf("Check after 1,000 empty files and 1,000 links = %q, %v; want over the disk limit", over, err)
+	}
+	if err := b.RemoveNew(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(ws, "link-*")); len(left) != 0 {
+		t.Errorf("RemoveNew left %d of the links", len(left))
 	}
 }

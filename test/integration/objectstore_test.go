@@ -275,3 +275,81 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateIntoTheObjectStore: a server that kept its artifacts in etcd
+// is started again with an object store: what etcd held (the plan's parts
+// and its log) moves into the bucket, encrypted, at start, and the run
+// waiting for its approval is applied from there.
+func TestMigrateIntoTheObjectStore(t *testing.T) {
+	srv := objectstoretest.Start(t)
+	dir := t.TempDir()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	writeFile(t, keys, "primary: k1\nkeys:\n  k1: "+base64.StdEncoding.EncodeToString(key)+"\n")
+	creds := filepath.Join(t.TempDir(), "credentials")
+	writeFile(t, creds, "[default]\naws_access_key_id = "+srv.AccessKey+"\naws_secret_access_key = "+srv.SecretKey+"\n")
+
+	first := envOn(startBinary(t, dir))
+	first.secret(t, "default", "db", "password", dbPassword)
+	first.create(t, runManifest("before", inline(map[string]string{"main.tf": helloTF}, `  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef: {name: db, key: password}
+`)))
+	run := first.waitPhase(t, "before", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
+	plan := mustKubectl(t, first.Kubeconfig, "get", "--raw", raw("before", "plan"))
+	if err := first.Stop(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	e := envOn(startBinary(t, dir, "--artifact-store=s3", "--artifact-store-endpoint="+srv.Endpoint, "--artifact-store-bucket="+srv.Bucket,
+		"--artifact-store-path-style", "--artifact-store-region=us-east-1", "--artifact-store-credentials-file="+creds,
+		"--artifact-encryption-keys="+keys))
+	e.bob, e.bobCfg = e.user(t, "bob")
+	root := srv.ObjectPath("terrarun/runs/default/before/" + string(run.UID))
+	want := []string{"plan-file", "plan-text", "plan-json", "plan-source", "log/plan/0000000001"}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		found := map[string]string{}
+		_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() {
+				rel, _ := filepath.Rel(root, filepath.Dir(path))
+				found[rel] = path
+			}
+			return nil
+		})
+		missing := ""
+		for _, w := range want {
+			if _, ok := found[w]; !ok {
+				missing = w
+			}
+		}
+		if missing == "" {
+			for what, path := range found {
+				if b, err := os.ReadFile(path); err != nil || bytes.Contains(b, []byte("terraform_data")) {
+					t.Errorf("the moved %s is not encrypted (%v)", what, err)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the start, %s is not in the bucket: %v", missing, found)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("before", "plan")); got != plan {
+		t.Errorf("the plan read back after the move:\n%s\nbefore:\n%s", got, plan)
+	}
+	if out, err := e.approve(t, e.bob, run); err != nil {
+		t.Fatalf("approving: %v\n%s", err, out)
+	}
+	if run = e.waitPhase(t, "before", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed); run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("the run applied from the moved plan ended %s: %q", run.Status.Phase, run.Status.Message)
+	}
+	if !strings.Contains(e.output.String(), "Moved what etcd held into the object store") {
+		t.Error("the server did not say what it moved")
+	}
+}

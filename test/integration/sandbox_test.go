@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -272,6 +273,160 @@ func TestStagePlantsInItsDirectory(t *testing.T) {
 			if strings.Contains(content, secret) {
 				t.Errorf("%s appears in %s", what, where)
 			}
+		}
+	}
+}
+
+// TestStagePlantsWhereverTheServerLooks attacks the server through every
+// tree a stage writes that the server, as root, later walks, hands over or
+// removes: the stage's work directory ($HOME, the executor's work/, the
+// engine's working directory and its .terraform), its TMPDIR, its
+// workspace's state directory and its creator's plugin cache. In each, a
+// stage's local-exec plants links to the server's CA key, to another
+// namespace's secret value file and to the CA's directory, and a FIFO,
+// under generic names and under the names the server, the executor or the
+// engine use there (executor.log, stage.json, terraform.tfstate and its
+// backup and lock info, .terraform.lock.hcl, terraform.tfstate.d, a
+// provider in the cache, the cache's lock). The stage sleeps while the
+// server measures its trees (every 2 s), removes the state files the
+// engine itself reads back, and fails. The run ends by its own exit code;
+// with one stage slot on the server, the next run of the same workspace
+// and namespace (whose start hands over and walks the planted state
+// directory) and a run of another namespace succeed while the plants are
+// still there; the key's bytes and the secret appear in no status, Event,
+// log, plan or outputs; and the key, the secret file and the CA's
+// directory are untouched.
+func TestStagePlantsWhereverTheServerLooks(t *testing.T) {
+	e := newRunEnv(t, "--max-concurrent-stages=1")
+	pki := filepath.Join(e.DataDir, "pki")
+	caKey := filepath.Join(pki, "ca.key")
+	secretValue := fmt.Sprintf("team-b-secret-%d", time.Now().UnixNano())
+	e.secret(t, "team-b", "db", "password", secretValue)
+	secretFile := filepath.Join(e.DataDir, "values", "team-b", "secrets", "db", "password")
+	stateDir := filepath.Join(e.DataDir, "state", "default", "planted")
+	untouched := map[string]os.FileInfo{}
+	for _, f := range []string{caKey, secretFile, pki} {
+		fi, err := os.Lstat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		untouched[f] = fi
+	}
+
+	// The markers are split in the script, which local-exec echoes.
+	script := `set -e
+[ -n "$TF_PLUGIN_CACHE_DIR" ] || { echo "NO""-PLUGIN-CACHE"; exit 3; }
+state=` + stateDir + `
+cache=$TF_PLUGIN_CACHE_DIR
+link() { rm -rf "$2"; mkdir -p "$(dirname "$2")"; ln -s "$1" "$2"; echo "PLAN""TED link $2"; }
+fifo() { rm -rf "$1"; mkdir -p "$(dirname "$1")"; mkfifo "$1"; echo "PLAN""TED fifo $1"; }
+for d in "$HOME" "$HOME/work" "$PWD" "$PWD/.terraform" "$TMPDIR" "$state" "$cache"; do
+  link ` + caKey + ` "$d/planted-key"
+  link ` + secretFile + ` "$d/planted-secret"
+  link ` + pki + ` "$d/planted-dir"
+  fifo "$d/planted-fifo"
+done
+fifo "$HOME/executor.log"
+link ` + caKey + ` "$HOME/stage.json"
+link ` + secretFile + ` "$HOME/backend.hcl"
+link ` + caKey + ` "$PWD/terraform.tfstate"
+fifo "$PWD/crash.log"
+fifo "$state/terraform.tfstate"
+link ` + caKey + ` "$state/terraform.tfstate.backup"
+link ` + secretFile + ` "$state/.terraform.tfstate.lock.info"
+link ` + caKey + ` "$state/.terraform.lock.hcl"
+link ` + pki + ` "$state/terraform.tfstate.d"
+link ` + caKey + ` "$cache/registry.terraform.io/hashicorp/null/3.2.3/linux_amd64/terraform-provider-null_v3.2.3_x5"
+fifo "$cache/.terrarun.lock"
+sleep 5
+# What the engine reads back of its workspace's state, at this stage's end
+# and at the next's, goes: left there, it breaks only the tenant's own
+# workspace.
+rm -f "$state/terraform.tfstate" "$state/terraform.tfstate.backup" "$state/.terraform.tfstate.lock.info"
+echo "PLANTS""-DONE"
+exit 1
+`
+	const planted = 7*4 + 3 + 2 + 5 + 2
+	e.create(t, runManifest("planter", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = <<-EOT
+` + indent(script, "      ") + `    EOT
+  }
+}`}, "  workspace: planted\n  approval:\n    mode: Auto\n  timeouts:\n    plan: 40s\n    apply: 20s\n")))
+	// Its stage's timeout is 60 s, and 30 s more to kill it: a stage that
+	// the engine blocks on a plant ends within the wait (2 min at most),
+	// a stage whose end the server blocks on never does.
+	planter := e.waitPhase(t, "planter", 2*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded)
+	applyLog := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("planter", "logs?stage=apply"))
+	// Each line as the stage printed it (the engine's error repeats them).
+	if n := strings.Count(applyLog, "(local-exec): PLANTED "); n != planted || !strings.Contains(applyLog, "(local-exec): PLANTS-DONE") {
+		t.Fatalf("the stage planted %d of %d links and FIFOs, or did not finish:\n%s", n, planted, applyLog)
+	}
+	// Its message is cut: the exit status is local-exec's in the log.
+	if planter.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(planter.Status.Message, "(exit code 1)") || !strings.Contains(applyLog, "': exit status 1.") {
+		t.Errorf("the planting run: %s: %q, want Failed with local-exec's exit status", planter.Status.Phase, planter.Status.Message)
+	}
+
+	// The plants in the shared trees stay there for the next runs.
+	caches, _ := filepath.Glob(filepath.Join(e.DataDir, "plugin-cache", "default", "*"))
+	if len(caches) != 1 {
+		t.Fatalf("plugin caches of the namespace: %v, want the creator's", caches)
+	}
+	stillPlanted := func() {
+		t.Helper()
+		for _, dir := range []string{stateDir, caches[0]} {
+			for name, mode := range map[string]os.FileMode{"planted-key": os.ModeSymlink, "planted-secret": os.ModeSymlink, "planted-dir": os.ModeSymlink, "planted-fifo": os.ModeNamedPipe} {
+				if fi, err := os.Lstat(filepath.Join(dir, name)); err != nil || fi.Mode().Type() != mode {
+					t.Fatalf("%s/%s is no longer what the stage planted: %v %v", dir, name, fi, err)
+				}
+			}
+		}
+	}
+	stillPlanted()
+
+	e.create(t, runManifest("next", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  workspace: planted\n  approval:\n    mode: Auto\n")))
+	e.create(t, strings.Replace(runManifest("other", inline(map[string]string{"main.tf": `resource "terraform_data" "x" {}`}, "  approval:\n    mode: Auto\n")),
+		"metadata:\n", "metadata:\n  namespace: team-c\n", 1))
+	if next := e.waitPhase(t, "next", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded); next.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Errorf("the next run of the planted workspace: %s: %s", next.Status.Phase, next.Status.Message)
+	}
+	if other, err := harness.WaitForPhase(ctxT(t), e.client, "team-c", "other", 3*time.Minute, v1alpha1.RunPhaseFailed, v1alpha1.RunPhaseSucceeded); err != nil || other.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Errorf("another namespace's run: %v %+v", err, other)
+	}
+	stillPlanted()
+
+	key, err := os.ReadFile(caKey)
+	if err != nil || keyBody(string(key)) == "" {
+		t.Fatalf("the CA key: %v", err)
+	}
+	artifacts := map[string]string{
+		"the runs' status": mustKubectl(t, e.Kubeconfig, "get", "tfr", "-A", "-o", "json"),
+		"the Events":       mustKubectl(t, e.Kubeconfig, "get", "events", "-A", "-o", "json"),
+	}
+	for _, run := range []string{"planter", "next"} {
+		for what, sub := range map[string]string{"plan logs": "logs?stage=plan", "apply logs": "logs?stage=apply", "plan text": "plan", "plan json": "plan?format=json", "outputs": "outputs"} {
+			// What a run has not (a failed run's outputs) is an error,
+			// which is searched too.
+			out, _ := kubectl(t, e.Kubeconfig, "get", "--raw", raw(run, sub))
+			artifacts[run+"'s "+what] = out
+		}
+	}
+	for what, secret := range map[string]string{"the CA key": keyBody(string(key)), "team-b's secret": secretValue} {
+		for where, content := range artifacts {
+			if strings.Contains(content, secret) {
+				t.Errorf("%s appears in %s", what, where)
+			}
+		}
+	}
+	for f, before := range untouched {
+		fi, err := os.Lstat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, a := before.Sys().(*syscall.Stat_t), fi.Sys().(*syscall.Stat_t)
+		if fi.Mode() != before.Mode() || a.Uid != b.Uid || a.Gid != b.Gid || !fi.ModTime().Equal(before.ModTime()) {
+			t.Errorf("%s was changed: mode %v, owner %d:%d, modified %s; before: %v, %d:%d, %s", f,
+				fi.Mode(), a.Uid, a.Gid, fi.ModTime(), before.Mode(), b.Uid, b.Gid, before.ModTime())
 		}
 	}
 }

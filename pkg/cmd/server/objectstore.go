@@ -1,11 +1,16 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 
+	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
 )
 
@@ -24,6 +29,8 @@ type ArtifactStoreOptions struct {
 	// stores objects unencrypted instead, only when set explicitly.
 	EncryptionKeys string
 	Plaintext      bool
+	// Migrate moves what etcd holds into the object store at start.
+	Migrate bool
 }
 
 // AddFlags adds the artifact store flags.
@@ -39,6 +46,8 @@ func (o *ArtifactStoreOptions) AddFlags(fs *pflag.FlagSet) {
 		"Empty: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, then web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), then the instance's role.")
 	fs.StringVar(&o.EncryptionKeys, "artifact-encryption-keys", "", "--artifact-store=s3: the file of the keys that encrypt every object (AES-256-GCM), mounted from a Secret: "+
 		"primary: <key id>, keys: {<key id>: <base64 of 32 random bytes>}. To rotate, add a key and make it primary; keep the old one while objects it encrypted are kept.")
+	fs.BoolVar(&o.Migrate, "artifact-store-migrate", true, "--artifact-store=s3: at start, move into the object store what etcd still holds (plan parts and outputs stored before, finished logs), in the background; "+
+		"resumable, it logs what it moved.")
 	fs.BoolVar(&o.Plaintext, "artifact-store-plaintext", false, "--artifact-store=s3: store objects unencrypted (plan files and outputs hold secrets: only where the store encrypts them and only terrarun can read the bucket).")
 }
 
@@ -81,4 +90,21 @@ func (o *ArtifactStoreOptions) objects() (*objectstore.Store, error) {
 		cfg.Keys = keys
 	}
 	return objectstore.New(cfg)
+}
+
+// migrateArtifacts moves what etcd still holds into the object store, again
+// a minute after a failure, until it has moved all of it or ctx ends.
+func migrateArtifacts(ctx context.Context, store *artifacts.Store) {
+	logger := klog.FromContext(ctx)
+	ctx, done := context.WithCancel(ctx)
+	defer done()
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		moved, err := store.MigrateToObjects(ctx)
+		if err != nil {
+			logger.Error(err, "Moving artifacts from etcd into the object store; going on in a minute", "artifacts", moved.Artifacts, "bytes", moved.Bytes, "logs", moved.Logs)
+			return
+		}
+		logger.Info("Moved what etcd held into the object store", "artifacts", moved.Artifacts, "bytes", moved.Bytes, "logs", moved.Logs)
+		done()
+	}, time.Minute)
 }

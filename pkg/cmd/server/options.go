@@ -305,7 +305,10 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		return nil, cleanup, err
 	}
 	if err := config.AddPostStartHook("terrarun-artifact-objects", func(hook genericapiserver.PostStartHookContext) error {
-		go store.RunLogCompaction(hook)
+		go store.RunObjectMaintenance(hook)
+		if o.Artifacts.Kind == "s3" && o.Artifacts.Migrate {
+			go migrateArtifacts(hook, store)
+		}
 		return nil
 	}); err != nil {
 		return nil, cleanup, err

@@ -36,7 +36,6 @@
 //
 //	stage.json        the stage.Spec (0600)
 //	token             the per-stage bearer token (0600; hidden from the stage)
-//	executor.log      the child's stdout and stderr (0600)
 //	source/           inline or ConfigMap configuration files (plan stage)
 //	variables/NAME    values of variables from Secrets and ConfigMaps (0600)
 //	git-credentials/  username, password, identity, known_hosts from credentialsSecret (0600)
@@ -48,8 +47,10 @@
 // Secrets reach the child only as these files: never in its arguments or
 // environment. The environment is minimal: PATH (from Options.Env, else the
 // server's), HOME, TMPDIR and Options.Env. When the process ends, the whole
-// work directory is removed; the last 2 KiB of executor.log (with known secret
-// values masked) are kept in the status message of a failed execution. The
+// work directory is removed. The child's stdout and stderr reach the server
+// through a pipe it made, never a file in the work directory; their last
+// 2 KiB (with known secret values masked) are kept in the status message of
+// a failed execution. The
 // directories of a server that was killed before its processes ended are
 // removed by the next one, 30 seconds after its Run starts (when those
 // processes, told to stop through Pdeathsig, have ended).
