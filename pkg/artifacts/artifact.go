@@ -183,7 +183,7 @@ type upload struct {
 	written  bool
 	prefixes []string
 	// objects are the objects written for the parts (Options.Objects).
-	objects []string
+	objects []uploadObject
 }
 
 // uploadPart is one artifact of an upload.
@@ -383,7 +383,7 @@ func (u *upload) kinds() string {
 // and the objects.
 func (u *upload) cleanup() {
 	if u.s.objects != nil {
-		u.s.deleteObjects(u.ctx, u.objects)
+		u.s.deleteObjects(u.ctx, u.unnamed())
 	}
 	if !u.written {
 		return
@@ -395,6 +395,33 @@ func (u *upload) cleanup() {
 			klog.FromContext(u.ctx).Error(err, "Failed to delete the chunks of an unfinished artifact; they expire with the run's lease", "key", prefix)
 		}
 	}
+}
+
+// uploadObject is an object an upload wrote, and the kind it holds.
+type uploadObject struct {
+	name string
+	kind Kind
+}
+
+// unnamed returns the objects of the upload that no stored meta names: one
+// that failed after it wrote a part under its content's address may have
+// written the very object an earlier upload of the same bytes stored, which
+// stays. An object whose meta cannot be read is left to SweepOrphans.
+func (u *upload) unnamed() []string {
+	var out []string
+	for _, o := range u.objects {
+		keys, _, err := u.s.artifactKeys(u.run, o.kind)
+		if err != nil {
+			continue
+		}
+		m, _, err := u.s.readArtifactMeta(context.WithoutCancel(u.ctx), u.run, o.kind, keys)
+		if err != nil && !errors.Is(err, ErrNotFound) || err == nil && m.Object == o.name {
+			// Named, or not known to be: the sweep of orphans decides.
+			continue
+		}
+		out = append(out, o.name)
+	}
+	return out
 }
 
 // drain reads r to its end, checking ctx between reads.

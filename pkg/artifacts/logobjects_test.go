@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -339,5 +340,55 @@ func TestMigrateToObjects(t *testing.T) {
 	lk, _ := s.logKeys(testRun, "apply", 1)
 	if len(keys(t, cli, lk.chunks)) != 1 {
 		t.Error("a log still being written left etcd")
+	}
+}
+
+// TestPartsAreContentAddressed: a part whose sender declared its digest is
+// stored under its content's address, and refused (nothing stored) when its
+// bytes hash otherwise; the same bytes uploaded again write the same
+// object, and an upload of them that fails leaves the stored one in place.
+func TestPartsAreContentAddressed(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, _ := objectStore(t)
+	s := New(cli, Options{Objects: objs})
+	text := []byte(logLines(50))
+	digest := sum(text)
+	names := func() []string {
+		var out []string
+		if err := objs.List(ctx, objectPrefix(testRun), func(name string, _ time.Time) error { out = append(out, name); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := objectPrefix(testRun) + "plan-text/sha256-" + strings.TrimPrefix(digest, "sha256:")
+	for range 2 {
+		if _, err := s.Put(ctx, testRun, PlanText, WithDigest(bytes.NewReader(text), digest)); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(); len(got) != 1 || got[0] != want {
+			t.Fatalf("objects %v, want only %s", got, want)
+		}
+	}
+	_, err := s.Put(ctx, testRun, PlanJSON, WithDigest(strings.NewReader(`{"forged":true}`), digest))
+	if !errors.Is(err, ErrDigestMismatch) || len(names()) != 1 {
+		t.Fatalf("a part that does not hash to its declared digest: %v, objects %v", err, names())
+	}
+	// The same text again, in an upload that fails after it: the object
+	// the stored meta names stays.
+	_, err = s.PutAll(ctx, testRun, func() func() (Kind, io.Reader, error) {
+		n := 0
+		return func() (Kind, io.Reader, error) {
+			if n++; n == 1 {
+				return PlanText, WithDigest(bytes.NewReader(text), digest), nil
+			}
+			return "", nil, errors.New("the client went away")
+		}
+	}())
+	if err == nil {
+		t.Fatal("a failed upload succeeded")
+	}
+	if got, _ := readAll(t, s, ctx, testRun, PlanText); !bytes.Equal(got, text) {
+		t.Fatal("the stored text was lost with a failed upload of the same bytes")
 	}
 }

@@ -3,6 +3,7 @@ package artifacts
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -83,11 +84,40 @@ func objectPrefix(run RunRef) string {
 	return "runs/" + url.PathEscape(run.Namespace) + "/" + url.PathEscape(run.Name) + "/" + url.PathEscape(run.UID) + "/"
 }
 
+// ErrDigestMismatch is wrapped by the error of an upload whose part does not
+// hash to the digest its sender declared for it (WithDigest).
+var ErrDigestMismatch = errors.New("the part does not hash to its declared digest")
+
+// declaredPart is a part of an upload whose sender declared its SHA-256.
+type declaredPart struct {
+	io.Reader
+	sha256 string // "sha256:<hex>"
+}
+
+// WithDigest declares the digest of the part r holds, "sha256:<hex>": in
+// the object store, the part is stored under a name made of it (its
+// content's address), and refused when its bytes hash otherwise.
+func WithDigest(r io.Reader, sha256 string) io.Reader {
+	return &declaredPart{Reader: r, sha256: sha256}
+}
+
 // readPartToObject stores one part of an upload as an object, as readPart
 // stores it in etcd chunks: within the kind's limit, the rest dropped and
-// TruncationMarker appended, or refused for a plan file.
+// TruncationMarker appended, or refused for a plan file. A part whose
+// digest was declared (WithDigest) is stored under its content's address,
+// <kind>/sha256-<hex>, so that an upload retried after the object store
+// failed writes the same object again rather than another; others, and a
+// declared part cut at the limit, under the meta's generation.
 func (u *upload) readPartToObject(p uploadPart, limit int64, r io.Reader) (uploadPart, error) {
 	name := objectPrefix(u.run) + string(p.kind) + "/" + p.meta.Generation
+	declared, isDeclared := r.(*declaredPart)
+	if isDeclared {
+		hexDigest, ok := strings.CutPrefix(declared.sha256, "sha256:")
+		if !ok || len(hexDigest) != 64 {
+			return uploadPart{}, fmt.Errorf("%w: %s of run %s declares %q, not sha256:<64 hex digits>", ErrDigestMismatch, p.kind, u.run, declared.sha256)
+		}
+		name = objectPrefix(u.run) + string(p.kind) + "/sha256-" + hexDigest
+	}
 	lr := &limitedPart{r: r, limit: limit, kind: p.kind, run: u.run, h: sha256.New(), ctx: u.ctx}
 	if err := u.s.objects.Put(u.ctx, name, lr); err != nil {
 		if lr.err != nil {
@@ -95,8 +125,11 @@ func (u *upload) readPartToObject(p uploadPart, limit int64, r io.Reader) (uploa
 		}
 		return uploadPart{}, fmt.Errorf("artifacts: storing %s of run %s in the object store: %w", p.kind, u.run, err)
 	}
-	u.objects = append(u.objects, name)
+	u.objects = append(u.objects, uploadObject{name, p.kind})
 	p.meta.Object, p.meta.Size, p.meta.SHA256, p.meta.Truncated = name, lr.n, hashString(lr.h), lr.truncated
+	if isDeclared && !lr.truncated && p.meta.SHA256 != declared.sha256 {
+		return uploadPart{}, fmt.Errorf("%w: %s of run %s hashes to %s, its sender declared %s", ErrDigestMismatch, p.kind, u.run, p.meta.SHA256, declared.sha256)
+	}
 	return p, nil
 }
 

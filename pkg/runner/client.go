@@ -3,8 +3,10 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -370,6 +372,10 @@ func (c *HTTPClient) PutPlan(ctx context.Context, attempt int32, parts []PlanPar
 		h := textproto.MIMEHeader{}
 		h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": p.Name}))
 		h.Set("Content-Type", planPartTypes[p.Name])
+		// The server names what it stores by this digest (RFC 9530), and
+		// refuses the part when its bytes do not hash to it.
+		sum := sha256.Sum256(p.Body)
+		h.Set("Content-Digest", "sha-256=:"+base64.StdEncoding.EncodeToString(sum[:])+":")
 		w, err := mw.CreatePart(h)
 		if err != nil {
 			return err

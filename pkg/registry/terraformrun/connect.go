@@ -97,6 +97,7 @@ func notFound(name, what, message string) error {
 // answers it:
 //
 //   - artifacts.ErrTooLarge: 413 Request Entity Too Large;
+//   - artifacts.ErrDigestMismatch: 400 Bad Request;
 //   - artifacts.ErrNotFound: 404 Not Found with message, which says what to do;
 //   - artifacts.ErrLogClosed: 409 Conflict with message;
 //   - an etcd timeout or unavailability, or an object store that does not
@@ -113,6 +114,8 @@ func artifactError(err error, name, what, message string) error {
 	switch {
 	case errors.Is(err, artifacts.ErrTooLarge):
 		return apierrors.NewRequestEntityTooLargeError(err.Error())
+	case errors.Is(err, artifacts.ErrDigestMismatch):
+		return apierrors.NewBadRequest(err.Error())
 	case errors.Is(err, artifacts.ErrNotFound):
 		return notFound(name, what, message)
 	case errors.Is(err, artifacts.ErrLogClosed):

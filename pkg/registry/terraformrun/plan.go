@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +14,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,8 +91,11 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 			case terrarun.PlanPartAll:
 				return r.putAll(ctx, run, *opts.Attempt, req)
 			}
-			_, err := r.artifacts.Put(ctx, runRef(run), planParts[opts.Part], req.Body)
+			body, err := declaredDigest(textproto.MIMEHeader(req.Header), req.Body)
 			if err != nil {
+				return err
+			}
+			if _, err := r.artifacts.Put(ctx, runRef(run), planParts[opts.Part], body); err != nil {
 				return artifactError(err, name, "plan", "")
 			}
 			return nil
@@ -396,7 +403,8 @@ func (r *PlanREST) putAll(ctx context.Context, run *terrarun.TerraformRun, attem
 		if !ok {
 			return "", nil, apierrors.NewBadRequest(fmt.Sprintf("unknown plan part %q in the upload: name each form part file, text, json, source or result", name))
 		}
-		return kind, p, nil
+		body, err := declaredDigest(textproto.MIMEHeader(p.Header), p)
+		return kind, body, err
 	})
 	if err != nil {
 		if _, ok := err.(apierrors.APIStatus); ok {
@@ -543,4 +551,27 @@ func planNotRecorded(run *terrarun.TerraformRun) error {
 		return conflict(run.Name, "the plan is recorded (%s) and its parts cannot change; create a new run to plan again", shortDigest(p.Digest))
 	}
 	return nil
+}
+
+// declaredDigest returns body, declared with the SHA-256 its sender gives in
+// its Content-Digest header (RFC 9530, sha-256=:<base64>:), if any: the
+// artifact store stores it under that address and refuses it when its bytes
+// hash otherwise.
+func declaredDigest(h textproto.MIMEHeader, body io.Reader) (io.Reader, error) {
+	v := h.Get("Content-Digest")
+	if v == "" {
+		return body, nil
+	}
+	for _, item := range strings.Split(v, ",") {
+		alg, val, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || !strings.EqualFold(alg, "sha-256") {
+			continue
+		}
+		sum, err := base64.StdEncoding.DecodeString(strings.Trim(val, ":"))
+		if err != nil || len(sum) != sha256.Size || !strings.HasPrefix(val, ":") || !strings.HasSuffix(val, ":") {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("Content-Digest %q: a sha-256 digest is sha-256=:<base64 of 32 bytes>:", v))
+		}
+		return artifacts.WithDigest(body, "sha256:"+hex.EncodeToString(sum)), nil
+	}
+	return body, nil
 }

@@ -3,12 +3,15 @@ package terraformrun
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"io"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"strings"
 	"testing"
 	"time"
@@ -497,4 +500,40 @@ func TestCarriedApply(t *testing.T) {
 		})
 		expectStatus(t, <-done, http.StatusConflict, "the plan stage ended without the apply stage (the run is Canceled: Canceled by alice.)")
 	})
+}
+
+// TestDeclaredDigest: a part's Content-Digest (RFC 9530) declares its
+// SHA-256 to the artifact store; a malformed one is 400; other algorithms
+// and no header declare nothing.
+func TestDeclaredDigest(t *testing.T) {
+	sum := sha256.Sum256([]byte("plan"))
+	for _, tc := range []struct {
+		header   string
+		declared bool
+		bad      bool
+	}{
+		{"sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":", true, false},
+		{"sha-512=:AAAA:, sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":", true, false},
+		{"sha-512=:AAAA:", false, false},
+		{"", false, false},
+		{"sha-256=:AAAA:", false, true},
+		{"sha-256=" + base64.StdEncoding.EncodeToString(sum[:]), false, true},
+	} {
+		h := textproto.MIMEHeader{}
+		if tc.header != "" {
+			h.Set("Content-Digest", tc.header)
+		}
+		body := strings.NewReader("plan")
+		got, err := declaredDigest(h, body)
+		switch {
+		case tc.bad:
+			if !apierrors.IsBadRequest(err) {
+				t.Errorf("%q: %v, want 400", tc.header, err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.header, err)
+		case tc.declared == (got == io.Reader(body)):
+			t.Errorf("%q: declared %v, want %v", tc.header, got != io.Reader(body), tc.declared)
+		}
+	}
 }
