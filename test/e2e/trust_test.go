@@ -140,11 +140,14 @@ spec:
 // variable, used raw, declassified into a failing local-exec's output and
 // its error, and transformed (upper case, base64 in a sensitive output),
 // reaches no Event, pod status (termination messages), pod log, Job or
-// Secret of the host cluster but its own, and no status, log, plan text or
-// plan JSON of terrarun. (A value declassified after a transformation,
+// Secret of the host cluster but its own, no status, log, plan text or
+// plan JSON of terrarun, and no object of the bucket that terrarun, deployed
+// by its chart with artifactStore values, keeps every artifact of the runs
+// in. (A value declassified after a transformation,
 // nonsensitive(base64encode(...)), is printed: the redactor knows only the
 // values, a known limit of docs/security.md.)
 func TestLeakMatrixInCluster(t *testing.T) {
+	bucket := useObjectStore(t)
 	ns := newNamespace(t)
 	buf := make([]byte, 8)
 	_, _ = rand.Read(buf)
@@ -229,6 +232,26 @@ output "encoded" {
 			places[name+" "+sub] = out
 		}
 	}
+	// With the chart's artifactStore values, every artifact of the runs is
+	// in the bucket (the logs once they have ended), and the bucket is one
+	// more place.
+	for name := range runs {
+		uid := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", "jsonpath={.metadata.uid}")
+		want := []string{"plan-file", "plan-text", "plan-json", "plan-source", "log/plan/0000000001", "log/apply/0000000001"}
+		if name == "leak-ok" {
+			want = append(want, "outputs")
+		}
+		waitFor(t, 2*time.Minute, "run "+name+"'s artifacts in the bucket", func() bool {
+			got := bucket.objects(ns, name, uid)
+			for _, w := range want {
+				if _, ok := got[w]; !ok {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	places["the bucket"] = bucket.content(t)
 	if !strings.Contains(places["leak-fails logs?stage=apply"], "local-exec provisioner error") {
 		t.Fatalf("the failing run's apply log does not show its failure; the matrix would prove nothing:\n%s\nthe run: %s", places["leak-fails logs?stage=apply"], places["runs"])
 	}

@@ -41,14 +41,22 @@ type Server struct {
 	output *bytes.Buffer
 }
 
-// Start starts a server with an empty bucket, stopped when the test ends.
+// Start starts a server on loopback with an empty bucket, stopped when the
+// test ends.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartOn(t, "127.0.0.1")
+}
+
+// StartOn is Start on a free port of the address host, for clients in other
+// network namespaces (an e2e cluster's pods).
+func StartOn(t testing.TB, host string) *Server {
 	t.Helper()
 	binary := os.Getenv("TERRARUN_OBJECTSTORE")
 	if binary == "" {
 		t.Fatal("TERRARUN_OBJECTSTORE is not set: run `make unit`, or set it to a versitygw binary (hack/objectstore.sh prints one)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
