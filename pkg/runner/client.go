@@ -97,7 +97,19 @@ type HTTPClient struct {
 	// Timeout bounds each try of an upload or download, body included (not
 	// the log stream).
 	Timeout time.Duration
+	// retrying, when set, is told of each retry: what failed and when it is
+	// tried again.
+	retrying func(err error, wait time.Duration)
 }
+
+// retryReporter is a Client that tells of its retries; the runner says them
+// in the stage's log, so that whoever follows it sees what the stage waits
+// for (the artifact store down, say).
+type retryReporter interface {
+	reportRetries(func(err error, wait time.Duration))
+}
+
+func (c *HTTPClient) reportRetries(fn func(err error, wait time.Duration)) { c.retrying = fn }
 
 // NewHTTPClient returns a Client for spec: the server and run it names, its
 // CA and its token file (read again for every request, so rotated tokens
@@ -311,6 +323,9 @@ func (c *HTTPClient) do(ctx context.Context, op, method, sub string, q url.Value
 		}
 		if try >= c.Retries {
 			return nil, fail
+		}
+		if c.retrying != nil {
+			c.retrying(fail, backoff)
 		}
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -189,11 +190,18 @@ func TestHTTPClientRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.Backoff = time.Millisecond
+	var told []string
+	hc.reportRetries(func(err error, wait time.Duration) { told = append(told, fmt.Sprintf("%v; again in %s", err, wait)) })
 	if err := hc.PutPlan(context.Background(), 1, []PlanPart{{v1alpha1.PlanPartJSON, []byte(`{"a":1}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if calls.Load() != 3 || string(srv.part(v1alpha1.PlanPartJSON)) != `{"a":1}` {
 		t.Errorf("calls = %d, part = %q", calls.Load(), srv.part(v1alpha1.PlanPartJSON))
+	}
+	// Each retry is told, with the server's reason: the runner says it in
+	// the stage's log.
+	if len(told) != 2 || !strings.Contains(told[0], "etcd is busy") || !strings.Contains(told[1], "again in 2ms") {
+		t.Errorf("retries told: %q", told)
 	}
 }
 

@@ -142,6 +142,11 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 		out:     newRedactWriter(secrets, io.MultiWriter(log, lenientWriter{stdout})),
 		stdout:  stdout,
 	}
+	if rr, ok := client.(retryReporter); ok {
+		rr.reportRetries(func(err error, wait time.Duration) {
+			r.logf("terrarun: %v; trying again in %s", err, wait)
+		})
+	}
 	// Nothing is written before every secret is known.
 	vars, err := readVariables(spec.Variables)
 	var backendValues []string

@@ -216,6 +216,10 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 			t.Fatalf("run outage ended %s: %q", run.Status.Phase, run.Status.Message)
 		}
+		// The stage's log says what it waited for.
+		if log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("outage", "logs?stage=plan")); !strings.Contains(log, "the artifact store is unavailable") || !strings.Contains(log, "trying again in") {
+			t.Errorf("the plan's log does not say it waited for the store:\n%s", log)
+		}
 		got := movedLogs(run, "log/plan/0000000001", "log/apply/0000000001")
 		for _, kind := range []string{"plan-file", "plan-text", "plan-json", "plan-source", "outputs"} {
 			if _, ok := got[kind]; !ok {
