@@ -122,7 +122,7 @@ bench-crd: build ## terrarun side by side with the same objects as a CRD in a re
 
 .PHONY: bench
 bench: build ## Benchmarks against the standalone server; figures go in docs/benchmarks.md.
-	engine=$$(hack/engine.sh) && TERRARUN_ENGINE=$$engine TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...
+	engine=$$(hack/engine.sh) && objectstore=$$(hack/objectstore.sh) && TERRARUN_ENGINE=$$engine TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO) test -count=1 -timeout 60m -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./test/bench/...
 	$(GO) test -count=1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) ./pkg/planpolicy/
 
 .PHONY: codegen

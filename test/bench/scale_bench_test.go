@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +21,8 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 	"github.com/terrarun/terrarun/test/internal/harness"
 	"github.com/terrarun/terrarun/test/internal/scale"
 )
@@ -43,7 +48,9 @@ const (
 // LIST of every run, and etcd's compaction and defragmentation.
 // docs/scaling.md extrapolates from the slopes. With $TERRARUN_BENCH_PROFILES
 // set to a directory, it keeps the server's live heap profile there once
-// every run is stored.
+// every run is stored. With $TERRARUN_BENCH_ARTIFACT_STORE=s3 the artifacts
+// are in a real S3-compatible server (versitygw, $TERRARUN_OBJECTSTORE), as
+// --artifact-store=s3 keeps them.
 func BenchmarkStoredRuns(b *testing.B) {
 	total := defaultScaleRuns
 	if v := os.Getenv("TERRARUN_BENCH_SCALE_RUNS"); v != "" {
@@ -71,9 +78,18 @@ func BenchmarkStoredRuns(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer etcd.Close()
-	store := artifacts.New(etcd, artifacts.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
+	var opts artifacts.Options
+	if os.Getenv("TERRARUN_BENCH_ARTIFACT_STORE") == "s3" {
+		// Artifacts in a real S3-compatible server, encrypted, as
+		// --artifact-store=s3 keeps them: etcd keeps the metas only, and
+		// the finished logs move out of it as they close.
+		opts.Objects = benchObjectStore(b)
+		b.Logf("artifacts in the object store (TERRARUN_BENCH_ARTIFACT_STORE=s3)")
+	}
+	store := artifacts.New(etcd, opts)
+	go store.RunObjectMaintenance(ctx)
 	logLoad(b, "at the start")
 	defer logLoad(b, "at the end")
 
@@ -250,4 +266,27 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	}
 	c.watch = scale.P50P99(watch)
 	return c, nil
+}
+
+// benchObjectStore starts versitygw and returns an encrypting store of its
+// bucket.
+func benchObjectStore(b *testing.B) *objectstore.Store {
+	srv := objectstoretest.Start(b)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		b.Fatal(err)
+	}
+	keys, err := objectstore.NewKeyring("bench", map[string]string{"bench": base64.StdEncoding.EncodeToString(key)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		b.Setenv(k, v)
+	}
+	objs, err := objectstore.New(objectstore.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "terrarun", PathStyle: true, Region: "us-east-1", Keys: keys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return objs
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -210,11 +211,29 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		// The plan stage plans and uploads while the store is down; its
 		// uploads are answered 503, and retried.
 		e.waitPhase(t, "outage", time.Minute, v1alpha1.RunPhasePlanning)
-		time.Sleep(6 * time.Second)
+		// The run's status says what it waits for.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(context.Background(), "outage", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionArtifactsStored)
+			if c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonArtifactStoreUnavailable && strings.Contains(c.Message, "The plan waits for the artifact store") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the run's status does not say it waits for the store: %+v", run.Status.Conditions)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		srv.Restart()
 		run := e.waitPhase(t, "outage", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 			t.Fatalf("run outage ended %s: %q", run.Status.Phase, run.Status.Message)
+		}
+		if c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionArtifactsStored); c != nil {
+			t.Errorf("the run still says it waits for the store: %+v", c)
 		}
 		// The stage's log says what it waited for.
 		if log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("outage", "logs?stage=plan")); !strings.Contains(log, "the artifact store is unavailable") || !strings.Contains(log, "trying again in") {

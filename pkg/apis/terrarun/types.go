@@ -385,6 +385,17 @@ const (
 	RunPhaseDiscarded RunPhase = "Discarded"
 )
 
+// The condition of a run whose artifacts wait for the object store, and
+// its reason.
+const (
+	// ConditionArtifactsStored is False while a stage's upload waits for the
+	// artifact store (--artifact-store=s3), which the stage retries; it goes
+	// once the upload is stored.
+	ConditionArtifactsStored = "ArtifactsStored"
+	// ReasonArtifactStoreUnavailable: the artifact store does not answer.
+	ReasonArtifactStoreUnavailable = "ArtifactStoreUnavailable"
+)
+
 // Condition types of a TerraformRun.
 const (
 	// ConditionPlanned is True once a plan exists.

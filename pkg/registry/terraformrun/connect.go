@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"net/http"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -166,4 +167,26 @@ func prepare[O runtime.Object](ctx context.Context, b *connectBase, name string,
 	}
 	run, err = b.status.get(ctx, name)
 	return opts, upload, run, err
+}
+
+// errUnchanged aborts a status write that would change nothing.
+var errUnchanged = errors.New("unchanged")
+
+// waitsForStore records in run's ArtifactsStored condition that a stage's
+// upload of what waits for the artifact store, which err says does not
+// answer, and which the stage retries: the run's status says what it waits
+// for. Other errors record nothing.
+func (b *connectBase) waitsForStore(ctx context.Context, run *terrarun.TerraformRun, what string, err error) {
+	if !errors.Is(err, objectstore.ErrUnavailable) {
+		return
+	}
+	msg := fmt.Sprintf("The %s waits for the artifact store, which does not answer; the stage retries its upload: %v", what, err)
+	_, _ = b.status.update(context.WithoutCancel(ctx), run.Name, func(run *terrarun.TerraformRun) error {
+		if c := meta.FindStatusCondition(run.Status.Conditions, terrarun.ConditionArtifactsStored); c != nil && c.Message == msg {
+			return errUnchanged
+		}
+		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: terrarun.ConditionArtifactsStored, Status: metav1.ConditionFalse,
+			Reason: terrarun.ReasonArtifactStoreUnavailable, Message: msg, ObservedGeneration: run.Generation})
+		return nil
+	})
 }

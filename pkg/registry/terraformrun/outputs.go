@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"maps"
 	"net/http"
 	"slices"
@@ -90,6 +91,7 @@ func (r *OutputsREST) upload(ctx context.Context, run *terrarun.TerraformRun, at
 		return apierrors.NewBadRequest("the outputs are not `terraform output -json`: " + err.Error())
 	}
 	if _, err := r.artifacts.Put(ctx, runRef(run), artifacts.Outputs, bytes.NewReader(data)); err != nil {
+		r.waitsForStore(ctx, run, "outputs", err)
 		return artifactError(err, run.Name, "outputs", "")
 	}
 	statuses := outputStatuses(outputs)
@@ -98,6 +100,7 @@ func (r *OutputsREST) upload(ctx context.Context, run *terrarun.TerraformRun, at
 			return err
 		}
 		run.Status.Outputs = statuses
+		meta.RemoveStatusCondition(&run.Status.Conditions, terrarun.ConditionArtifactsStored)
 		return nil
 	})
 	return err

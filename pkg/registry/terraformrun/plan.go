@@ -96,6 +96,7 @@ func (r *PlanREST) Connect(ctx context.Context, name string, options runtime.Obj
 				return err
 			}
 			if _, err := r.artifacts.Put(ctx, runRef(run), planParts[opts.Part], body); err != nil {
+				r.waitsForStore(ctx, run, "plan", err)
 				return artifactError(err, name, "plan", "")
 			}
 			return nil
@@ -410,6 +411,7 @@ func (r *PlanREST) putAll(ctx context.Context, run *terrarun.TerraformRun, attem
 		if _, ok := err.(apierrors.APIStatus); ok {
 			return err
 		}
+		r.waitsForStore(ctx, run, "plan", err)
 		return artifactError(err, run.Name, "plan", "")
 	}
 	if result == nil {
@@ -483,6 +485,7 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 		// The policies' results are recorded with the plan, in the same
 		// write: no plan is ever approvable before it was checked.
 		run.Status.Policy = policy
+		meta.RemoveStatusCondition(&run.Status.Conditions, terrarun.ConditionArtifactsStored)
 		run.Status.Plan = &terrarun.PlanSummary{
 			Digest:      digest,
 			Parts:       parts,
