@@ -53,21 +53,6 @@ func useObjectStore(t *testing.T) *bucketOf {
 	return &bucketOf{srv: srv}
 }
 
-// objects are the objects of run ns/name (uid) in the bucket, by what they
-// hold: a plan part's or the outputs' kind, log/<stage>/<attempt>.
-func (b *bucketOf) objects(ns, name, uid string) map[string]string {
-	root := b.srv.ObjectPath("terrarun/runs/" + ns + "/" + name + "/" + uid)
-	found := map[string]string{}
-	_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
-		if err == nil && !info.IsDir() {
-			rel, _ := filepath.Rel(root, filepath.Dir(path))
-			found[rel] = path
-		}
-		return nil
-	})
-	return found
-}
-
 // content is every byte of the bucket's objects.
 func (b *bucketOf) content(t *testing.T) string {
 	t.Helper()

@@ -242,7 +242,7 @@ output "encoded" {
 			want = append(want, "outputs")
 		}
 		waitFor(t, 2*time.Minute, "run "+name+"'s artifacts in the bucket", func() bool {
-			got := bucket.objects(ns, name, uid)
+			got := bucket.srv.RunObjects(ns, name, uid)
 			for _, w := range want {
 				if _, ok := got[w]; !ok {
 					return false

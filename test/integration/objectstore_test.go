@@ -22,6 +22,15 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 )
 
+// autoWithDB is the spec of an Auto run with the db password as a variable.
+const autoWithDB = `  approval:
+    mode: Auto
+  variables:
+  - name: db_password
+    valueFrom:
+      secretKeyRef: {name: db, key: password}
+`
+
 // TestObjectStoreArtifacts runs the server with its plan parts and outputs
 // in a real S3-compatible server (versitygw), encrypted, with credentials
 // from a file: a run's plan is read back through kubectl and its outputs
@@ -54,20 +63,8 @@ func TestObjectStoreArtifacts(t *testing.T) {
 `)))
 	}
 
-	// objects are a run's objects in the bucket, by what they hold: the
-	// kind of a plan part or the outputs, log/<stage>/<attempt> of a log.
 	objects := func(run *v1alpha1.TerraformRun) map[string]string {
-		t.Helper()
-		found := map[string]string{}
-		root := srv.ObjectPath("terrarun/runs/default/" + run.Name + "/" + string(run.UID))
-		_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
-			if err == nil && !info.IsDir() {
-				rel, _ := filepath.Rel(root, filepath.Dir(path))
-				found[rel] = path
-			}
-			return nil
-		})
-		return found
+		return srv.RunObjects("default", run.Name, string(run.UID))
 	}
 	// movedLogs waits until the logs of a finished run are in the bucket.
 	movedLogs := func(run *v1alpha1.TerraformRun, logs ...string) map[string]string {
@@ -201,13 +198,7 @@ func TestObjectStoreArtifacts(t *testing.T) {
 				t.Errorf("GET %s while the store is down: %s, Retry-After %q\n%s", path, resp.Status, resp.Header.Get("Retry-After"), body)
 			}
 		}
-		e.create(t, runManifest("outage", inline(map[string]string{"main.tf": helloTF}, `  approval:
-    mode: Auto
-  variables:
-  - name: db_password
-    valueFrom:
-      secretKeyRef: {name: db, key: password}
-`)))
+		e.create(t, runManifest("outage", inline(map[string]string{"main.tf": helloTF}, autoWithDB)))
 		// The plan stage plans and uploads while the store is down; its
 		// uploads are answered 503, and retried.
 		e.waitPhase(t, "outage", time.Minute, v1alpha1.RunPhasePlanning)
@@ -259,14 +250,7 @@ func TestObjectStoreArtifacts(t *testing.T) {
 	})
 
 	t.Run("a run whose time after finishing is up goes with its objects", func(t *testing.T) {
-		e.create(t, runManifest("shortlived", inline(map[string]string{"main.tf": helloTF}, `  ttlSecondsAfterFinished: 3
-  approval:
-    mode: Auto
-  variables:
-  - name: db_password
-    valueFrom:
-      secretKeyRef: {name: db, key: password}
-`)))
+		e.create(t, runManifest("shortlived", inline(map[string]string{"main.tf": helloTF}, "  ttlSecondsAfterFinished: 3\n"+autoWithDB)))
 		run := e.waitPhase(t, "shortlived", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 			t.Fatalf("run shortlived ended %s: %q", run.Status.Phase, run.Status.Message)
@@ -332,18 +316,10 @@ func TestMigrateIntoTheObjectStore(t *testing.T) {
 		"--artifact-store-path-style", "--artifact-store-region=us-east-1", "--artifact-store-credentials-file="+creds,
 		"--artifact-encryption-keys="+keys))
 	e.bob, e.bobCfg = e.user(t, "bob")
-	root := srv.ObjectPath("terrarun/runs/default/before/" + string(run.UID))
 	want := []string{"plan-file", "plan-text", "plan-json", "plan-source", "log/plan/0000000001"}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		found := map[string]string{}
-		_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
-			if err == nil && !info.IsDir() {
-				rel, _ := filepath.Rel(root, filepath.Dir(path))
-				found[rel] = path
-			}
-			return nil
-		})
+		found := srv.RunObjects("default", "before", string(run.UID))
 		missing := ""
 		for _, w := range want {
 			if _, ok := found[w]; !ok {

@@ -133,5 +133,22 @@ func (s *Server) ObjectPath(key string) string {
 	return filepath.Join(s.Root, s.Bucket, filepath.FromSlash(key))
 }
 
+// RunObjects are the objects terrarun keeps for run ns/name (uid) under
+// its prefix (terrarun's default, "terrarun") in the bucket, by what they
+// hold: a plan part's or the outputs' kind, or log/<stage>/<attempt>; each
+// names its file.
+func (s *Server) RunObjects(ns, name, uid string) map[string]string {
+	root := s.ObjectPath("terrarun/runs/" + ns + "/" + name + "/" + uid)
+	found := map[string]string{}
+	_ = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			found[rel] = path
+		}
+		return nil
+	})
+	return found
+}
+
 // String names the server in messages.
 func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.Endpoint) }
