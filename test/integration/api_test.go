@@ -657,7 +657,7 @@ func TestInternedRunsStayApart(t *testing.T) {
 
 	for how, after := range read("two") {
 		b := before[how]
-		if !apiequality.Semantic.DeepEqual(b.ManagedFields, after.ManagedFields) || !apiequality.Semantic.DeepEqual(b.Labels, after.Labels) || after.Annotations != nil {
+		if !apiequality.Semantic.DeepEqual(b.ManagedFields, after.ManagedFields) || !apiequality.Semantic.DeepEqual(b.Labels, after.Labels) || !apiequality.Semantic.DeepEqual(b.Annotations, after.Annotations) {
 			t.Errorf("run two (%s) changed with run one:\nbefore %+v %v\nafter  %+v %v %v", how, b.ManagedFields, b.Labels, after.ManagedFields, after.Labels, after.Annotations)
 		}
 	}
