@@ -157,6 +157,13 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 	if err != nil {
 		return err
 	}
+	// One move of the run's at a time: a second one of the same log (the
+	// sweep's, a migration's) then finds it moved.
+	release, err := s.uploads.acquire(ctx, ref.run.UID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	resp, err := s.client.Get(ctx, keys.meta)
 	if err != nil {
 		return fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
@@ -170,11 +177,6 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 		return err
 	}
 	name := logObjectName(ref, gen)
-	release, err := s.uploads.acquire(ctx, ref.run.UID)
-	if err != nil {
-		return err
-	}
-	defer release()
 	h := sha256.New()
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
@@ -185,11 +187,14 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 	}()
 	err = s.objects.Put(ctx, name, pr)
 	pr.CloseWithError(errors.New("the object store stopped reading"))
-	if cerr := <-copied; cerr != nil && err == nil {
-		err = cerr
+	if cerr := <-copied; cerr != nil {
+		err = cerr // why the copy stopped, whatever the store said of it
 	}
 	if err != nil {
 		s.deleteObjects(ctx, []string{name})
+		if errors.Is(err, ErrNotFound) {
+			return nil // moved by another store, or deleted with its run
+		}
 		return fmt.Errorf("artifacts: moving %s into the object store: %w", keys.what, err)
 	}
 	digest := hashString(h)

@@ -392,3 +392,34 @@ func TestPartsAreContentAddressed(t *testing.T) {
 		t.Fatal("the stored text was lost with a failed upload of the same bytes")
 	}
 }
+
+// TestLogMovedOnce: moves of one log at once (the queue's, the sweep's, a
+// migration's) leave one object, and none of them fails.
+func TestLogMovedOnce(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, _ := objectStore(t)
+	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
+	if err := s.EndLog(ctx, testRun, "apply", 1, []byte(logLines(2000))); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- s.compactLog(ctx, logRef{testRun, "apply", 1}) }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("a move of a log moved at the same time: %v", err)
+		}
+	}
+	n := 0
+	if err := objs.List(ctx, objectPrefix(testRun), func(string, time.Time) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d objects of one log", n)
+	}
+	if got := streamAll(t, s, ctx, testRun, "apply", 1, LogOptions{}); got != logLines(2000) {
+		t.Error("the log reads back otherwise")
+	}
+}
