@@ -397,29 +397,23 @@ func (u *upload) cleanup() {
 	}
 }
 
-// uploadObject is an object an upload wrote, and the kind it holds.
+// uploadObject is an object an upload wrote, and whether it is named by
+// its content's address.
 type uploadObject struct {
-	name string
-	kind Kind
+	name      string
+	addressed bool
 }
 
-// unnamed returns the objects of the upload that no stored meta names: one
-// that failed after it wrote a part under its content's address may have
-// written the very object an earlier upload of the same bytes stored, which
-// stays. An object whose meta cannot be read is left to SweepOrphans.
+// unnamed returns the objects of a failed upload that nothing else can
+// name: those of its own generation. An object under its content's address
+// may be the very one an upload of the same bytes stored, or is storing on
+// another replica, and stays; it goes with its run.
 func (u *upload) unnamed() []string {
 	var out []string
 	for _, o := range u.objects {
-		keys, _, err := u.s.artifactKeys(u.run, o.kind)
-		if err != nil {
-			continue
+		if !o.addressed {
+			out = append(out, o.name)
 		}
-		m, _, err := u.s.readArtifactMeta(context.WithoutCancel(u.ctx), u.run, o.kind, keys)
-		if err != nil && !errors.Is(err, ErrNotFound) || err == nil && m.Object == o.name {
-			// Named, or not known to be: the sweep of orphans decides.
-			continue
-		}
-		out = append(out, o.name)
 	}
 	return out
 }

@@ -95,7 +95,7 @@ func (s *Store) RunObjectMaintenance(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case ref := <-s.compact.queue:
-			if err := s.compactLog(ctx, ref); err != nil && ctx.Err() == nil {
+			if _, err := s.compactLog(ctx, ref); err != nil && ctx.Err() == nil {
 				klog.FromContext(ctx).Error(err, "Moving a finished log into the object store; it stays in etcd and is moved later", "run", ref.run.String(), "stage", ref.stage, "attempt", ref.attempt)
 			}
 		}
@@ -121,7 +121,7 @@ func (s *Store) sweepClosedLogs(ctx context.Context) {
 		if !last[s.usageKey(ref.run, ref.stage, ref.attempt)] {
 			continue
 		}
-		if err := s.compactLog(ctx, ref); err != nil {
+		if _, err := s.compactLog(ctx, ref); err != nil {
 			klog.FromContext(ctx).Error(err, "Moving a finished log into the object store; trying again at the next sweep", "run", ref.run.String(), "stage", ref.stage, "attempt", ref.attempt)
 		}
 	}
@@ -148,33 +148,34 @@ func parseUsageKey(rest string) (logRef, bool) {
 	return logRef{run: RunRef{Namespace: parts[0], Name: parts[1], UID: parts[2]}, stage: parts[3], attempt: attempt}, true
 }
 
-// compactLog moves the closed log of ref into one object: the object is
-// written first, then the meta names it and the chunks go, in one
+// compactLog moves the closed log of ref into one object, and says whether
+// it did (not when another move or the run's deletion came first): the
+// object is written first, then the meta names it and the chunks go, in one
 // transaction that holds only if the log is as it was read. An object that
 // does not make it into the meta is deleted.
-func (s *Store) compactLog(ctx context.Context, ref logRef) error {
+func (s *Store) compactLog(ctx context.Context, ref logRef) (bool, error) {
 	keys, err := s.logKeys(ref.run, ref.stage, ref.attempt)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// One move of the run's at a time: a second one of the same log (the
 	// sweep's, a migration's) then finds it moved.
 	release, err := s.uploads.acquire(ctx, ref.run.UID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer release()
 	resp, err := s.client.Get(ctx, keys.meta)
 	if err != nil {
-		return fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
+		return false, fmt.Errorf("artifacts: reading %s: %w", keys.what, err)
 	}
 	cur, err := s.decodeLogMeta(ctx, keys.meta, resp.Kvs)
 	if err != nil || cur.modRev == 0 || !cur.meta.Closed || cur.meta.Object != "" {
-		return err
+		return false, err
 	}
 	gen, err := newGeneration()
 	if err != nil {
-		return err
+		return false, err
 	}
 	name := logObjectName(ref, gen)
 	h := sha256.New()
@@ -193,9 +194,9 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 	if err != nil {
 		s.deleteObjects(ctx, []string{name})
 		if errors.Is(err, ErrNotFound) {
-			return nil // moved by another store, or deleted with its run
+			return false, nil // moved by another store, or deleted with its run
 		}
-		return fmt.Errorf("artifacts: moving %s into the object store: %w", keys.what, err)
+		return false, fmt.Errorf("artifacts: moving %s into the object store: %w", keys.what, err)
 	}
 	digest := hashString(h)
 	moved := false
@@ -214,11 +215,11 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) error {
 	})
 	if err != nil || !moved {
 		s.deleteObjects(ctx, []string{name})
-		return err
+		return false, err
 	}
 	s.cacheLogMeta(keys.meta, nil)
 	s.countLog(ref.run, -cur.meta.Size)
-	return nil
+	return true, nil
 }
 
 // streamLogObject writes the log in m's object: its last tailLines lines

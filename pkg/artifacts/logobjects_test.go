@@ -223,7 +223,7 @@ func TestReadGoesOnWhenTheLogMoves(t *testing.T) {
 		}
 		moved := false
 		w := &pausingWriter{pause: func() {
-			if err := s.compactLog(ctx, logRef{testRun, "plan", attempt}); err != nil {
+			if _, err := s.compactLog(ctx, logRef{testRun, "plan", attempt}); err != nil {
 				t.Fatal(err)
 			}
 			lk, _ := s.logKeys(testRun, "plan", attempt)
@@ -307,9 +307,25 @@ func TestMigrateToObjects(t *testing.T) {
 	}
 	objs, srv := objectStore(t)
 	s := New(cli, Options{Objects: objs, ChunkSize: 1024})
-	moved, err := s.MigrateToObjects(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// Two replicas start with the object store at once: each artifact is
+	// moved by one of them, and the other's object goes.
+	other := New(cli, Options{Objects: objs, ChunkSize: 1024})
+	results := make(chan Migrated, 2)
+	errs := make(chan error, 2)
+	for _, st := range []*Store{s, other} {
+		go func() {
+			m, err := st.MigrateToObjects(ctx)
+			results <- m
+			errs <- err
+		}()
+	}
+	var moved Migrated
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		m := <-results
+		moved.Artifacts, moved.Bytes, moved.Logs = moved.Artifacts+m.Artifacts, moved.Bytes+m.Bytes, moved.Logs+m.Logs
 	}
 	var want int64
 	for _, b := range parts {
@@ -333,6 +349,13 @@ func TestMigrateToObjects(t *testing.T) {
 	}
 	if bucketHolds(t, srv, []byte("hunter2-secret-value")) {
 		t.Error("the bucket holds plaintext")
+	}
+	n := 0
+	if err := objs.List(ctx, objectPrefix(testRun), func(string, time.Time) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(parts)+1 {
+		t.Errorf("%d objects after two migrations at once, want %d: one per artifact and log", n, len(parts)+1)
 	}
 	if again, err := s.MigrateToObjects(ctx); err != nil || again != (Migrated{}) {
 		t.Errorf("a second pass moved %+v (%v)", again, err)
@@ -405,7 +428,10 @@ func TestLogMovedOnce(t *testing.T) {
 	}
 	errs := make(chan error, 4)
 	for range 4 {
-		go func() { errs <- s.compactLog(ctx, logRef{testRun, "apply", 1}) }()
+		go func() {
+			_, err := s.compactLog(ctx, logRef{testRun, "apply", 1})
+			errs <- err
+		}()
 	}
 	for range 4 {
 		if err := <-errs; err != nil {

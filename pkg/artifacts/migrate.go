@@ -67,10 +67,13 @@ func (s *Store) MigrateToObjects(ctx context.Context) (Migrated, error) {
 		return moved, err
 	}
 	for _, ref := range logs {
-		if err := s.compactLog(ctx, ref); err != nil {
+		did, err := s.compactLog(ctx, ref)
+		if err != nil {
 			return moved, err
 		}
-		moved.Logs++
+		if did {
+			moved.Logs++
+		}
 	}
 	return moved, nil
 }
@@ -125,7 +128,14 @@ func (s *Store) moveArtifact(ctx context.Context, run RunRef, kind Kind) (int64,
 	if err != nil {
 		return 0, false, err
 	}
-	name := objectPrefix(run) + string(kind) + "/" + m.Generation
+	// A name of its own: another replica moving the same artifact at once
+	// writes another object, and deletes only its own when it loses.
+	gen, err := newGeneration()
+	if err != nil {
+		rc.Close()
+		return 0, false, err
+	}
+	name := objectPrefix(run) + string(kind) + "/" + gen
 	err = s.objects.Put(ctx, name, rc)
 	rc.Close()
 	if err != nil {

@@ -125,9 +125,11 @@ func (u *upload) readPartToObject(p uploadPart, limit int64, r io.Reader) (uploa
 		}
 		return uploadPart{}, fmt.Errorf("artifacts: storing %s of run %s in the object store: %w", p.kind, u.run, err)
 	}
-	u.objects = append(u.objects, uploadObject{name, p.kind})
 	p.meta.Object, p.meta.Size, p.meta.SHA256, p.meta.Truncated = name, lr.n, hashString(lr.h), lr.truncated
-	if isDeclared && !lr.truncated && p.meta.SHA256 != declared.sha256 {
+	mismatch := isDeclared && !lr.truncated && p.meta.SHA256 != declared.sha256
+	// An object whose bytes are not its address's goes with the upload.
+	u.objects = append(u.objects, uploadObject{name, isDeclared && !mismatch})
+	if mismatch {
 		return uploadPart{}, fmt.Errorf("%w: %s of run %s hashes to %s, its sender declared %s", ErrDigestMismatch, p.kind, u.run, p.meta.SHA256, declared.sha256)
 	}
 	return p, nil
