@@ -259,6 +259,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		if !apiequality.Semantic.DeepEqual(old.Spec.Creator, run.Spec.Creator) {
 			vs = append(vs, violation{creatorPath, "is set by the server from the creating user and cannot be changed"})
 		}
+		vs = append(vs, p.checkTTLChange(ctx, a.GetUserInfo(), old, run)...)
 		if specEqualIgnoringCreator(old, run) {
 			return deny(a, vs)
 		}
@@ -269,6 +270,25 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		namespace = run.Namespace
 	}
 	return deny(a, append(vs, p.checkRun(ctx, creator, namespace, run)...))
+}
+
+// checkTTLChange refuses a change of spec.ttlSecondsAfterFinished by a user
+// who may not delete the run (a SubjectAccessReview, in cluster mode): the
+// TTL controller deletes it for her, and update is no right to delete.
+func (p *Plugin) checkTTLChange(ctx context.Context, u user.Info, old, run *terrarun.TerraformRun) []violation {
+	if p.authorizer == nil || apiequality.Semantic.DeepEqual(old.Spec.TTLSecondsAfterFinished, run.Spec.TTLSecondsAfterFinished) {
+		return nil
+	}
+	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{User: u, Verb: "delete", Namespace: run.Namespace,
+		APIGroup: terrarun.GroupName, Resource: "terraformruns", Name: run.Name, ResourceRequest: true})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	if err != nil {
+		reason = fmt.Sprintf("the check failed: %v; retry", err)
+	}
+	return []violation{{field.NewPath("spec", "ttlSecondsAfterFinished"), fmt.Sprintf(
+		"user %q may not delete run %q (%s), and a time to live deletes it: ask someone who may, or delete it yourself once you may", userName(u), run.Name, reason)}}
 }
 
 // checkRun applies the cluster policy to a run that creator makes the server
@@ -470,11 +490,12 @@ func gitURLHost(raw string) (string, error) {
 }
 
 // specEqualIgnoringCreator reports whether the specs of two runs are equal
-// apart from spec.creator, which is checked on its own.
+// apart from spec.creator and spec.ttlSecondsAfterFinished, which are
+// checked on their own.
 func specEqualIgnoringCreator(old, cur *terrarun.TerraformRun) bool {
 	a, b := old.Spec, cur.Spec
 	a.Creator, b.Creator = nil, nil
-	return apiequality.Semantic.DeepEqual(a, b)
+	return terrarun.SameRunSpec(&a, &b)
 }
 
 // listOrAny is an allowed list for a message.

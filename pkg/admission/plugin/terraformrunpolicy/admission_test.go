@@ -725,3 +725,26 @@ func TestConfigMapAuthorsDoNotApprove(t *testing.T) {
 		t.Fatalf("a run without a ConfigMap source approved by a ConfigMap writer: %v", err)
 	}
 }
+
+// TestTTLChangeNeedsDelete: in cluster mode, changing a run's
+// ttlSecondsAfterFinished, which has the server delete it, takes the right
+// to delete it: update alone is refused, naming the field.
+func TestTTLChangeNeedsDelete(t *testing.T) {
+	ctx := context.Background()
+	old := newRun("prod", func(r *terrarun.TerraformRun) { r.Spec.Creator = creatorOf(alice) })
+	changed := old.DeepCopy()
+	ttl := int32(0)
+	changed.Spec.TTLSecondsAfterFinished = &ttl
+	update := func(u user.Info) admission.Attributes {
+		return admission.NewAttributesRecord(changed, old, terrarun.SchemeGroupVersion.WithKind("TerraformRun"), "prod", old.Name, runsGVR, "", admission.Update, &metav1.UpdateOptions{}, false, u)
+	}
+	g := &grants{allowed: map[string]bool{"alice delete terraformruns/" + old.Name: true}}
+	p := newPlugin(t, testPolicy, clusterLabeler(t))
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	if err := p.Validate(ctx, update(alice), nil); err != nil {
+		t.Fatalf("a user who may delete the run: %v", err)
+	}
+	if err := p.Validate(ctx, update(bob), nil); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "spec.ttlSecondsAfterFinished") || !strings.Contains(err.Error(), `user "bob" may not delete run`) {
+		t.Fatalf("a user who may only update the run: %v", err)
+	}
+}
