@@ -222,6 +222,11 @@ func (s *Store) appendLog(ctx context.Context, run RunRef, stage string, attempt
 	if err != nil {
 		return err
 	}
+	if end && s.objects != nil && len(p) <= s.chunkSize {
+		if stored, err := s.endLogInObject(ctx, logRef{run, stage, attempt}, keys, p); stored || err != nil {
+			return err
+		}
+	}
 	base := s.runBase(run)
 	limit := s.limits.Log
 	usageKey := s.usageKey(run, stage, attempt)
@@ -624,8 +629,10 @@ func (s *Store) consume(ctx context.Context, keys logKeys, wch clientv3.WatchCha
 				}
 				if cur.meta.Closed {
 					// Normally every chunk has been seen by now; fetch any
-					// that have not, to be safe.
-					if *next < cur.meta.Chunks && cur.meta.Object != "" {
+					// that have not, to be safe. A log that ended in one
+					// write to the object store (endLogInObject) has no
+					// chunks: all of it is in its object.
+					if cur.meta.Object != "" {
 						return true, s.copyObject(ctx, keys, cur.meta, sink.pos, sink)
 					}
 					if *next < cur.meta.Chunks {

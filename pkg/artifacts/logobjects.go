@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+
+	"github.com/terrarun/terrarun/pkg/metrics"
 )
 
 // With an object store, a log lives in etcd while its stage writes it, where
@@ -148,6 +151,65 @@ func parseUsageKey(rest string) (logRef, bool) {
 	return logRef{run: RunRef{Namespace: parts[0], Name: parts[1], UID: parts[2]}, stage: parts[3], attempt: attempt}, true
 }
 
+// endLogInObject stores p, the whole log of ref and at most a chunk, as one
+// object and the log's meta, closed, naming it, when the log does not exist
+// yet: a stage whose log ends in its first batch (a short stage nobody
+// followed, whose lines the server held until it ended) then costs one
+// transaction, and its bytes never pass through etcd. The object is written first and the meta
+// second, as every upload does; an object whose meta lost the race to
+// another writer of the log is deleted. It returns false, having stored
+// nothing, when the log exists: p then goes to its chunks, and the log
+// moves when it closes. The log's size limit applies as to chunks; the log
+// budgets, which keep etcd from filling, do not, as for a moved log.
+func (s *Store) endLogInObject(ctx context.Context, ref logRef, keys logKeys, p []byte) (bool, error) {
+	cur, err := s.currentLogMeta(ctx, keys)
+	if err != nil || cur.modRev != 0 {
+		return false, err
+	}
+	data, truncated := p, false
+	if limit := s.limits.Log; int64(len(p)) > limit {
+		data, truncated = append(p[:limit:limit], marker(limit)...), true
+	}
+	gen, err := newGeneration()
+	if err != nil {
+		return false, err
+	}
+	name := logObjectName(ref, gen)
+	release, err := s.uploads.acquire(ctx, ref.run.UID)
+	if err != nil {
+		return false, err
+	}
+	err = s.objects.Put(ctx, name, bytes.NewReader(data))
+	release()
+	if err != nil {
+		s.deleteObjects(ctx, []string{name})
+		return false, fmt.Errorf("artifacts: writing %s into the object store: %w", keys.what, err)
+	}
+	h := sha256.New()
+	h.Write(data)
+	stored := false
+	_, err = s.updateLog(ctx, s.runBase(ref.run), keys, func(now logMeta, _ clientv3.LeaseID) (logMeta, []clientv3.Op, bool, error) {
+		if now != (logMeta{}) {
+			stored = false // another writer of the log came first
+			return now, nil, true, nil
+		}
+		stored = true
+		return logMeta{Size: int64(len(data)), Truncated: truncated, Closed: true, Object: name, SHA256: hashString(h)}, nil, false, nil
+	})
+	if err != nil {
+		// The meta may be written all the same (an etcd timeout): the
+		// object stays, and goes with its run if nothing names it.
+		return false, err
+	}
+	if !stored {
+		s.deleteObjects(ctx, []string{name})
+		return false, nil
+	}
+	s.cacheLogMeta(keys.meta, nil)
+	metrics.LogBytes.WithLabelValues(ref.run.Namespace).Add(float64(len(data)))
+	return true, nil
+}
+
 // compactLog moves the closed log of ref into one object, and says whether
 // it did (not when another move or the run's deletion came first): the
 // object is written first, then the meta names it and the chunks go, in one
@@ -213,9 +275,15 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) (bool, error) {
 			clientv3.OpDelete(s.usageKey(ref.run, ref.stage, ref.attempt)),
 		}, false, nil
 	})
-	if err != nil || !moved {
-		s.deleteObjects(ctx, []string{name})
+	if err != nil {
+		// The meta may name the object all the same (an etcd timeout after
+		// the commit), and the chunks be gone: the object stays, and goes
+		// with its run if nothing names it.
 		return false, err
+	}
+	if !moved {
+		s.deleteObjects(ctx, []string{name})
+		return false, nil
 	}
 	s.cacheLogMeta(keys.meta, nil)
 	s.countLog(ref.run, -cur.meta.Size)

@@ -64,7 +64,14 @@ func bucketHolds(t *testing.T, srv *objectstoretest.Server, b []byte) bool {
 // object.
 func waitMoved(t *testing.T, ctx context.Context, s *Store, stage string) logMeta {
 	t.Helper()
-	keys, err := s.logKeys(testRun, stage, 1)
+	return waitMovedAttempt(t, ctx, s, stage, 1)
+}
+
+// waitMovedAttempt waits until the log of a stage attempt of testRun names
+// its object.
+func waitMovedAttempt(t *testing.T, ctx context.Context, s *Store, stage string, attempt int32) logMeta {
+	t.Helper()
+	keys, err := s.logKeys(testRun, stage, attempt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,5 +454,118 @@ func TestLogMovedOnce(t *testing.T) {
 	}
 	if got := streamAll(t, s, ctx, testRun, "apply", 1, LogOptions{}); got != logLines(2000) {
 		t.Error("the log reads back otherwise")
+	}
+}
+
+// TestLogEndedInOneWrite: with an object store, a log whose first write
+// ends it (a short stage nobody followed) is one object from the start: one
+// transaction, no chunk in etcd, nothing to move; a follower that waited
+// for the log gets all of it, and reads by lines and bytes are served from
+// the object. A log that had chunks before its end still moves when it
+// closes, and the size limit cuts a log written in one go as it cuts
+// chunks.
+func TestLogEndedInOneWrite(t *testing.T) {
+	ctx := testContext(t)
+	cli := startEtcd(t)
+	objs, srv := objectStore(t)
+	s := New(cli, Options{Objects: objs, ChunkSize: 4096, Limits: Limits{Log: 3000}})
+	content := logLines(63) // 2,898 bytes: under the chunk size and the limit
+
+	lk, err := s.logKeys(testRun, "plan", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := etcdRevision(t, ctx, cli)
+	if err := s.EndLog(ctx, testRun, "plan", 1, []byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	after := etcdRevision(t, ctx, cli)
+	if after-before != 1 {
+		t.Fatalf("the log cost %d transactions, want 1", after-before)
+	}
+	if n := len(keys(t, cli, lk.chunks)); n != 0 {
+		t.Fatalf("%d chunks of the log in etcd, want none", n)
+	}
+	if got := srv.RunObjects(testRun.Namespace, testRun.Name, testRun.UID); got["log/plan/0000000001"] == "" {
+		t.Fatalf("no object of the log in the bucket: %v", got)
+	}
+	if bucketHolds(t, srv, []byte("hunter2-secret-value")) {
+		t.Fatal("the bucket holds the log in plain")
+	}
+
+	// A follower that waits for a log gets all of it when it ends in one
+	// write.
+	followed := make(chan string, 1)
+	go func() {
+		var b bytes.Buffer
+		err := s.StreamLog(ctx, testRun, "plan", 3, LogOptions{Follow: true}, &b)
+		if err != nil {
+			b.WriteString("follow failed: " + err.Error())
+		}
+		followed <- b.String()
+	}()
+	waited, err := s.logKeys(testRun, "plan", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(keys(t, cli, waited.followers)) == 0 {
+		time.Sleep(10 * time.Millisecond) // until the follower waits
+	}
+	if err := s.EndLog(ctx, testRun, "plan", 3, []byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-followed:
+		if got != content {
+			t.Fatalf("the follower got %q, want the log's %d bytes", got, len(content))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follower did not end with the log")
+	}
+	lines := strings.SplitAfter(content, "\n")
+	for _, c := range []struct {
+		opts LogOptions
+		want string
+	}{
+		{LogOptions{}, content},
+		{LogOptions{TailLines: ptr[int64](2)}, strings.Join(lines[len(lines)-3:], "")},
+		{LogOptions{LimitBytes: ptr[int64](100)}, content[:100]},
+		{LogOptions{Follow: true}, content},
+	} {
+		var b bytes.Buffer
+		if err := s.StreamLog(ctx, testRun, "plan", 1, c.opts, &b); err != nil {
+			t.Fatalf("options %s: %v", describe(c.opts), err)
+		}
+		if b.String() != c.want {
+			t.Fatalf("options %s: %q, want %q", describe(c.opts), b.String(), c.want)
+		}
+	}
+	if err := s.AppendLog(ctx, testRun, "plan", 1, []byte("more")); !errors.Is(err, ErrLogClosed) {
+		t.Fatalf("appending to the ended log: %v, want ErrLogClosed", err)
+	}
+
+	// Cut at the limit, with the marker.
+	long := logLines(80) // 3,680 bytes
+	if err := s.EndLog(ctx, testRun, "apply", 1, []byte(long)); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := s.StreamLog(ctx, testRun, "apply", 1, LogOptions{}, &b); err != nil {
+		t.Fatal(err)
+	}
+	if want := long[:3000] + string(marker(3000)); b.String() != want {
+		t.Fatalf("the log over its limit reads %d bytes, want %d ending in the marker", b.Len(), len(want))
+	}
+
+	// A log with chunks before its end goes to chunks, and moves.
+	go s.RunObjectMaintenance(ctx)
+	if err := s.AppendLog(ctx, testRun, "plan", 2, []byte(content[:100])); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndLog(ctx, testRun, "plan", 2, []byte(content[100:])); err != nil {
+		t.Fatal(err)
+	}
+	if m := waitMovedAttempt(t, ctx, s, "plan", 2); m.Size != int64(len(content)) {
+		t.Fatalf("the moved log holds %d bytes, want %d", m.Size, len(content))
 	}
 }
