@@ -231,8 +231,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	// flight, which may be canceled, but starts no other.
 	run := cached.DeepCopy()
 	if slices.Contains(run.Finalizers, applyFinalizer) && runrules.Phase(run) != v1alpha1.RunPhaseApplying {
-		// Its apply has ended: a delete need not wait any more.
-		return 0, c.setApplyFinalizer(ctx, run, false)
+		// Its apply has ended (and the run is being deleted, or its end
+		// was written by an older server): a delete need not wait any
+		// more.
+		return 0, c.removeApplyFinalizer(ctx, run)
 	}
 	if run.DeletionTimestamp != nil && runrules.Phase(run) == v1alpha1.RunPhaseApplying && !strings.HasPrefix(run.Status.Message, beingDeleted) {
 		// Said, and then the apply goes on as before (or is canceled).
@@ -284,32 +286,24 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 
 // applyFinalizer holds a run whose apply is in flight: deleting it waits for
 // the apply to end (cancel interrupts it), rather than cut terraform off
-// and leave its resources tainted.
+// and leave its resources tainted. The status write that records the apply
+// stage adds it, and the one that ends the run removes it (finish), so that
+// it costs no write of its own; a run being deleted keeps it until its end
+// is written, and sync removes it then, so that its end is seen before it
+// goes.
 const applyFinalizer = "terrarun.dev/apply"
 
 // beingDeleted starts the message of a run deleted while it applies.
 const beingDeleted = "Being deleted once its apply ends (cancel interrupts it). "
 
-// setApplyFinalizer adds or removes applyFinalizer, and updates run.
-func (c *Controller) setApplyFinalizer(ctx context.Context, run *v1alpha1.TerraformRun, on bool) error {
-	if slices.Contains(run.Finalizers, applyFinalizer) == on {
+// removeApplyFinalizer removes applyFinalizer from run and writes it.
+func (c *Controller) removeApplyFinalizer(ctx context.Context, run *v1alpha1.TerraformRun) error {
+	run.Finalizers = slices.DeleteFunc(run.Finalizers, func(f string) bool { return f == applyFinalizer })
+	_, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Update(ctx, run, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if on {
-		run.Finalizers = append(run.Finalizers, applyFinalizer)
-	} else {
-		run.Finalizers = slices.DeleteFunc(run.Finalizers, func(f string) bool { return f == applyFinalizer })
-	}
-	updated, err := c.client.TerrarunV1alpha1().TerraformRuns(run.Namespace).Update(ctx, run, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) && !on {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	// The caller's status, not yet written, stands.
-	run.ObjectMeta = updated.ObjectMeta
-	return nil
+	return err
 }
 
 // startStage records a new stage attempt in status, then starts it. Recording
@@ -329,12 +323,10 @@ func (c *Controller) startStage(ctx context.Context, run *v1alpha1.TerraformRun,
 		c.finish(run, v1alpha1.RunPhaseCanceled, msg)
 		return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, msg)
 	}
-	if stageName == v1alpha1.StageApply {
-		// Before the apply is recorded, so before it can start: a delete
-		// from now on waits for it.
-		if err := c.setApplyFinalizer(ctx, run, true); err != nil {
-			return 0, err
-		}
+	if stageName == v1alpha1.StageApply && !slices.Contains(run.Finalizers, applyFinalizer) {
+		// In the write that records the apply, so before it can start: a
+		// delete from now on waits for it.
+		run.Finalizers = append(run.Finalizers, applyFinalizer)
 	}
 	now := metav1.NewTime(c.opts.Clock.Now())
 	st := v1alpha1.StageStatus{
@@ -921,6 +913,10 @@ func (c *Controller) closeLogs(ctx context.Context, run *v1alpha1.TerraformRun, 
 // Job's Complete or Failed, and Ready.
 func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase, msg string) {
 	c.endCalls(run, phase)
+	if run.DeletionTimestamp == nil {
+		// The write of its end lets a delete go at once.
+		run.Finalizers = slices.DeleteFunc(run.Finalizers, func(f string) bool { return f == applyFinalizer })
+	}
 	now := metav1.NewTime(c.opts.Clock.Now())
 	run.Status.Phase = phase
 	run.Status.Message = msg

@@ -259,7 +259,9 @@ func (f *fakeExec) Forget(context.Context, string, string, string) error { retur
 // occ makes updates of terraformruns (plain and status) honour
 // resourceVersion as the API server does: an update whose resourceVersion is
 // not the stored one is a Conflict; an accepted one bumps it. A status update
-// changes only status, a plain update everything but status.
+// changes everything but spec, as terrarun's status strategy does (its
+// metadata too: the apply finalizer goes with the writes of the apply's start
+// and of the run's end), a plain update everything but status.
 type occ struct {
 	mu        sync.Mutex
 	cs        *fake.Clientset
@@ -306,8 +308,8 @@ func (o *occ) react(action k8stesting.Action) (bool, k8sruntime.Object, error) {
 	}
 	var next *v1alpha1.TerraformRun
 	if sub == "status" {
-		next = stored.DeepCopy()
-		next.Status = *in.Status.DeepCopy()
+		next = in.DeepCopy()
+		next.Spec = *stored.Spec.DeepCopy()
 	} else {
 		next = in.DeepCopy()
 		next.Status = *stored.Status.DeepCopy()
@@ -1362,6 +1364,53 @@ func TestSyncApplied(t *testing.T) {
 	}
 	if got := h.world.realStarts(applyJob1); got != 1 {
 		t.Errorf("apply starts = %d", got)
+	}
+}
+
+// TestApplyFinalizerRidesOnStatusWrites: the finalizer that holds a run
+// whose apply is in flight costs no write of its own: the status write that
+// records the apply adds it, and the one that ends the run removes it. A run
+// being deleted keeps it until its end is written, and loses it in a write
+// after that, so that its end is seen before it goes.
+func TestApplyFinalizerRidesOnStatusWrites(t *testing.T) {
+	plainUpdates := func(h *harness) int {
+		n := 0
+		for _, a := range h.cs.Actions() {
+			if u, ok := a.(k8stesting.UpdateAction); ok && u.GetSubresource() == "" {
+				n++
+			}
+		}
+		return n
+	}
+	h := newHarness(t, newRun(approved))
+	h.mustSync()
+	run := h.get()
+	if run.Status.Phase != v1alpha1.RunPhaseApplying || !slices.Contains(run.Finalizers, applyFinalizer) {
+		t.Fatalf("phase %q, finalizers %v: want Applying, held by %s", run.Status.Phase, run.Finalizers, applyFinalizer)
+	}
+	h.world.succeed(applyJob1)
+	h.mustSync()
+	run = h.get()
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded || slices.Contains(run.Finalizers, applyFinalizer) {
+		t.Fatalf("phase %q, finalizers %v: want Succeeded, not held", run.Status.Phase, run.Finalizers)
+	}
+	if n := plainUpdates(h); n != 0 {
+		t.Errorf("%d writes of the run besides its status writes, want none", n)
+	}
+
+	h = newHarness(t, newRun(applying, func(r *v1alpha1.TerraformRun) {
+		r.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+		r.Finalizers = []string{applyFinalizer}
+	}))
+	h.world.markStarted(applyJob1)
+	h.world.succeed(applyJob1)
+	h.mustSync()
+	if run := h.get(); run.Status.Phase != v1alpha1.RunPhaseSucceeded || !slices.Contains(run.Finalizers, applyFinalizer) {
+		t.Fatalf("being deleted: phase %q, finalizers %v: want Succeeded, still held", run.Status.Phase, run.Finalizers)
+	}
+	h.mustSync()
+	if run := h.get(); slices.Contains(run.Finalizers, applyFinalizer) || plainUpdates(h) != 1 {
+		t.Fatalf("being deleted, its end written: finalizers %v after %d writes, want released by one", run.Finalizers, plainUpdates(h))
 	}
 }
 
