@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
@@ -234,7 +236,7 @@ resource "testing_file" "bench" {
 
 // BenchmarkOrchestrationOverhead compares the wall time of a run through the
 // API (create → Succeeded, approval.mode Auto) with the same engine commands
-// run directly in a temporary directory. Five arms alternate, after one
+// run directly in a temporary directory. Six arms alternate, after one
 // unmeasured warm-up each, overheadIterations times (or b.N when larger),
 // in an order rotated each iteration:
 //
@@ -245,6 +247,9 @@ resource "testing_file" "bench" {
 //     process, the engine's version on record);
 //   - api-ws: a run in a workspace of its own, as most runs are (the
 //     executor also selects or creates the workspace);
+//   - api-objects: the api arm on a second server that keeps its artifacts
+//     in a real S3-compatible server (versitygw, $TERRARUN_OBJECTSTORE,
+//     which make bench sets; without it the arm is skipped);
 //   - direct-provider and api-provider: the same with one resource of the
 //     test provider instead, its dependency lock file beside it, installed
 //     from a filesystem mirror through a plugin cache (the direct arm's
@@ -254,6 +259,9 @@ resource "testing_file" "bench" {
 // iterations of api / direct measured in the same iteration (target ≤
 // 1.10), likewise overhead-ratio-ws (api-ws / direct) and
 // overhead-ratio-provider (api-provider / direct-provider, target ≤ 1.05),
+// with overhead-ratio-objects (api-objects / direct) and objects/etcd
+// (api-objects / api), and etcd-txns-per-run of the api and api-objects
+// arms, broken down in the log by the keys each transaction writes;
 // with pairs, the number of iterations they come from: a pair measured
 // side by side shares the machine's load, which a ratio of medians taken
 // minutes apart does not. Also the medians of the phases of the api arm as a
@@ -271,15 +279,25 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 	withProvider := map[string]string{"main.tf": providerTF, ".terraform.lock.hcl": lock}
 	// The direct arm's plugin cache, kept across its runs as a user's is.
 	directEnv := append(provider.Env(), "TF_PLUGIN_CACHE_DIR="+b.TempDir())
-	rs := startRunServer(b, "--local-executor-mount", provider.Dir, "--local-executor-env", provider.Env()[0])
+	args := []string{"--local-executor-mount", provider.Dir, "--local-executor-env", provider.Env()[0]}
+	rs := startRunServer(b, args...)
 	defer rs.close(b)
+	// A second server keeps its artifacts in a real object store
+	// (versitygw, $TERRARUN_OBJECTSTORE, which make bench sets), for the
+	// api-objects arm beside the others.
+	var withObjects *runServer
+	if os.Getenv("TERRARUN_OBJECTSTORE") != "" && !benchArtifactStore() {
+		withObjects = startRunServer(b, append(args, startObjectStore(b).Args...)...)
+		defer withObjects.close(b)
+	}
 	ctx := boundedCtx(b, 20*time.Minute)
 	logLoad(b, "at the start")
 	n := samples(overheadIterations, b)
 
-	var direct, api, apiWS, directProvider, apiProvider []time.Duration
+	var direct, api, apiWS, directProvider, apiProvider, apiObjects []time.Duration
 	var pending, planning, applying []time.Duration
-	var txns []int64
+	var txns, txnsObjects []int64
+	var txnClasses, txnClassesObjects transactions
 	steps := map[string][]time.Duration{}
 	seq := 0
 	arms := []struct {
@@ -307,11 +325,11 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 			if err == nil && measured {
 				// The run's transactions: the etcd revision, which objects
 				// and artifacts share, once the run has ended.
-				after, err := rs.revision(ctx)
+				n, err := txnClasses.add(ctx, rs, before)
 				if err != nil {
 					return err
 				}
-				txns = append(txns, after-before)
+				txns = append(txns, n)
 				api = append(api, d)
 				pl, ap, ok := seen[v1alpha1.RunPhasePlanning], seen[v1alpha1.RunPhaseApplying], seen[v1alpha1.RunPhaseSucceeded]
 				if !pl.IsZero() && !ap.IsZero() {
@@ -319,6 +337,27 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 					planning = append(planning, ap.Sub(pl))
 					applying = append(applying, ok.Sub(ap))
 				}
+			}
+			return err
+		}},
+		{"api-objects", func(measured bool) error {
+			if withObjects == nil {
+				return nil
+			}
+			seq++
+			ns := fmt.Sprintf("overhead-%d", seq)
+			before, err := withObjects.revision(ctx)
+			if err != nil {
+				return err
+			}
+			d, _, _, err := apiRun(ctx, withObjects, ns, "run", "", inline(trivialTF), nil)
+			if err == nil && measured {
+				n, err := txnClassesObjects.add(ctx, withObjects, before)
+				if err != nil {
+					return err
+				}
+				txnsObjects = append(txnsObjects, n)
+				apiObjects = append(apiObjects, d)
 			}
 			return err
 		}},
@@ -384,6 +423,17 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		slices.Sort(txns)
 		b.ReportMetric(float64(txns[len(txns)/2]), "etcd-txns-per-run")
 		detail(b, "etcd transactions per api run: %v", txns)
+		detail(b, "etcd transactions per api run, by the keys they write: %s", txnClasses.perRun())
+	}
+	if len(apiObjects) > 0 {
+		b.ReportMetric(ms(median(apiObjects)), "api-objects-median-ms")
+		b.ReportMetric(pairRatio(apiObjects, direct), "overhead-ratio-objects")
+		b.ReportMetric(pairRatio(apiObjects, api), "objects/etcd")
+		slices.Sort(txnsObjects)
+		b.ReportMetric(float64(txnsObjects[len(txnsObjects)/2]), "etcd-txns-per-run-objects")
+		detail(b, "api-objects (ms): %v", msList(apiObjects))
+		detail(b, "etcd transactions per api-objects run: %v", txnsObjects)
+		detail(b, "etcd transactions per api-objects run, by the keys they write: %s", txnClassesObjects.perRun())
 	}
 	detail(b, "direct (ms): %v", msList(direct))
 	detail(b, "api    (ms): %v", msList(api))
@@ -1236,4 +1286,79 @@ func pairRatio(num, den []time.Duration) float64 {
 		return ratios[n/2]
 	}
 	return (ratios[n/2-1] + ratios[n/2]) / 2
+}
+
+// transactions counts the etcd transactions of runs by what they write.
+type transactions struct {
+	runs    int
+	byClass map[string]int
+	first   []string // the first run's, in order
+}
+
+// add counts the transactions of rs's etcd since the revision before (a
+// run ended since), by the classes (classOfKey) of the keys each wrote or
+// deleted, from etcd's history (a watch from before+1), and returns their
+// number.
+func (t *transactions) add(ctx context.Context, rs *runServer, before int64) (int64, error) {
+	after, err := rs.revision(ctx)
+	if err != nil || after <= before {
+		return 0, err
+	}
+	etcd, _, err := rs.etcdClient()
+	if err != nil {
+		return 0, err
+	}
+	defer etcd.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	classes := map[int64]map[string]bool{}
+	seen := before
+	// A revision's events come in one response.
+	for resp := range etcd.Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(before+1)) {
+		if err := resp.Err(); err != nil {
+			return 0, err
+		}
+		for _, ev := range resp.Events {
+			rev := ev.Kv.ModRevision
+			seen = max(seen, rev)
+			if rev > after {
+				continue
+			}
+			if classes[rev] == nil {
+				classes[rev] = map[string]bool{}
+			}
+			classes[rev][classOfKey(string(ev.Kv.Key))] = true
+		}
+		if seen >= after {
+			break
+		}
+	}
+	if seen < after {
+		return 0, fmt.Errorf("etcd's history from revision %d ended at %d, before %d: %w", before+1, seen, after, ctx.Err())
+	}
+	if t.byClass == nil {
+		t.byClass = map[string]int{}
+	}
+	for _, rev := range slices.Sorted(maps.Keys(classes)) {
+		class := strings.Join(slices.Sorted(maps.Keys(classes[rev])), " + ")
+		t.byClass[class]++
+		if t.runs == 0 {
+			t.first = append(t.first, class)
+		}
+	}
+	t.runs++
+	return after - before, nil
+}
+
+// perRun says how many transactions of each kind a run made, on average.
+func (t *transactions) perRun() string {
+	var sb strings.Builder
+	for _, c := range slices.Sorted(maps.Keys(t.byClass)) {
+		fmt.Fprintf(&sb, "\n  %5.2f  %s", float64(t.byClass[c])/float64(max(t.runs, 1)), c)
+	}
+	sb.WriteString("\n  the first run's, in order:")
+	for i, c := range t.first {
+		fmt.Fprintf(&sb, "\n  %2d. %s", i+1, c)
+	}
+	return sb.String()
 }

@@ -12,6 +12,8 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,6 +31,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
+	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 	typedv1alpha1 "github.com/terrarun/terrarun/pkg/generated/clientset/versioned/typed/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runrules"
 	"github.com/terrarun/terrarun/test/internal/harness"
@@ -73,6 +77,10 @@ func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 	}
 	detail(b, "engine %s: %s", engine, engineVersion(engine))
 	env := append(os.Environ(), "PATH="+filepath.Dir(engine)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if benchArtifactStore() {
+		extraArgs = append(extraArgs, startObjectStore(b).Args...)
+		b.Logf("artifacts in the object store (TERRARUN_BENCH_ARTIFACT_STORE=s3)")
+	}
 	s, err := startServer(filepath.Join(dir, "terrarun-apiserver"), extraArgs, env)
 	if err != nil {
 		b.Fatal(err)
@@ -83,6 +91,62 @@ func startRunServer(b *testing.B, extraArgs ...string) *runServer {
 		b.Fatal(err)
 	}
 	return rs
+}
+
+// benchArtifactStore tells whether the benchmarks keep artifacts in a real
+// S3-compatible server ($TERRARUN_BENCH_ARTIFACT_STORE=s3) rather than in
+// etcd.
+func benchArtifactStore() bool { return os.Getenv("TERRARUN_BENCH_ARTIFACT_STORE") == "s3" }
+
+// benchObjects is a real S3-compatible server (versitygw,
+// $TERRARUN_OBJECTSTORE) started for a benchmark.
+type benchObjects struct {
+	// Args are the server flags that keep the artifacts in its bucket,
+	// encrypted, as a deployment with --artifact-store=s3 does.
+	Args []string
+	// Store is a client of the same bucket with the same key, for the
+	// benchmark's own writes through an artifacts.Store.
+	Store *objectstore.Store
+}
+
+// startObjectStore starts versitygw for the benchmark, with a fresh bucket
+// and encryption key.
+func startObjectStore(b *testing.B) benchObjects {
+	srv := objectstoretest.Start(b)
+	dir := b.TempDir()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		b.Fatal(err)
+	}
+	encoded := base64.StdEncoding.EncodeToString(key)
+	keys := filepath.Join(dir, "keys.yaml")
+	creds := filepath.Join(dir, "credentials")
+	for path, data := range map[string]string{
+		keys:  "primary: bench\nkeys:\n  bench: " + encoded + "\n",
+		creds: "[default]\naws_access_key_id = " + srv.AccessKey + "\naws_secret_access_key = " + srv.SecretKey + "\n",
+	} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keyring, err := objectstore.NewKeyring("bench", map[string]string{"bench": encoded})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		b.Setenv(k, v)
+	}
+	store, err := objectstore.New(objectstore.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "terrarun", PathStyle: true, Region: "us-east-1", Keys: keyring})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchObjects{
+		Args: []string{"--artifact-store=s3", "--artifact-store-endpoint=" + srv.Endpoint, "--artifact-store-bucket=" + srv.Bucket,
+			"--artifact-store-path-style", "--artifact-store-region=us-east-1", "--artifact-store-credentials-file=" + creds,
+			"--artifact-encryption-keys=" + keys},
+		Store: store,
+	}
 }
 
 // close stops the server; it keeps the server's log when the benchmark

@@ -2,9 +2,8 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,8 +20,6 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/artifacts"
-	"github.com/terrarun/terrarun/pkg/artifacts/objectstore"
-	"github.com/terrarun/terrarun/pkg/artifacts/objectstore/objectstoretest"
 	"github.com/terrarun/terrarun/test/internal/harness"
 	"github.com/terrarun/terrarun/test/internal/scale"
 )
@@ -81,11 +78,11 @@ func BenchmarkStoredRuns(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	var opts artifacts.Options
-	if os.Getenv("TERRARUN_BENCH_ARTIFACT_STORE") == "s3" {
+	if benchArtifactStore() {
 		// Artifacts in a real S3-compatible server, encrypted, as
 		// --artifact-store=s3 keeps them: etcd keeps the metas only, and
 		// the finished logs move out of it as they close.
-		opts.Objects = benchObjectStore(b)
+		opts.Objects = startObjectStore(b).Store
 		b.Logf("artifacts in the object store (TERRARUN_BENCH_ARTIFACT_STORE=s3)")
 	}
 	store := artifacts.New(etcd, opts)
@@ -184,6 +181,17 @@ func BenchmarkStoredRuns(b *testing.B) {
 	}
 	b.Logf("full paged LIST of %d runs: %.0f ms (median of 3); compaction %.1f s, defragmentation %.1f s; etcd %.0f MiB before, %.0f MiB after",
 		stored, ms(full[1]), compact.Seconds(), defrag.Seconds(), last.dbMiB, after)
+	byClass, err := keysOfNamespace(ctx, etcd, scale.Namespace(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var logical int
+	for _, c := range slices.Sorted(maps.Keys(byClass)) {
+		logical += byClass[c].bytes
+		detail(b, "etcd keys of a run, %-22s %5.2f keys, %6.0f bytes of key and value", c, float64(byClass[c].keys)/scale.RunsPerNamespace, float64(byClass[c].bytes)/scale.RunsPerNamespace)
+	}
+	detail(b, "etcd keys of a run, all: %.0f bytes of keys and values; the database after defragmentation, %.0f bytes a run", float64(logical)/scale.RunsPerNamespace, after*(1<<20)/float64(stored))
+	b.ReportMetric(float64(logical)/scale.RunsPerNamespace, "etcd-kv-bytes/run")
 
 	perRun := func(a, z float64) float64 { return (z - a) * 1024 / float64(last.runs-first.runs) }
 	b.ReportMetric(float64(stored), "runs")
@@ -202,6 +210,76 @@ func BenchmarkStoredRuns(b *testing.B) {
 	b.ReportMetric(ms(full[1]), "list-all-ms")
 	b.ReportMetric(compact.Seconds(), "compact-s")
 	b.ReportMetric(defrag.Seconds(), "defrag-s")
+}
+
+// keyClass is what keysOfNamespace counts of one class of keys.
+type keyClass struct{ keys, bytes int }
+
+// keysOfNamespace reads every key etcd holds of the runs of namespace ns
+// (their objects, under the API's prefix, and their artifacts' keys) and
+// sums their keys and values by class (classOfKey). A key's protobuf and
+// bbolt overhead is not counted: the database's size after defragmentation
+// holds it.
+func keysOfNamespace(ctx context.Context, etcd *clientv3.Client, ns string) (map[string]keyClass, error) {
+	byClass := map[string]keyClass{}
+	for _, prefix := range []string{"/registry/terrarun.dev/terrarun.dev/terraformruns/" + ns + "/", "/terrarun/artifacts/" + ns + "/", "/terrarun/artifacts/_log-usage/" + ns + "/"} {
+		resp, err := etcd.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			class := classOfKey(string(kv.Key))
+			c := byClass[class]
+			c.keys++
+			c.bytes += len(kv.Key) + len(kv.Value)
+			byClass[class] = c
+		}
+	}
+	return byClass, nil
+}
+
+// classOfKey names what an etcd key of terrarun's holds: "run object" (or
+// another resource's objects), or an artifact key by its part after the
+// run's prefix: a kind's meta or chunks, a log's meta or chunks, the index
+// of logs, a follower, a log's usage.
+func classOfKey(key string) string {
+	if rest, ok := strings.CutPrefix(key, "/registry/terrarun.dev/terrarun.dev/"); ok {
+		resource, _, _ := strings.Cut(rest, "/")
+		return strings.TrimSuffix(resource, "s") + " object"
+	}
+	if rest, ok := strings.CutPrefix(key, "/registry/"); ok {
+		resource, _, _ := strings.Cut(rest, "/")
+		return resource
+	}
+	rest, ok := strings.CutPrefix(key, "/terrarun/artifacts/")
+	if !ok {
+		// The local executor's records, the served state backend's
+		// states, the leader's key: by their first two segments.
+		parts := strings.SplitN(strings.TrimPrefix(key, "/"), "/", 3)
+		return "/" + strings.Join(parts[:min(len(parts), 2)], "/")
+	}
+	if strings.HasPrefix(rest, "_log-usage/") {
+		return "log usage"
+	}
+	// <namespace>/<name>/<uid>/<what>...
+	parts := strings.SplitN(rest, "/", 4)
+	if len(parts) < 4 {
+		return "other artifact key"
+	}
+	what := parts[3]
+	first, _, _ := strings.Cut(what, "/")
+	switch {
+	case first == "logs" && strings.HasSuffix(what, "/meta"):
+		return "log meta"
+	case first == "logs":
+		return "log chunks"
+	case first == "log-index" || first == "log-followers" || first == "lease":
+		return first
+	case strings.HasSuffix(what, "/meta"):
+		return first + " meta"
+	default:
+		return first + " chunks"
+	}
 }
 
 // checkpoint is what BenchmarkStoredRuns measures with runs stored.
@@ -273,27 +351,4 @@ func (s *server) measure(ctx context.Context, runs int) (checkpoint, error) {
 	}
 	c.watch = scale.P50P99(watch)
 	return c, nil
-}
-
-// benchObjectStore starts versitygw and returns an encrypting store of its
-// bucket.
-func benchObjectStore(b *testing.B) *objectstore.Store {
-	srv := objectstoretest.Start(b)
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		b.Fatal(err)
-	}
-	keys, err := objectstore.NewKeyring("bench", map[string]string{"bench": base64.StdEncoding.EncodeToString(key)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, kv := range srv.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		b.Setenv(k, v)
-	}
-	objs, err := objectstore.New(objectstore.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "terrarun", PathStyle: true, Region: "us-east-1", Keys: keys})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return objs
 }
