@@ -25,7 +25,8 @@ import (
 // deletes the chunks and the usage key in one transaction. A finished log is
 // then read from its object, with range reads for tailLines and limitBytes;
 // a read that was under way when the chunks went goes on from the object at
-// the offset it reached.
+// the offset it reached. A log whose first write ends it never has chunks:
+// endLogInObject writes it as its object at once.
 
 // chunksGoneError is the error of a read whose log chunks are gone: deleted
 // with the run, or moved into the object store, which the reader checks.

@@ -21,7 +21,8 @@ import (
 // object (artifactMeta.Object). The object is written first and its meta
 // second, so that no meta names an object that is not stored; an object
 // whose meta was never written, or was replaced, is deleted by the upload
-// that wrote it, or with its run. Logs stay in etcd.
+// that wrote it, or with its run. Logs stay in etcd while their stage
+// writes them (logobjects.go).
 
 // maxObjectUploads bounds the objects being written at once, by uploads
 // and log moves together: each holds a buffer of one part (8 MiB).
