@@ -156,12 +156,12 @@ func parseUsageKey(rest string) (logRef, bool) {
 // object and the log's meta, closed, naming it, when the log does not exist
 // yet: a stage whose log ends in its first batch (a short stage nobody
 // followed, whose lines the server held until it ended) then costs one
-// transaction, and its bytes never pass through etcd. The object is written first and the meta
-// second, as every upload does; an object whose meta lost the race to
-// another writer of the log is deleted. It returns false, having stored
-// nothing, when the log exists: p then goes to its chunks, and the log
-// moves when it closes. The log's size limit applies as to chunks; the log
-// budgets, which keep etcd from filling, do not, as for a moved log.
+// transaction, and its bytes never pass through etcd. The object is written
+// first and the meta second, as every upload does (settleLogObject). It
+// returns false, having stored nothing, when the log exists: p then goes to
+// its chunks, and the log moves when it closes. The log's size limit
+// applies as to chunks; the log budgets, which keep etcd from filling, do
+// not, as for a moved log.
 func (s *Store) endLogInObject(ctx context.Context, ref logRef, keys logKeys, p []byte) (bool, error) {
 	cur, err := s.currentLogMeta(ctx, keys)
 	if err != nil || cur.modRev != 0 {
@@ -197,18 +197,29 @@ func (s *Store) endLogInObject(ctx context.Context, ref logRef, keys logKeys, p 
 		stored = true
 		return logMeta{Size: int64(len(data)), Truncated: truncated, Closed: true, Object: name, SHA256: hashString(h)}, nil, false, nil
 	})
-	if err != nil {
-		// The meta may be written all the same (an etcd timeout): the
-		// object stays, and goes with its run if nothing names it.
+	if ok, err := s.settleLogObject(ctx, name, stored, err); !ok {
 		return false, err
-	}
-	if !stored {
-		s.deleteObjects(ctx, []string{name})
-		return false, nil
 	}
 	s.cacheLogMeta(keys.meta, nil)
 	metrics.LogBytes.WithLabelValues(ref.run.Namespace).Add(float64(len(data)))
 	return true, nil
+}
+
+// settleLogObject decides the fate of a log's object, written before the
+// meta write that was to name it: named says whether the meta's
+// transaction wrote the name, err is that write's error. After an error the
+// meta may name the object all the same (an etcd timeout after the commit,
+// a log's chunks then gone), so the object stays, and goes with its run if
+// nothing names it; an object whose meta went to another writer is
+// deleted. It says whether the meta names the object.
+func (s *Store) settleLogObject(ctx context.Context, name string, named bool, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	if !named {
+		s.deleteObjects(ctx, []string{name})
+	}
+	return named, nil
 }
 
 // compactLog moves the closed log of ref into one object, and says whether
@@ -276,15 +287,8 @@ func (s *Store) compactLog(ctx context.Context, ref logRef) (bool, error) {
 			clientv3.OpDelete(s.usageKey(ref.run, ref.stage, ref.attempt)),
 		}, false, nil
 	})
-	if err != nil {
-		// The meta may name the object all the same (an etcd timeout after
-		// the commit), and the chunks be gone: the object stays, and goes
-		// with its run if nothing names it.
+	if ok, err := s.settleLogObject(ctx, name, moved, err); !ok {
 		return false, err
-	}
-	if !moved {
-		s.deleteObjects(ctx, []string{name})
-		return false, nil
 	}
 	s.cacheLogMeta(keys.meta, nil)
 	s.countLog(ref.run, -cur.meta.Size)

@@ -296,8 +296,7 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 
 	var direct, api, apiWS, directProvider, apiProvider, apiObjects []time.Duration
 	var pending, planning, applying []time.Duration
-	var txns, txnsObjects []int64
-	var txnClasses, txnClassesObjects transactions
+	var txns, txnsObjects transactions
 	steps := map[string][]time.Duration{}
 	seq := 0
 	arms := []struct {
@@ -316,20 +315,8 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		}},
 		{"api", func(measured bool) error {
 			seq++
-			ns := fmt.Sprintf("overhead-%d", seq)
-			before, err := rs.revision(ctx)
-			if err != nil {
-				return err
-			}
-			d, seen, start, err := apiRun(ctx, rs, ns, "run", "", inline(trivialTF), nil)
+			d, seen, start, err := countedRun(ctx, rs, fmt.Sprintf("overhead-%d", seq), &txns, measured)
 			if err == nil && measured {
-				// The run's transactions: the etcd revision, which objects
-				// and artifacts share, once the run has ended.
-				n, err := txnClasses.add(ctx, rs, before)
-				if err != nil {
-					return err
-				}
-				txns = append(txns, n)
 				api = append(api, d)
 				pl, ap, ok := seen[v1alpha1.RunPhasePlanning], seen[v1alpha1.RunPhaseApplying], seen[v1alpha1.RunPhaseSucceeded]
 				if !pl.IsZero() && !ap.IsZero() {
@@ -345,18 +332,8 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 				return nil
 			}
 			seq++
-			ns := fmt.Sprintf("overhead-%d", seq)
-			before, err := withObjects.revision(ctx)
-			if err != nil {
-				return err
-			}
-			d, _, _, err := apiRun(ctx, withObjects, ns, "run", "", inline(trivialTF), nil)
+			d, _, _, err := countedRun(ctx, withObjects, fmt.Sprintf("overhead-%d", seq), &txnsObjects, measured)
 			if err == nil && measured {
-				n, err := txnClassesObjects.add(ctx, withObjects, before)
-				if err != nil {
-					return err
-				}
-				txnsObjects = append(txnsObjects, n)
 				apiObjects = append(apiObjects, d)
 			}
 			return err
@@ -419,21 +396,19 @@ func BenchmarkOrchestrationOverhead(b *testing.B) {
 		b.ReportMetric(ms(median(applying)), "api-applying-ms")
 	}
 	reportMean(b, api)
-	if len(txns) > 0 {
-		slices.Sort(txns)
-		b.ReportMetric(float64(txns[len(txns)/2]), "etcd-txns-per-run")
-		detail(b, "etcd transactions per api run: %v", txns)
-		detail(b, "etcd transactions per api run, by the keys they write: %s", txnClasses.perRun())
+	if len(txns.counts) > 0 {
+		b.ReportMetric(txns.median(), "etcd-txns-per-run")
+		detail(b, "etcd transactions per api run: %v", txns.counts)
+		detail(b, "etcd transactions per api run, by the keys they write: %s", txns.perRun())
 	}
 	if len(apiObjects) > 0 {
 		b.ReportMetric(ms(median(apiObjects)), "api-objects-median-ms")
 		b.ReportMetric(pairRatio(apiObjects, direct), "overhead-ratio-objects")
 		b.ReportMetric(pairRatio(apiObjects, api), "objects/etcd")
-		slices.Sort(txnsObjects)
-		b.ReportMetric(float64(txnsObjects[len(txnsObjects)/2]), "etcd-txns-per-run-objects")
+		b.ReportMetric(txnsObjects.median(), "etcd-txns-per-run-objects")
 		detail(b, "api-objects (ms): %v", msList(apiObjects))
-		detail(b, "etcd transactions per api-objects run: %v", txnsObjects)
-		detail(b, "etcd transactions per api-objects run, by the keys they write: %s", txnClassesObjects.perRun())
+		detail(b, "etcd transactions per api-objects run: %v", txnsObjects.counts)
+		detail(b, "etcd transactions per api-objects run, by the keys they write: %s", txnsObjects.perRun())
 	}
 	detail(b, "direct (ms): %v", msList(direct))
 	detail(b, "api    (ms): %v", msList(api))
@@ -1288,25 +1263,40 @@ func pairRatio(num, den []time.Duration) float64 {
 	return (ratios[n/2-1] + ratios[n/2]) / 2
 }
 
-// transactions counts the etcd transactions of runs by what they write.
+// countedRun is apiRun of an Auto run of the trivial configuration, named
+// run, in namespace ns of rs; measured, its etcd transactions are counted
+// in t (the etcd revision, which objects and artifacts share, once it has
+// ended).
+func countedRun(ctx context.Context, rs *runServer, ns string, t *transactions, measured bool) (time.Duration, phaseTimes, time.Time, error) {
+	before, err := rs.revision(ctx)
+	if err != nil {
+		return 0, nil, time.Time{}, err
+	}
+	d, seen, start, err := apiRun(ctx, rs, ns, "run", "", inline(trivialTF), nil)
+	if err == nil && measured {
+		err = t.add(ctx, rs, before)
+	}
+	return d, seen, start, err
+}
+
+// transactions counts the etcd transactions of runs, and what they write.
 type transactions struct {
-	runs    int
-	byClass map[string]int
-	first   []string // the first run's, in order
+	counts  []int64        // each run's
+	byClass map[string]int // over all runs
+	first   []string       // the first run's, in order
 }
 
 // add counts the transactions of rs's etcd since the revision before (a
 // run ended since), by the classes (classOfKey) of the keys each wrote or
-// deleted, from etcd's history (a watch from before+1), and returns their
-// number.
-func (t *transactions) add(ctx context.Context, rs *runServer, before int64) (int64, error) {
+// deleted, from etcd's history (a watch from before+1).
+func (t *transactions) add(ctx context.Context, rs *runServer, before int64) error {
 	after, err := rs.revision(ctx)
 	if err != nil || after <= before {
-		return 0, err
+		return err
 	}
 	etcd, _, err := rs.etcdClient()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer etcd.Close()
 	ctx, cancel := context.WithCancel(ctx)
@@ -1316,7 +1306,7 @@ func (t *transactions) add(ctx context.Context, rs *runServer, before int64) (in
 	// A revision's events come in one response.
 	for resp := range etcd.Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(before+1)) {
 		if err := resp.Err(); err != nil {
-			return 0, err
+			return err
 		}
 		for _, ev := range resp.Events {
 			rev := ev.Kv.ModRevision
@@ -1334,7 +1324,7 @@ func (t *transactions) add(ctx context.Context, rs *runServer, before int64) (in
 		}
 	}
 	if seen < after {
-		return 0, fmt.Errorf("etcd's history from revision %d ended at %d, before %d: %w", before+1, seen, after, ctx.Err())
+		return fmt.Errorf("etcd's history from revision %d ended at %d, before %d: %w", before+1, seen, after, ctx.Err())
 	}
 	if t.byClass == nil {
 		t.byClass = map[string]int{}
@@ -1342,19 +1332,26 @@ func (t *transactions) add(ctx context.Context, rs *runServer, before int64) (in
 	for _, rev := range slices.Sorted(maps.Keys(classes)) {
 		class := strings.Join(slices.Sorted(maps.Keys(classes[rev])), " + ")
 		t.byClass[class]++
-		if t.runs == 0 {
+		if len(t.counts) == 0 {
 			t.first = append(t.first, class)
 		}
 	}
-	t.runs++
-	return after - before, nil
+	t.counts = append(t.counts, after-before)
+	return nil
+}
+
+// median is the median of the runs' counts.
+func (t *transactions) median() float64 {
+	sorted := slices.Clone(t.counts)
+	slices.Sort(sorted)
+	return float64(sorted[len(sorted)/2])
 }
 
 // perRun says how many transactions of each kind a run made, on average.
 func (t *transactions) perRun() string {
 	var sb strings.Builder
 	for _, c := range slices.Sorted(maps.Keys(t.byClass)) {
-		fmt.Fprintf(&sb, "\n  %5.2f  %s", float64(t.byClass[c])/float64(max(t.runs, 1)), c)
+		fmt.Fprintf(&sb, "\n  %5.2f  %s", float64(t.byClass[c])/float64(max(len(t.counts), 1)), c)
 	}
 	sb.WriteString("\n  the first run's, in order:")
 	for i, c := range t.first {
