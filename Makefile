@@ -72,9 +72,9 @@ verify: requirements-verify ## gofmt, go vet and generated-code freshness.
 	hack/verify-codegen.sh
 
 .PHONY: unit
-unit: requirements-unit ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist; the object store against a real S3-compatible server), and the chart's with helm; as any user.
-	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && helm=$$(hack/helm.sh) && objectstore=$$(hack/objectstore.sh) && \
-	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm TERRARUN_OBJECTSTORE=$$objectstore $(GO_TEST) ./pkg/... ./cmd/... ./charts/... && \
+unit: requirements-unit ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist; the object store against a real S3-compatible server; OCI sources against a real registry), and the chart's with helm; as any user.
+	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && helm=$$(hack/helm.sh) && objectstore=$$(hack/objectstore.sh) && registry=$$(hack/registry.sh) && \
+	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_REGISTRY=$$registry $(GO_TEST) ./pkg/... ./cmd/... ./charts/... && \
 	  if [[ "$$tofu" != "$$engine" ]]; then TERRARUN_ENGINE=$$tofu $(GO_TEST) -count=1 ./pkg/runner/... ./cmd/terrarun-executor/...; fi
 
 FUZZTIME ?= 1m
@@ -88,10 +88,10 @@ fuzz: ## Fuzz spec validation, the logs and plan options, the plan-JSON redactor
 	$(GO) test -run '^$$' -fuzz '^FuzzEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/planpolicy/
 
 .PHONY: integration
-integration: requirements-integration build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl (KUBECTL, else the one on PATH, else the e2e tools' build); with terraform and tofu where both exist (tofu is built when missing), and artifacts in a real S3-compatible server (hack/objectstore.sh).
-	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && objectstore=$$(hack/objectstore.sh) && \
+integration: requirements-integration build ## Integration tests: the real server on embedded etcd, driven by the clientset and the real kubectl (KUBECTL, else the one on PATH, else the e2e tools' build); with terraform and tofu where both exist (tofu is built when missing), artifacts in a real S3-compatible server (hack/objectstore.sh), and OCI sources in a real registry (hack/registry.sh).
+	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && objectstore=$$(hack/objectstore.sh) && registry=$$(hack/registry.sh) && \
 	  if [[ -z $${KUBECTL:-} ]] && ! KUBECTL=$$(command -v kubectl); then KUBECTL=$$(hack/e2e-tools.sh)/kubectl; fi && \
-	  KUBECTL=$$KUBECTL TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
+	  KUBECTL=$$KUBECTL TERRARUN_ENGINE=$$engine TERRARUN_TOFU=$$tofu TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_REGISTRY=$$registry TERRARUN_APISERVER=$(BIN)/terrarun-apiserver $(GO_TEST) -count=1 -timeout 30m ./test/integration/...
 
 .PHONY: helm
 helm: ## Build helm from hack/tools/helm into .cache/helm (only when the pin changes); make test lints, renders and installs charts/terrarun with it.

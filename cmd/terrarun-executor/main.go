@@ -21,7 +21,8 @@
 //
 //	terrarun: stage <stage> attempt <n> succeeded|failed: <message>
 //
-// and the exit code is 0 on success, 1 on failure and 130 when the stage was
+// and the exit code is 0 on success, 1 on failure, 87 when the signature
+// of the run's OCI source did not verify, and 130 when the stage was
 // canceled. Neither the token, nor secret values, nor credentials are ever
 // printed.
 package main
@@ -107,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, runner.ErrCanceled):
 		terminationMessage(err.Error())
 		return exitCanceled
+	case errors.Is(err, runner.ErrVerificationFailed):
+		terminationMessage(err.Error())
+		return stage.ExitVerificationFailed
 	default:
 		terminationMessage(err.Error())
 		return exitFailed

@@ -64,6 +64,15 @@ func (t *internTable) run(r *terrarun.TerraformRun) {
 	if g := s.Source.Git; g != nil {
 		t.strs(&g.URL, &g.Ref, &g.Path, &g.CredentialsSecret)
 	}
+	if o := s.Source.OCI; o != nil {
+		t.strs(&o.URL, &o.Path, &o.CredentialsSecret, &o.CertSecret)
+		if r := o.Ref; r != nil {
+			t.strs(&r.Tag, &r.Semver)
+		}
+		if v := o.Verify; v != nil {
+			t.strs(&v.Provider, &v.KeysSecret)
+		}
+	}
 	for i := range s.Variables {
 		v := &s.Variables[i]
 		t.strs(&v.Name, &v.Value)

@@ -16,28 +16,47 @@ import (
 	"github.com/terrarun/terrarun/pkg/runner/planjson"
 )
 
+// sourceSubdir is the slash-separated directory p of a fetched source at
+// root, checked to stay inside it; "" for the root.
+func sourceSubdir(root, p string) (string, error) {
+	if p == "" || path.Clean(filepath.ToSlash(p)) == "." {
+		return "", nil
+	}
+	real, err := inside(root, p)
+	if err != nil {
+		return "", err
+	}
+	realRoot, _ := filepath.EvalSymlinks(root)
+	rel, err := filepath.Rel(realRoot, real)
+	if err != nil {
+		return "", err
+	}
+	return filepath.ToSlash(rel), nil
+}
+
 func (r *runner) plan(ctx context.Context) error {
 	src := r.spec.Source
 	revision, subdir := "", ""
-	if src.Git != nil {
+	switch {
+	case src.Git != nil:
 		commit, err := r.cloneGit(ctx, src.Git, r.configRoot)
 		if err != nil {
 			return err
 		}
 		revision = commit
-		if src.Git.Path != "" && path.Clean(filepath.ToSlash(src.Git.Path)) != "." {
-			real, err := inside(r.configRoot, src.Git.Path)
-			if err != nil {
-				return fmt.Errorf("git source: %w", err)
-			}
-			realRoot, _ := filepath.EvalSymlinks(r.configRoot)
-			rel, err := filepath.Rel(realRoot, real)
-			if err != nil {
-				return fmt.Errorf("git source: %w", err)
-			}
-			subdir = filepath.ToSlash(rel)
+		if subdir, err = sourceSubdir(r.configRoot, src.Git.Path); err != nil {
+			return fmt.Errorf("git source: %w", err)
 		}
-	} else {
+	case src.OCI != nil:
+		rev, err := r.pullOCI(ctx, src.OCI, r.configRoot)
+		if err != nil {
+			return err
+		}
+		revision = rev
+		if subdir, err = sourceSubdir(r.configRoot, src.OCI.Path); err != nil {
+			return fmt.Errorf("OCI source: %w", err)
+		}
+	default:
 		if err := copyDir(src.Dir, r.configRoot); err != nil {
 			return fmt.Errorf("copying the configuration: %w", err)
 		}

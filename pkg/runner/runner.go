@@ -52,6 +52,9 @@ var (
 	ErrCanceled = errors.New("stage canceled")
 	// ErrDigestMismatch means the downloaded plan file is not the approved one.
 	ErrDigestMismatch = errors.New("plan file digest does not match the approved plan")
+	// ErrVerificationFailed means the signature of the run's OCI source did
+	// not verify: nothing of it was unpacked.
+	ErrVerificationFailed = errors.New("source verification failed")
 )
 
 // RunOption configures Run.
@@ -280,8 +283,14 @@ func validateSpec(spec stage.Spec) error {
 		return fmt.Errorf("invalid backend type %q", spec.Backend.Type)
 	}
 	if spec.Stage == v1alpha1.StagePlan {
-		if (spec.Source.Dir == "") == (spec.Source.Git == nil) {
-			return errors.New("the source must name exactly one of a directory and a git repository")
+		n := 0
+		for _, set := range []bool{spec.Source.Dir != "", spec.Source.Git != nil, spec.Source.OCI != nil} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			return errors.New("the source must name exactly one of a directory, a git repository and an OCI artifact")
 		}
 	}
 	if spec.Stage == v1alpha1.StageApply && spec.PlanDigest == "" {
@@ -330,7 +339,7 @@ func (r *runner) classify(parent, runCtx context.Context, err error) error {
 		}
 		marks = append(marks, ErrCanceled, parent.Err())
 	}
-	for _, m := range []error{ErrDigestMismatch, ErrCanceled, context.Canceled, context.DeadlineExceeded} {
+	for _, m := range []error{ErrDigestMismatch, ErrVerificationFailed, ErrCanceled, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, m) {
 			marks = append(marks, m)
 		}

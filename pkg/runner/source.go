@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/runner/oci"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -107,7 +108,7 @@ func inside(root, rel string) (string, error) {
 	}
 	r, err := filepath.Rel(realRoot, realP)
 	if err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("path %q escapes the repository", rel)
+		return "", fmt.Errorf("path %q escapes the source", rel)
 	}
 	info, err := os.Stat(realP)
 	if err != nil {
@@ -602,4 +603,55 @@ func (r *runner) cloneGit(ctx context.Context, src *stage.GitSource, dst string)
 		return "", err
 	}
 	return head, nil
+}
+
+// pullOCI fetches src's artifact into dst (created) and returns its
+// revision, tag@sha256:<manifest digest> or the digest alone. The
+// registry's credentials are read from their file and kept out of every
+// log; a signature that does not verify is ErrVerificationFailed.
+func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) (string, error) {
+	read := func(p, what string) ([]byte, error) {
+		if p == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading the OCI source's %s: %w", what, err)
+		}
+		return b, nil
+	}
+	creds, err := read(src.CredentialsFile, "credentials")
+	if err != nil {
+		return "", err
+	}
+	r.secrets.add(oci.Secrets(creds)...)
+	ca, err := read(src.CAFile, "CA certificates")
+	if err != nil {
+		return "", err
+	}
+	keys, err := read(src.KeysFile, "cosign keys")
+	if err != nil {
+		return "", err
+	}
+	if src.KeysFile != "" && keys == nil {
+		keys = []byte{} // present and empty: refused as holding no key, never as unverified
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return "", err
+	}
+	art, err := oci.Fetch(ctx, oci.Source{
+		URL: src.URL, Tag: src.Tag, Semver: src.Semver, Digest: src.Digest, Insecure: src.Insecure,
+		DockerConfig: creds, CA: ca, Keys: keys, KeysName: "Secret " + src.KeysSecret,
+	}, dst, r.logf)
+	var verr *oci.VerificationError
+	if errors.As(err, &verr) {
+		return "", fmt.Errorf("%w: %v", ErrVerificationFailed, err)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", err
+	}
+	return art.Revision(), nil
 }

@@ -7,6 +7,11 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 )
 
+// ExitVerificationFailed is terrarun-executor's exit code when the
+// signature of the run's OCI source did not verify: nothing of the source
+// was unpacked, and the run fails with reason VerificationFailed.
+const ExitVerificationFailed = 87
+
 // EndLine is the last line the executor writes to a stage's log (and its
 // output): the stage succeeded, or failed with err.
 func EndLine(stageName v1alpha1.StageName, attempt int32, err error) string {

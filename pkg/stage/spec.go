@@ -144,6 +144,29 @@ type Source struct {
 	Dir string `json:"dir,omitempty"`
 	// Git clones a repository.
 	Git *GitSource `json:"git,omitempty"`
+	// OCI pulls an artifact.
+	OCI *OCISource `json:"oci,omitempty"`
+}
+
+// OCISource is an artifact to pull (spec.source.oci): at most one of Tag,
+// Semver and Digest is set, none meaning the tag latest.
+type OCISource struct {
+	URL      string `json:"url"`
+	Tag      string `json:"tag,omitempty"`
+	Semver   string `json:"semver,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Path     string `json:"path,omitempty"`
+	Insecure bool   `json:"insecure,omitempty"`
+	// CredentialsFile holds the .dockerconfigjson of credentialsSecret;
+	// its entry for the registry's host is offered to that host only.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// CAFile holds the certSecret's ca.crt.
+	CAFile string `json:"caFile,omitempty"`
+	// KeysFile holds the cosign public keys of verify.keysSecret, and
+	// KeysSecret names that Secret (for messages); without KeysFile the
+	// artifact is not verified.
+	KeysFile   string `json:"keysFile,omitempty"`
+	KeysSecret string `json:"keysSecret,omitempty"`
 }
 
 // GitSource is a repository to clone.
@@ -195,7 +218,8 @@ type Backend struct {
 
 // Result is what a plan stage reports last, after every part is uploaded.
 type Result struct {
-	// SourceRevision is the resolved git commit, or the sha256 of the
+	// SourceRevision is the resolved git commit, the OCI artifact as
+	// tag@sha256:<manifest digest> (or its digest alone), or the sha256 of the
 	// configuration tarball for inline and ConfigMap sources.
 	SourceRevision string `json:"sourceRevision"`
 	// Add, Change, Destroy and Import count resource changes.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 )
 
 // leakTF is the configuration the leak matrix runs: every Secret-sourced
@@ -92,12 +93,12 @@ type secretForm struct {
 
 // TestLeakMatrix runs one run whose every input is secret (string, number
 // and object variables from a Secret, a backend configSecret, git
-// credentials) and whose outputs are sensitive and derived from them, then
+// credentials), and the same from a private OCI registry (its credentials), and whose outputs are sensitive and derived from them, then
 // scans every place a user or operator can read: the logs of each stage, the
 // plan text and JSON, the run's status, kubectl describe, error responses,
 // the server's own log and the files left in the data directory. Each
 // secret, in each form (raw, upper, base64encode, jsonencode, and the
-// basic-auth header of the git credentials), must appear in none of them:
+// basic-auth header of the git and registry credentials), must appear in none of them:
 // only the outputs subresource serves them.
 func TestLeakMatrix(t *testing.T) {
 	e := newRunEnv(t)
@@ -152,6 +153,14 @@ func TestLeakMatrix(t *testing.T) {
     valueFrom:
       secretKeyRef: {name: leak, key: object}
 `, engineName, gitURL, stateSrv.URL)))
+	// The same configuration from a private OCI registry: its password
+	// (and the forms a registry is sent it in) must leak nowhere either. It
+	// plans against the state the first run applies, and finds no changes.
+	reg := ocitest.Start(t, ocitest.Options{Private: true})
+	reg.Push("infra/leak", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": leakTF})})
+	e.secret(t, "default", "pull", ".dockerconfigjson", string(reg.DockerConfig()))
+	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
+
 	run := e.waitPhase(t, "leak", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
 		t.Fatalf("run ended %s: %s\nplan log:\n%s", run.Status.Phase, run.Status.Message,
@@ -164,6 +173,31 @@ func TestLeakMatrix(t *testing.T) {
 		t.Errorf("the http backend was never written: the backend credentials were not used")
 	}
 
+	leakSpec := mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak", "-o", "jsonpath={.spec.variables}")
+	e.create(t, runManifest("leak-oci", fmt.Sprintf(`  engine:
+    binary: %s
+  workspace: default
+  approval:
+    mode: Auto
+  source:
+    oci:
+      url: %s
+      ref: {tag: v1}
+      credentialsSecret: pull
+      certSecret: registry-ca
+  backend:
+    type: http
+    config:
+      address: %s/state
+    configSecret: backend
+  variables: %s
+`, engineName, reg.URL("infra/leak"), stateSrv.URL, leakSpec)))
+	ociRun := e.waitPhase(t, "leak-oci", 4*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if ociRun.Status.Phase != v1alpha1.RunPhaseSucceeded || ociRun.Status.Source == nil || !strings.HasPrefix(ociRun.Status.Source.Revision, "v1@sha256:") {
+		t.Fatalf("run leak-oci ended %s (%s), source %+v; plan log:\n%s", ociRun.Status.Phase, ociRun.Status.Message, ociRun.Status.Source,
+			mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak-oci", "logs?stage=plan")))
+	}
+
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	forms := []secretForm{
 		{"string variable", "raw", str}, {"string variable", "upper", strings.ToUpper(str)}, {"string variable", "base64encode", b64(str)},
@@ -172,6 +206,7 @@ func TestLeakMatrix(t *testing.T) {
 		{"object variable", "base64encode key", b64(objKey)}, {"object variable", "raw number", objNum},
 		{"backend configSecret", "raw", backendPass},
 		{"git credentials", "raw", gitPass}, {"git credentials", "basic authorization", b64(gitUser + ":" + gitPass)},
+		{"registry credentials", "raw", reg.Password}, {"registry credentials", "basic authorization", b64(reg.Username + ":" + reg.Password)},
 	}
 
 	// The outputs subresource is the one place that serves them.
@@ -188,13 +223,17 @@ func TestLeakMatrix(t *testing.T) {
 	}
 
 	places := map[string]string{
-		"plan log":    mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "logs?stage=plan")),
-		"apply log":   mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "logs?stage=apply")),
-		"plan text":   mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "plan")),
-		"plan JSON":   mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "plan?format=json")),
-		"status":      mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak", "-o", "json"),
-		"describe":    mustKubectl(t, e.Kubeconfig, "describe", "tfr", "leak"),
-		"table, wide": mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak", "-o", "wide"),
+		"plan log":            mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "logs?stage=plan")),
+		"apply log":           mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "logs?stage=apply")),
+		"plan text":           mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "plan")),
+		"plan JSON":           mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak", "plan?format=json")),
+		"status":              mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak", "-o", "json"),
+		"describe":            mustKubectl(t, e.Kubeconfig, "describe", "tfr", "leak"),
+		"table, wide":         mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak", "-o", "wide"),
+		"OCI run's plan log":  mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak-oci", "logs?stage=plan")),
+		"OCI run's plan text": mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("leak-oci", "plan")),
+		"OCI run's status":    mustKubectl(t, e.Kubeconfig, "get", "tfr", "leak-oci", "-o", "json"),
+		"OCI run's describe":  mustKubectl(t, e.Kubeconfig, "describe", "tfr", "leak-oci"),
 	}
 	if !strings.Contains(places["apply log"], "provisioned") || !strings.Contains(places["plan JSON"], "resource_changes") {
 		t.Fatalf("the logs or plan are not what the run made:\napply log:\n%s\nplan JSON:\n%.400s", places["apply log"], places["plan JSON"])

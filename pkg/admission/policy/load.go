@@ -159,6 +159,11 @@ func Validate(cfg *Config) error {
 			add(fmt.Sprintf("allowedGitHosts[%d]", i), "%s", msg)
 		}
 	}
+	for i, h := range cfg.AllowedOCIRegistries {
+		if msg := validateHostPattern(h); msg != "" {
+			add(fmt.Sprintf("allowedOCIRegistries[%d]", i), "%s", msg)
+		}
+	}
 
 	for _, list := range []struct {
 		path   string
@@ -233,10 +238,22 @@ func (c *Config) ImageAllowed(image string) bool {
 // GitHostAllowed reports whether host (a host name, optionally with a port)
 // is allowed by allowedGitHosts. An empty list allows every host.
 func (c *Config) GitHostAllowed(host string) bool {
-	if c == nil || len(c.AllowedGitHosts) == 0 {
+	return c == nil || hostAllowed(c.AllowedGitHosts, host)
+}
+
+// OCIRegistryAllowed reports whether an OCI source may pull from the
+// registry host (a host with an optional port).
+func (c *Config) OCIRegistryAllowed(host string) bool {
+	return c == nil || hostAllowed(c.AllowedOCIRegistries, host)
+}
+
+// hostAllowed reports whether host matches one of patterns, or patterns is
+// empty.
+func hostAllowed(patterns []string, host string) bool {
+	if len(patterns) == 0 {
 		return true
 	}
-	for _, p := range c.AllowedGitHosts {
+	for _, p := range patterns {
 		if matchHost(p, host) {
 			return true
 		}

@@ -61,6 +61,18 @@ type Config struct {
 	// +optional
 	AllowedGitHosts []string `json:"allowedGitHosts,omitempty"`
 
+	// AllowedOCIRegistries lists the registry hosts that spec.source.oci.url
+	// may point to, matched as allowedGitHosts are. An empty list allows
+	// any registry.
+	// +optional
+	AllowedOCIRegistries []string `json:"allowedOCIRegistries,omitempty"`
+
+	// RequireVerifiedSources refuses a run whose OCI source does not set
+	// spec.source.oci.verify: every artifact must carry a signature that
+	// verifies before anything of it is unpacked.
+	// +optional
+	RequireVerifiedSources bool `json:"requireVerifiedSources,omitempty"`
+
 	// AllowedImages lists the executor images (spec.engine.image, after
 	// defaults) a run may use. An entry matches an image exactly, or, when it
 	// ends in "*", every image that starts with what precedes the "*"

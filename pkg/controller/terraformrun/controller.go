@@ -39,6 +39,7 @@ import (
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/metrics"
 	"github.com/terrarun/terrarun/pkg/runrules"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // Options configure a Controller.
@@ -596,9 +597,14 @@ func (c *Controller) syncStage(ctx context.Context, run *v1alpha1.TerraformRun, 
 		if stageName == v1alpha1.StageApply {
 			reason = v1alpha1.ReasonApplyFailed
 		}
-		if status.Reason == executor.ReasonDeadlineExceeded {
+		switch {
+		case status.Reason == executor.ReasonDeadlineExceeded:
 			// The executor enforced the stage timeout before this controller did.
 			reason = v1alpha1.ReasonDeadlineExceeded
+		case stageName == v1alpha1.StagePlan && status.ExitCode != nil && *status.ExitCode == stage.ExitVerificationFailed:
+			// The plan stage refused its source before unpacking it; its
+			// message names the reference and the keys.
+			reason = v1alpha1.ReasonVerificationFailed
 		}
 		c.completeStage(ctx, run, st, status, status.Reason)
 		msg := fmt.Sprintf("The %s stage failed", stageName)

@@ -502,7 +502,8 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 		}
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerSpecChange
 		if st.LastAppliedHash != "" && Hash(spec, st.LastAppliedRevision, digest) == st.LastAppliedHash {
-			// The same spec at another revision: the git ref moved.
+			// The same spec at another revision: the git ref or the
+			// OCI tag moved.
 			why = v1alpha1.TriggerNewRevision
 		}
 	case ws.Spec.DriftPolicy == v1alpha1.DriftPolicyApply && lastDrift != nil && lastDrift == newest && hasChanges(lastDrift):
@@ -589,9 +590,10 @@ func (r *reconciler) observeResults() {
 		t := completion(check)
 		st.LastDriftCheck = &metav1.Time{Time: t}
 		last = t
-		// A check that resolved the git ref to a new commit found new code,
-		// not drift: the NewRevision run applies it.
-		newCode := check.Spec.Source.Git != nil && revisionOf(check) != st.LastAppliedRevision
+		// A check that resolved the git ref to a new commit (or the OCI
+		// tag to a new digest) found new code, not drift: the NewRevision
+		// run applies it.
+		newCode := movingSource(&check.Spec.Source) && revisionOf(check) != st.LastAppliedRevision
 		if (applied == nil || completion(applied).Before(t)) && !newCode {
 			if hasChanges(check) {
 				p := check.Status.Plan
@@ -673,9 +675,10 @@ func (r *reconciler) dependenciesPending() string {
 
 // observedRevision is the newest revision that a run of the workspace
 // resolved the source spec names to (finished or not): the git ref's
-// commit, which drift checks resolve again every interval.
+// commit or the OCI artifact's digest, which drift checks resolve again
+// every interval.
 func (r *reconciler) observedRevision(spec *v1alpha1.TerraformRunSpec) string {
-	if spec.Source.Git == nil {
+	if !movingSource(&spec.Source) {
 		return ""
 	}
 	for i := len(r.h) - 1; i >= 0; i-- {

@@ -79,6 +79,12 @@ func gitSource(ws *v1alpha1.TerraformWorkspace) {
 	ws.Spec.Template.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example.com/infra.git", Ref: "main"}}
 }
 
+// ociSource reads the configuration from the tag stable of an OCI
+// repository.
+func ociSource(ws *v1alpha1.TerraformWorkspace) {
+	ws.Spec.Template.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example.com/infra", Ref: &v1alpha1.OCIReference{Tag: "stable"}}}
+}
+
 // every sets spec.interval, the drift check interval, to d.
 func every(d time.Duration) func(*v1alpha1.TerraformWorkspace) {
 	return func(ws *v1alpha1.TerraformWorkspace) { ws.Spec.Interval = &metav1.Duration{Duration: d} }

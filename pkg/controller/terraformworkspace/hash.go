@@ -16,7 +16,7 @@ import (
 )
 
 // Hash is the hash of what a run with spec makes terraform do: the spec
-// after defaulting, whatever its operation, creator and requesters, for a git source
+// after defaulting, whatever its operation, creator and requesters, for a git or OCI source
 // the revision its ref resolved to (revision may be empty before any run has
 // resolved it), and the digest of the ConfigMaps it reads (configMaps). A
 // workspace's desired hash is Hash of its runs' spec, the newest revision
@@ -27,7 +27,7 @@ func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
 	spec = *spec.DeepCopy()
 	spec.Operation = v1alpha1.OperationApply
 	spec.Creator, spec.RequestedBy = nil, nil
-	if spec.Source.Git == nil {
+	if !movingSource(&spec.Source) {
 		revision = "" // an inline or ConfigMap source is in the spec
 	}
 	b, err := json.Marshal(struct {
@@ -83,6 +83,13 @@ func configMapDigest(ctx context.Context, spec *v1alpha1.TerraformRunSpec, names
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// movingSource reports whether what src names may change without the spec
+// changing: a git ref's commit, an OCI tag's or semver range's digest. A
+// run records what it resolved in status.source.revision.
+func movingSource(src *v1alpha1.Source) bool {
+	return src.Git != nil || src.OCI != nil
 }
 
 func revisionOf(run *v1alpha1.TerraformRun) string {

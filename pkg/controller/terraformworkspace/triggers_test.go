@@ -233,14 +233,25 @@ func TestSpecChangeOneRunAtATime(t *testing.T) {
 // New revision.
 
 // TestNewRevision: for a git source, a drift check that resolved the ref to
-// another commit makes the desired hash another; when the spec is the one
+// another commit (for an OCI source, the tag to another digest) makes the desired hash another; when the spec is the one
 // applied, the run that follows says NewRevision, and the check's changes
 // are new code, not drift.
 func TestNewRevision(t *testing.T) {
-	ws := newWorkspace(testWS, gitSource, every(10*time.Minute))
-	otherPath := newWorkspace(testWS, gitSource, every(10*time.Minute), func(ws *v1alpha1.TerraformWorkspace) {
+	t.Run("git", func(t *testing.T) {
+		testNewRevision(t, gitSource, func(src *v1alpha1.Source) { src.Git.Path = "envs/prod" })
+	})
+	t.Run("oci", func(t *testing.T) {
+		testNewRevision(t, ociSource, func(src *v1alpha1.Source) { src.OCI.Path = "envs/prod" })
+	})
+}
+
+// testNewRevision is TestNewRevision for the source that source sets;
+// otherPath changes the directory it names.
+func testNewRevision(t *testing.T, source func(*v1alpha1.TerraformWorkspace), otherDir func(*v1alpha1.Source)) {
+	ws := newWorkspace(testWS, source, every(10*time.Minute))
+	otherPath := newWorkspace(testWS, source, every(10*time.Minute), func(ws *v1alpha1.TerraformWorkspace) {
 		ws.Generation = 2
-		ws.Spec.Template.Source.Git.Path = "envs/prod"
+		otherDir(&ws.Spec.Template.Source)
 	})
 	applied := newRun(ws, 1, v1alpha1.OperationApply, v1alpha1.TriggerSpecChange, atRevision("aaaa"), planned(true), succeeded(t0.Add(-30*time.Minute)))
 	// What an earlier sync observed of net-1.

@@ -339,8 +339,9 @@ func (b *podBuilder) addVolume(v corev1.Volume, mountPath string) {
 	b.mounts = append(b.mounts, corev1.VolumeMount{Name: v.Name, MountPath: mountPath, ReadOnly: readOnly})
 }
 
-// addSource mounts the configuration at SourceDir (inline and ConfigMap), or
-// the git credentials at GitCredentialsDir.
+// addSource mounts the configuration at SourceDir (inline and ConfigMap),
+// the git credentials at GitCredentialsDir, or the keys of an OCI source's
+// Secrets below OCIDir.
 func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 	switch {
 	case len(src.Inline) > 0:
@@ -379,8 +380,30 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 			}}}, GitCredentialsDir)
 			out.Git.CredentialsDir = GitCredentialsDir
 		}
+	case src.OCI != nil:
+		o := src.OCI
+		out.OCI = &stage.OCISource{URL: o.URL, Path: o.Path, Insecure: o.Insecure}
+		if r := o.Ref; r != nil {
+			out.OCI.Tag, out.OCI.Semver, out.OCI.Digest = r.Tag, r.Semver, r.Digest
+		}
+		// One key of each Secret, mounted as a file of its own.
+		mount := func(volume, secret, key string) string {
+			if secret == "" {
+				return ""
+			}
+			b.addVolume(corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: secret, DefaultMode: ptr.To(readable), Items: []corev1.KeyToPath{{Key: key, Path: key}},
+			}}}, OCIDir+"/"+volume)
+			return OCIDir + "/" + volume + "/" + key
+		}
+		out.OCI.CredentialsFile = mount(volumeOCICredentials, o.CredentialsSecret, corev1.DockerConfigJsonKey)
+		out.OCI.CAFile = mount(volumeOCICA, o.CertSecret, v1alpha1.OCICAKey)
+		if v := o.Verify; v != nil {
+			out.OCI.KeysFile = mount(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
+			out.OCI.KeysSecret = v.KeysSecret
+		}
 	default:
-		return fmt.Errorf("spec.source has neither inline, configMap nor git")
+		return fmt.Errorf("spec.source has neither inline, configMap, git nor oci")
 	}
 	return nil
 }

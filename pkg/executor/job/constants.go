@@ -20,6 +20,9 @@ const (
 	SourceDir = "/etc/terrarun/source"
 	// GitCredentialsDir holds the keys of spec.source.git.credentialsSecret.
 	GitCredentialsDir = "/etc/terrarun/git"
+	// OCIDir holds, each in a directory of its own, the keys of an OCI
+	// source's credentialsSecret, certSecret and verify.keysSecret.
+	OCIDir = "/etc/terrarun/oci"
 	// BackendDir holds backend.hcl of spec.backend.configSecret.
 	BackendDir = "/etc/terrarun/backend"
 	// BackendConfigFile is passed as -backend-config.
@@ -71,6 +74,9 @@ const (
 	volumeToken                   = "terrarun-token"
 	volumeSource                  = "source"
 	volumeGit                     = "git-credentials"
+	volumeOCICredentials          = "oci-credentials"
+	volumeOCICA                   = "oci-ca"
+	volumeOCIKeys                 = "oci-keys"
 	volumeBackend                 = "backend-config"
 	volumeWork                    = "work"
 	volumeTmp                     = "tmp"

@@ -13,11 +13,13 @@ import (
 	"strings"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/runner/oci"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 	"github.com/terrarun/terrarun/pkg/stagelimits"
@@ -244,15 +246,17 @@ func (p *proc) addSecret(val []byte) {
 func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.TerraformRun) (stage.Source, error) {
 	src := run.Spec.Source
 	n := 0
-	for _, set := range []bool{src.Inline != nil, src.ConfigMap != nil, src.Git != nil} {
+	for _, set := range []bool{src.Inline != nil, src.ConfigMap != nil, src.Git != nil, src.OCI != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return stage.Source{}, errors.New("spec.source must set exactly one of inline, configMap and git")
+		return stage.Source{}, errors.New("spec.source must set exactly one of inline, configMap, git and oci")
 	}
 	switch {
+	case src.OCI != nil:
+		return e.writeOCISource(ctx, p, run.Namespace, src.OCI)
 	case src.Git != nil:
 		g := &stage.GitSource{URL: src.Git.URL, Ref: src.Git.Ref, Path: src.Git.Path}
 		if src.Git.CredentialsSecret != "" {
@@ -300,6 +304,50 @@ func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.Terra
 	default:
 		return e.writeFiles(p, src.Inline)
 	}
+}
+
+// writeOCISource writes the keys of the Secrets an OCI source names into
+// private files of the stage: the credentials (their passwords and tokens
+// redacted from its output), the CA and the cosign keys.
+func (e *Executor) writeOCISource(ctx context.Context, p *proc, ns string, o *v1alpha1.OCISource) (stage.Source, error) {
+	out := &stage.OCISource{URL: o.URL, Path: o.Path, Insecure: o.Insecure}
+	if r := o.Ref; r != nil {
+		out.Tag, out.Semver, out.Digest = r.Tag, r.Semver, r.Digest
+	}
+	dir := filepath.Join(p.dir, "oci")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return stage.Source{}, err
+	}
+	file := func(what, secret, key string) (string, error) {
+		if secret == "" {
+			return "", nil
+		}
+		val, err := e.values.SecretValue(ctx, ns, secret, key)
+		if err != nil {
+			return "", fmt.Errorf("OCI source %s: %w", what, err)
+		}
+		if key == corev1.DockerConfigJsonKey {
+			for _, s := range oci.Secrets(val) {
+				p.addSecret([]byte(s))
+			}
+		}
+		path := filepath.Join(dir, key)
+		return path, writePrivate(path, val)
+	}
+	var err error
+	if out.CredentialsFile, err = file("credentials", o.CredentialsSecret, corev1.DockerConfigJsonKey); err != nil {
+		return stage.Source{}, err
+	}
+	if out.CAFile, err = file("CA", o.CertSecret, v1alpha1.OCICAKey); err != nil {
+		return stage.Source{}, err
+	}
+	if v := o.Verify; v != nil {
+		if out.KeysFile, err = file("verification keys", v.KeysSecret, v1alpha1.OCICosignKeysKey); err != nil {
+			return stage.Source{}, err
+		}
+		out.KeysSecret = v.KeysSecret
+	}
+	return stage.Source{OCI: out}, nil
 }
 
 func (e *Executor) writeFiles(p *proc, files map[string]string) (stage.Source, error) {

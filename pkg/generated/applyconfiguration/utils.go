@@ -54,6 +54,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.HistoryLimitsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KeySelector"):
 		return &terrarunv1alpha1.KeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OCIReference"):
+		return &terrarunv1alpha1.OCIReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OCISource"):
+		return &terrarunv1alpha1.OCISourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OCIVerification"):
+		return &terrarunv1alpha1.OCIVerificationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputSelector"):
 		return &terrarunv1alpha1.OutputSelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputStatus"):

@@ -48,6 +48,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.HistoryLimits{}.OpenAPIModelName():                      schema_pkg_apis_terrarun_v1alpha1_HistoryLimits(ref),
 		v1alpha1.JSON{}.OpenAPIModelName():                               schema_pkg_apis_terrarun_v1alpha1_JSON(ref),
 		v1alpha1.KeySelector{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref),
+		v1alpha1.OCIReference{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OCIReference(ref),
+		v1alpha1.OCISource{}.OpenAPIModelName():                          schema_pkg_apis_terrarun_v1alpha1_OCISource(ref),
+		v1alpha1.OCIVerification{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref),
 		v1alpha1.OutputSelector{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_OutputSelector(ref),
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
 		v1alpha1.PlanPartDigests{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
@@ -862,6 +865,133 @@ func schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref common.ReferenceCallback)
 					},
 				},
 				Required: []string{"name", "key"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_OCIReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OCIReference selects an artifact of a repository. At most one member is set; none means the tag \"latest\".",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"tag": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tag is a tag of the repository, such as v1.2.0 or latest.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"semver": {
+						SchemaProps: spec.SchemaProps{
+							Description: "semver is a range of semantic versions, such as \">=1.0.0 <2.0.0\" or \"~1.2\": the newest tag in it is used.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"digest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "digest is a manifest digest, sha256:<64 hex digits>.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_OCISource(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OCISource fetches the configuration from an OCI artifact: its one layer of a tar+gzip media type (`flux push artifact`'s application/vnd.cncf.flux.content.v1.tar+gzip, or a plain tar+gzip one), unpacked with limits on size and file count. The artifact's manifest digest is recorded in status.source.revision (as tag@sha256:...), and the apply uses exactly the configuration that the plan unpacked.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url of the repository, as oci://host[:port]/path, without a tag or a digest: ref selects the artifact.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ref": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ref selects the artifact: a tag, the newest tag that matches a semver range, or a digest. Defaults to the tag \"latest\".",
+							Ref:         ref(v1alpha1.OCIReference{}.OpenAPIModelName()),
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is the directory inside the artifact that holds the configuration. It is relative and may not leave the artifact. Defaults to the root.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"credentialsSecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentialsSecret names a Secret of type kubernetes.io/dockerconfigjson in the run's namespace, whose auths entry for the registry's host is used to pull. It is mounted as a file and never appears in arguments, environment or logs.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"certSecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "certSecret names a Secret in the run's namespace with the key \"ca.crt\": the CA certificates that the registry's TLS certificate is verified with, besides the system's.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"insecure": {
+						SchemaProps: spec.SchemaProps{
+							Description: "insecure allows the registry to be reached over plain HTTP (a registry on a private network, or one started for a test). Never with credentials.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"verify": {
+						SchemaProps: spec.SchemaProps{
+							Description: "verify checks the artifact's signature before anything of it is unpacked. A run whose artifact fails it ends Failed with reason VerificationFailed.",
+							Ref:         ref(v1alpha1.OCIVerification{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"url"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.OCIReference{}.OpenAPIModelName(), v1alpha1.OCIVerification{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OCIVerification says how an OCI artifact's signature is checked.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"provider": {
+						SchemaProps: spec.SchemaProps{
+							Description: "provider is the signature format. Only cosign is supported (the default): a signature stored as cosign stores it, under the tag sha256-<digest>.sig, over the artifact's manifest digest.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"keysSecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "keysSecret names a Secret in the run's namespace with the key \"cosign.pub\": one or more PEM public keys (ECDSA, Ed25519 or RSA); a valid signature by any of them verifies the artifact.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"keysSecret"},
 			},
 		},
 	}
@@ -1687,11 +1817,17 @@ func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) comm
 							Ref:         ref(v1alpha1.GitSource{}.OpenAPIModelName()),
 						},
 					},
+					"oci": {
+						SchemaProps: spec.SchemaProps{
+							Description: "oci fetches the configuration from an OCI artifact in a registry, such as one pushed with `flux push artifact` or `oras push`.",
+							Ref:         ref(v1alpha1.OCISource{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ConfigMapSource{}.OpenAPIModelName(), v1alpha1.GitSource{}.OpenAPIModelName()},
+			v1alpha1.ConfigMapSource{}.OpenAPIModelName(), v1alpha1.GitSource{}.OpenAPIModelName(), v1alpha1.OCISource{}.OpenAPIModelName()},
 	}
 }
 
@@ -1704,7 +1840,7 @@ func schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref common.ReferenceCallback
 				Properties: map[string]spec.Schema{
 					"revision": {
 						SchemaProps: spec.SchemaProps{
-							Description: "revision is the resolved git commit, or a content digest for inline and ConfigMap sources.",
+							Description: "revision is the resolved git commit, the OCI artifact as tag@sha256:<manifest digest> (or its digest alone), or a content digest for inline and ConfigMap sources.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -120,6 +120,31 @@ func (e *testEnv) revision(t *testing.T) int64 {
 	return resp.Header.Revision
 }
 
+// writesSince counts the transactions after revision before that wrote
+// more than a log follower's own key, which a follower removes when the log
+// ends, whenever it sees the end.
+func (e *testEnv) writesSince(t *testing.T, before int64) int {
+	t.Helper()
+	now := e.revision(t)
+	n := 0
+	for rev := before + 1; rev <= now; rev++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		w := e.etcd.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
+		resp := <-w
+		cancel()
+		if err := resp.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision == rev && !strings.Contains(string(ev.Kv.Key), "/log-followers/") {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // newTestEnv starts an etcd and builds the storage of terraformruns on it.
 func newTestEnv(t *testing.T) *testEnv {
 	return newTestEnvWithArtifacts(t, artifacts.Options{})

@@ -110,6 +110,21 @@ func sourceSummary(s *terrarun.Source) string {
 			where += "//" + strings.TrimPrefix(s.Git.Path, "/")
 		}
 		return fmt.Sprintf("git:%s@%s", where, s.Git.Ref)
+	case s.OCI != nil:
+		where := strings.TrimPrefix(s.OCI.URL, "oci://")
+		if s.OCI.Path != "" {
+			where += "//" + s.OCI.Path
+		}
+		switch r := s.OCI.Ref; {
+		case r == nil || r.Tag == "" && r.Semver == "" && r.Digest == "":
+			return "oci:" + where + ":latest"
+		case r.Digest != "":
+			return "oci:" + where + "@" + r.Digest[:min(len(r.Digest), 19)]
+		case r.Semver != "":
+			return "oci:" + where + ":" + r.Semver
+		default:
+			return "oci:" + where + ":" + r.Tag
+		}
 	case s.ConfigMap != nil:
 		return "configmap:" + s.ConfigMap.Name
 	case len(s.Inline) == 1:

@@ -3,6 +3,7 @@ package terraformrun
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,22 @@ func TestSourceSummaryHidesCredentials(t *testing.T) {
 	s := sourceSummary(&terrarun.Source{Git: &terrarun.GitSource{URL: "https://user:hunter2@git.example.com/x.git", Ref: "main"}})
 	if s != "git:git.example.com/x.git@main" {
 		t.Errorf("summary = %q", s)
+	}
+}
+
+func TestSourceSummaryOfOCI(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		src  terrarun.OCISource
+		want string
+	}{
+		{terrarun.OCISource{URL: "oci://ghcr.io/org/infra"}, "oci:ghcr.io/org/infra:latest"},
+		{terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Path: "envs/prod", Ref: &terrarun.OCIReference{Tag: "v1"}}, "oci:ghcr.io/org/infra//envs/prod:v1"},
+		{terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Ref: &terrarun.OCIReference{Semver: "~1.2"}}, "oci:ghcr.io/org/infra:~1.2"},
+		{terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Ref: &terrarun.OCIReference{Digest: digest}}, "oci:ghcr.io/org/infra@sha256:abababababab"},
+	} {
+		if got := sourceSummary(&terrarun.Source{OCI: &tc.src}); got != tc.want {
+			t.Errorf("summary of %+v = %q, want %q", tc.src, got, tc.want)
+		}
 	}
 }

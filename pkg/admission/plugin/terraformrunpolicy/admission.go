@@ -49,6 +49,8 @@ func Register(plugins *admission.Plugins) {
 // and update of terraformruns objects (not their subresources) it enforces:
 //
 //   - spec.source.git.url points to a host in allowedGitHosts;
+//   - spec.source.oci.url points to a registry in allowedOCIRegistries, and
+//     sets verify when requireVerifiedSources says so;
 //   - spec.approval.mode is not Auto in a namespace selected by
 //     manualApprovalNamespaceSelector;
 //   - spec.timeouts.plan, spec.timeouts.apply and spec.approval.timeout do not
@@ -296,6 +298,7 @@ func (p *Plugin) checkTTLChange(ctx context.Context, u user.Info, old, run *terr
 func (p *Plugin) checkRun(ctx context.Context, creator user.Info, namespace string, run *terrarun.TerraformRun) []violation {
 	var vs []violation
 	vs = append(vs, p.checkGitHost(run)...)
+	vs = append(vs, p.checkOCISource(run)...)
 	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
@@ -375,6 +378,24 @@ func (p *Plugin) checkGitHost(run *terrarun.TerraformRun) []violation {
 		return []violation{{path, fmt.Sprintf("host %q is not allowed by the cluster policy; allowed hosts: %s", host, allowed)}}
 	}
 	return nil
+}
+
+// checkOCISource applies allowedOCIRegistries and requireVerifiedSources.
+func (p *Plugin) checkOCISource(run *terrarun.TerraformRun) []violation {
+	o := run.Spec.Source.OCI
+	if o == nil {
+		return nil
+	}
+	var vs []violation
+	path := field.NewPath("spec", "source", "oci")
+	host, _, _ := strings.Cut(strings.TrimPrefix(o.URL, "oci://"), "/")
+	if !p.cfg.OCIRegistryAllowed(host) {
+		vs = append(vs, violation{path.Child("url"), fmt.Sprintf("registry %q is not allowed by the cluster policy; allowed registries: %s", host, listOrAny(p.cfg.AllowedOCIRegistries))})
+	}
+	if p.cfg.RequireVerifiedSources && o.Verify == nil {
+		vs = append(vs, violation{path.Child("verify"), "the cluster policy requires every OCI source to be verified (requireVerifiedSources): set verify.keysSecret to a Secret whose cosign.pub holds the signers' public keys"})
+	}
+	return vs
 }
 
 func (p *Plugin) checkApprovalMode(ctx context.Context, namespace string, run *terrarun.TerraformRun) []violation {

@@ -140,6 +140,37 @@ func checkResult(t *testing.T, err error, wantErr ...string) {
 	}
 }
 
+func TestOCISources(t *testing.T) {
+	p := newPlugin(t, minimalPolicy+"allowedOCIRegistries: [ghcr.io, \"*.registry.example.com\"]\nrequireVerifiedSources: true\n", clusterLabeler(t))
+	verified := &terrarun.OCIVerification{KeysSecret: "keys"}
+	for _, tc := range []struct {
+		url     string
+		verify  *terrarun.OCIVerification
+		wantErr []string
+	}{
+		{url: "oci://ghcr.io/org/infra", verify: verified},
+		{url: "oci://eu.registry.example.com:5000/infra", verify: verified},
+		{url: "oci://evil.example/infra", verify: verified, wantErr: []string{
+			`spec.source.oci.url: registry "evil.example" is not allowed by the cluster policy; allowed registries: ghcr.io, *.registry.example.com`}},
+		{url: "oci://ghcr.io/org/infra", wantErr: []string{
+			`spec.source.oci.verify: the cluster policy requires every OCI source to be verified (requireVerifiedSources)`}},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			run := newRun("dev", func(r *terrarun.TerraformRun) {
+				r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: tc.url, Verify: tc.verify}}
+			})
+			checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil), tc.wantErr...)
+		})
+	}
+	t.Run("without the policy any registry, unverified", func(t *testing.T) {
+		p := newPlugin(t, minimalPolicy, nil)
+		run := newRun("dev", func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://evil.example/infra"}}
+		})
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil))
+	})
+}
+
 func TestGitHosts(t *testing.T) {
 	p := newPlugin(t, testPolicy, clusterLabeler(t))
 	const allowed = "allowed hosts: github.com, *.corp.example.com"

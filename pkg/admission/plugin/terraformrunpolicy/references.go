@@ -59,6 +59,18 @@ func references(run *terrarun.TerraformRun) []reference {
 	if g := run.Spec.Source.Git; g != nil && g.CredentialsSecret != "" {
 		secret(spec.Child("source", "git", "credentialsSecret"), g.CredentialsSecret, "get")
 	}
+	if o := run.Spec.Source.OCI; o != nil {
+		oci := spec.Child("source", "oci")
+		if o.CredentialsSecret != "" {
+			secret(oci.Child("credentialsSecret"), o.CredentialsSecret, "get")
+		}
+		if o.CertSecret != "" {
+			secret(oci.Child("certSecret"), o.CertSecret, "get")
+		}
+		if v := o.Verify; v != nil && v.KeysSecret != "" {
+			secret(oci.Child("verify", "keysSecret"), v.KeysSecret, "get")
+		}
+	}
 	if c := run.Spec.Source.ConfigMap; c != nil && c.Name != "" {
 		configMap(spec.Child("source", "configMap", "name"), c.Name)
 	}

@@ -111,6 +111,22 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 			`spec.source.configMap.name: user "alice" may not get configmaps "module"`)
 	})
 
+	t.Run("an OCI source's Secrets", func(t *testing.T) {
+		g := &grants{allowed: map[string]bool{"alice get secrets/pull": true}}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		run := newRun("dev", func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://ghcr.io/org/infra", CredentialsSecret: "pull", CertSecret: "registry-ca",
+				Verify: &terrarun.OCIVerification{KeysSecret: "cosign-keys"}}}
+		})
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil),
+			`spec.source.oci.certSecret: user "alice" may not get secrets "registry-ca"`,
+			`spec.source.oci.verify.keysSecret: user "alice" may not get secrets "cosign-keys"`)
+		if len(g.asked) != 3 {
+			t.Errorf("asked %q, want one question per Secret", g.asked)
+		}
+	})
+
 	t.Run("a workspace's run is checked as the workspace's creator", func(t *testing.T) {
 		// The server creates a workspace's runs with its own loopback
 		// identity (system:masters), naming the workspace's creator: her

@@ -63,7 +63,23 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 		func(s *terrarun.Source, c randfill.Continue) {
 			// exactly one member
 			*s = terrarun.Source{}
-			switch c.Intn(3) {
+			switch c.Intn(4) {
+			case 3:
+				s.OCI = &terrarun.OCISource{URL: "oci://registry.example.com/" + name(c)}
+				switch c.Intn(4) {
+				case 0:
+					s.OCI.Ref = &terrarun.OCIReference{Tag: pick(c, "v1.2.3", "latest")}
+				case 1:
+					s.OCI.Ref = &terrarun.OCIReference{Semver: "~1.2"}
+				case 2:
+					s.OCI.Ref = &terrarun.OCIReference{Digest: fmt.Sprintf("sha256:%016x%016x%016x%016x", c.Uint64(), c.Uint64(), c.Uint64(), c.Uint64())}
+				}
+				s.OCI.Path = optional(c, func(c randfill.Continue) string { return "envs/" + name(c) })
+				s.OCI.CredentialsSecret = optional(c, name)
+				s.OCI.CertSecret = optional(c, name)
+				if c.Bool() {
+					s.OCI.Verify = &terrarun.OCIVerification{Provider: terrarun.OCIVerificationProviderCosign, KeysSecret: name(c)}
+				}
 			case 0:
 				s.Inline = map[string]string{
 					"main.tf": c.String(0),

@@ -134,6 +134,10 @@ func TestFuzzerCoverage(t *testing.T) {
 			members++
 			seen["source.git"] = true
 		}
+		if s.Source.OCI != nil {
+			members++
+			seen["source.oci"] = true
+		}
 		if members != 1 {
 			t.Fatalf("source has %d members, want exactly 1: %+v", members, s.Source)
 		}
@@ -218,7 +222,7 @@ func TestFuzzerCoverage(t *testing.T) {
 	}
 
 	for _, want := range []string{
-		"source.inline", "source.configMap", "source.git",
+		"source.inline", "source.configMap", "source.git", "source.oci",
 		"variables.value", "variables.valueFrom",
 		"approval.timeout", "timeouts", "backend.config",
 		"executor.resources", "executor.tolerations", "executor.nodeSelector",

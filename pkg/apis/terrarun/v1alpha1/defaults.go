@@ -25,6 +25,13 @@ func SetDefaults_TerraformRunSpec(obj *TerraformRunSpec) {
 	}
 }
 
+// SetDefaults_OCIVerification names cosign, the one provider.
+func SetDefaults_OCIVerification(obj *OCIVerification) {
+	if obj.Provider == "" {
+		obj.Provider = OCIVerificationProviderCosign
+	}
+}
+
 // SetDefaults_PolicyValidation makes a validation without an enforcement
 // hard-mandatory: a policy that forgets to say blocks rather than advises.
 func SetDefaults_PolicyValidation(obj *PolicyValidation) {

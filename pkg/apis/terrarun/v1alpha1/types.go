@@ -195,6 +195,11 @@ type Source struct {
 	// git fetches the configuration from a git repository.
 	// +optional
 	Git *GitSource `json:"git,omitempty" protobuf:"bytes,3,opt,name=git"`
+
+	// oci fetches the configuration from an OCI artifact in a registry, such
+	// as one pushed with `flux push artifact` or `oras push`.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty" protobuf:"bytes,4,opt,name=oci"`
 }
 
 // ConfigMapSource references a ConfigMap holding the configuration files.
@@ -222,6 +227,87 @@ type GitSource struct {
 	// +optional
 	CredentialsSecret string `json:"credentialsSecret,omitempty" protobuf:"bytes,4,opt,name=credentialsSecret"`
 }
+
+// OCISource fetches the configuration from an OCI artifact: its one layer
+// of a tar+gzip media type (`flux push artifact`'s
+// application/vnd.cncf.flux.content.v1.tar+gzip, or a plain tar+gzip one),
+// unpacked with limits on size and file count. The artifact's manifest
+// digest is recorded in status.source.revision (as tag@sha256:...), and the
+// apply uses exactly the configuration that the plan unpacked.
+type OCISource struct {
+	// url of the repository, as oci://host[:port]/path, without a tag or a
+	// digest: ref selects the artifact.
+	URL string `json:"url" protobuf:"bytes,1,opt,name=url"`
+	// ref selects the artifact: a tag, the newest tag that matches a semver
+	// range, or a digest. Defaults to the tag "latest".
+	// +optional
+	Ref *OCIReference `json:"ref,omitempty" protobuf:"bytes,2,opt,name=ref"`
+	// path is the directory inside the artifact that holds the
+	// configuration. It is relative and may not leave the artifact. Defaults
+	// to the root.
+	// +optional
+	Path string `json:"path,omitempty" protobuf:"bytes,3,opt,name=path"`
+	// credentialsSecret names a Secret of type kubernetes.io/dockerconfigjson
+	// in the run's namespace, whose auths entry for the registry's host is
+	// used to pull. It is mounted as a file and never appears in arguments,
+	// environment or logs.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty" protobuf:"bytes,4,opt,name=credentialsSecret"`
+	// certSecret names a Secret in the run's namespace with the key "ca.crt":
+	// the CA certificates that the registry's TLS certificate is verified
+	// with, besides the system's.
+	// +optional
+	CertSecret string `json:"certSecret,omitempty" protobuf:"bytes,5,opt,name=certSecret"`
+	// insecure allows the registry to be reached over plain HTTP (a
+	// registry on a private network, or one started for a test). Never
+	// with credentials.
+	// +optional
+	Insecure bool `json:"insecure,omitempty" protobuf:"varint,6,opt,name=insecure"`
+	// verify checks the artifact's signature before anything of it is
+	// unpacked. A run whose artifact fails it ends Failed with reason
+	// VerificationFailed.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty" protobuf:"bytes,7,opt,name=verify"`
+}
+
+// OCIReference selects an artifact of a repository. At most one member is
+// set; none means the tag "latest".
+type OCIReference struct {
+	// tag is a tag of the repository, such as v1.2.0 or latest.
+	// +optional
+	Tag string `json:"tag,omitempty" protobuf:"bytes,1,opt,name=tag"`
+	// semver is a range of semantic versions, such as ">=1.0.0 <2.0.0" or
+	// "~1.2": the newest tag in it is used.
+	// +optional
+	Semver string `json:"semver,omitempty" protobuf:"bytes,2,opt,name=semver"`
+	// digest is a manifest digest, sha256:<64 hex digits>.
+	// +optional
+	Digest string `json:"digest,omitempty" protobuf:"bytes,3,opt,name=digest"`
+}
+
+// OCIVerification says how an OCI artifact's signature is checked.
+type OCIVerification struct {
+	// provider is the signature format. Only cosign is supported (the
+	// default): a signature stored as cosign stores it, under the tag
+	// sha256-<digest>.sig, over the artifact's manifest digest.
+	// +optional
+	Provider string `json:"provider,omitempty" protobuf:"bytes,1,opt,name=provider"`
+	// keysSecret names a Secret in the run's namespace with the key
+	// "cosign.pub": one or more PEM public keys (ECDSA, Ed25519 or RSA); a
+	// valid signature by any of them verifies the artifact.
+	KeysSecret string `json:"keysSecret" protobuf:"bytes,2,opt,name=keysSecret"`
+}
+
+// OCIVerificationProviderCosign is the one provider of spec.source.oci.verify.
+const OCIVerificationProviderCosign = "cosign"
+
+// Keys of the Secrets that an OCI source reads.
+const (
+	// OCICosignKeysKey is the key of spec.source.oci.verify.keysSecret.
+	OCICosignKeysKey = "cosign.pub"
+	// OCICAKey is the key of spec.source.oci.certSecret.
+	OCICAKey = "ca.crt"
+)
 
 // Variable is one Terraform input variable.
 type Variable struct {
@@ -462,6 +548,9 @@ const (
 	ReasonExecutorLost     = "ExecutorLost"
 	ReasonExecutorForged   = "ExecutorForged"
 	ReasonStartFailed      = "StartFailed"
+	// ReasonVerificationFailed: the signature of the run's OCI source did
+	// not verify (spec.source.oci.verify); nothing of it was unpacked.
+	ReasonVerificationFailed = "VerificationFailed"
 )
 
 // TerraformRunStatus is the observed state of a run.
@@ -593,7 +682,7 @@ type ApprovalStatus struct {
 
 // SourceStatus records the resolved source.
 type SourceStatus struct {
-	// revision is the resolved git commit, or a content digest for inline and ConfigMap sources.
+	// revision is the resolved git commit, the OCI artifact as tag@sha256:<manifest digest> (or its digest alone), or a content digest for inline and ConfigMap sources.
 	// +optional
 	Revision string `json:"revision,omitempty" protobuf:"bytes,1,opt,name=revision"`
 }

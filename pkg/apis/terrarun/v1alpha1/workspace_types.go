@@ -57,7 +57,8 @@ type TerraformWorkspaceSpec struct {
 	// plan-only run. Off when empty; at least 10s.
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty" protobuf:"bytes,3,opt,name=interval"`
-	// sourceInterval is how often a git source's ref is resolved again, when
+	// sourceInterval is how often a git source's ref (an OCI source's tag
+	// or semver range) is resolved again, when
 	// that should be more often than interval (or without drift checks):
 	// it is resolved by a plan-only run, which reports drift too. At least
 	// 10s.

@@ -56,6 +56,11 @@ func SetObjectDefaults_TerraformPolicyList(in *TerraformPolicyList) {
 
 func SetObjectDefaults_TerraformRun(in *TerraformRun) {
 	SetDefaults_TerraformRunSpec(&in.Spec)
+	if in.Spec.Source.OCI != nil {
+		if in.Spec.Source.OCI.Verify != nil {
+			SetDefaults_OCIVerification(in.Spec.Source.OCI.Verify)
+		}
+	}
 }
 
 func SetObjectDefaults_TerraformRunList(in *TerraformRunList) {
@@ -78,6 +83,11 @@ func SetObjectDefaults_TerraformRunTaskList(in *TerraformRunTaskList) {
 
 func SetObjectDefaults_TerraformWorkspace(in *TerraformWorkspace) {
 	SetDefaults_TerraformRunSpec(&in.Spec.Template)
+	if in.Spec.Template.Source.OCI != nil {
+		if in.Spec.Template.Source.OCI.Verify != nil {
+			SetDefaults_OCIVerification(in.Spec.Template.Source.OCI.Verify)
+		}
+	}
 }
 
 func SetObjectDefaults_TerraformWorkspaceList(in *TerraformWorkspaceList) {

@@ -82,6 +82,21 @@ func (in KeySelector) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OCIReference) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.OCIReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OCISource) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.OCISource"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OCIVerification) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.OCIVerification"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OutputSelector) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.OutputSelector"
 }

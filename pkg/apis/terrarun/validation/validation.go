@@ -22,6 +22,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/Masterminds/semver/v3"
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -271,13 +273,17 @@ func validateSource(src *terrarun.Source, fldPath *field.Path) field.ErrorList {
 		set = append(set, "git")
 		allErrs = append(allErrs, validateGit(src.Git, fldPath.Child("git"))...)
 	}
+	if src.OCI != nil {
+		set = append(set, "oci")
+		allErrs = append(allErrs, validateOCI(src.OCI, fldPath.Child("oci"))...)
+	}
 
 	switch {
 	case len(set) == 0 && src.Inline != nil:
 		// inline: {} was sent: the user meant inline but gave no file.
-		allErrs = append(allErrs, field.Required(fldPath.Child("inline"), "add at least one *.tf or *.tf.json file, or set configMap or git instead"))
+		allErrs = append(allErrs, field.Required(fldPath.Child("inline"), "add at least one *.tf or *.tf.json file, or set configMap, git or oci instead"))
 	case len(set) == 0:
-		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of inline, configMap or git"))
+		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of inline, configMap, git or oci"))
 	default:
 		for _, extra := range set[1:] {
 			allErrs = append(allErrs, field.Forbidden(fldPath.Child(extra),
@@ -334,22 +340,106 @@ func validateGit(g *terrarun.GitSource, fldPath *field.Path) field.ErrorList {
 		allErrs = append(allErrs, field.Invalid(refPath, g.Ref, "must not start with '-'; name a branch, tag or commit"))
 	}
 
-	if g.Path != "" {
-		pathPath := fldPath.Child("path")
-		switch {
-		case strings.IndexFunc(g.Path, unicode.IsControl) >= 0:
-			allErrs = append(allErrs, field.Invalid(pathPath, g.Path, "must not contain control characters"))
-		case strings.Contains(g.Path, `\`):
-			allErrs = append(allErrs, field.Invalid(pathPath, g.Path, "must use '/' as separator, not '\\'"))
-		case strings.HasPrefix(g.Path, "/"):
-			allErrs = append(allErrs, field.Invalid(pathPath, g.Path, "must be relative to the repository root, such as infra/prod; remove the leading '/'"))
-		case hasDotDotElement(g.Path):
-			allErrs = append(allErrs, field.Invalid(pathPath, g.Path, "must not contain '..'; the path must stay inside the repository"))
-		}
-	}
-
+	allErrs = append(allErrs, validateSourcePath(g.Path, "repository", fldPath.Child("path"))...)
 	allErrs = append(allErrs, validateObjectName(g.CredentialsSecret, false, fldPath.Child("credentialsSecret"))...)
 	return allErrs
+}
+
+// validateSourcePath validates the directory of a git repository or an
+// OCI artifact (what) that holds the configuration.
+func validateSourcePath(p, what string, fldPath *field.Path) field.ErrorList {
+	switch {
+	case p == "":
+		return nil
+	case strings.IndexFunc(p, unicode.IsControl) >= 0:
+		return field.ErrorList{field.Invalid(fldPath, p, "must not contain control characters")}
+	case strings.Contains(p, `\`):
+		return field.ErrorList{field.Invalid(fldPath, p, "must use '/' as separator, not '\\'")}
+	case strings.HasPrefix(p, "/"):
+		return field.ErrorList{field.Invalid(fldPath, p, "must be relative to the "+what+" root, such as infra/prod; remove the leading '/'")}
+	case hasDotDotElement(p):
+		return field.ErrorList{field.Invalid(fldPath, p, "must not contain '..'; the path must stay inside the "+what)}
+	}
+	return nil
+}
+
+// ociDigestRegexp matches a sha256 manifest digest.
+var ociDigestRegexp = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+
+// ociTagRegexp is the OCI distribution spec's tag grammar.
+var ociTagRegexp = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
+
+// validateOCI validates an OCI source.
+func validateOCI(o *terrarun.OCISource, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	allErrs = append(allErrs, validateOCIURL(o.URL, fldPath.Child("url"))...)
+	if r := o.Ref; r != nil {
+		refPath := fldPath.Child("ref")
+		var set []string
+		if r.Tag != "" {
+			set = append(set, "tag")
+			if !ociTagRegexp.MatchString(r.Tag) {
+				allErrs = append(allErrs, field.Invalid(refPath.Child("tag"), r.Tag, "must be an OCI tag: letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-', such as v1.2.0"))
+			}
+		}
+		if r.Semver != "" {
+			set = append(set, "semver")
+			if _, err := semver.NewConstraint(r.Semver); err != nil {
+				allErrs = append(allErrs, field.Invalid(refPath.Child("semver"), r.Semver, "must be a semver range, such as \">=1.0.0 <2.0.0\" or \"~1.2\": "+err.Error()))
+			}
+		}
+		if r.Digest != "" {
+			set = append(set, "digest")
+			if !ociDigestRegexp.MatchString(r.Digest) {
+				allErrs = append(allErrs, field.Invalid(refPath.Child("digest"), r.Digest, "must be sha256: and 64 lowercase hex digits, as `crane digest` or `oras resolve` prints it"))
+			}
+		}
+		for _, extra := range set[min(1, len(set)):] {
+			allErrs = append(allErrs, field.Forbidden(refPath.Child(extra), fmt.Sprintf("set one of tag, semver and digest; %s is already set", set[0])))
+		}
+	}
+	allErrs = append(allErrs, validateSourcePath(o.Path, "artifact", fldPath.Child("path"))...)
+	allErrs = append(allErrs, validateObjectName(o.CredentialsSecret, false, fldPath.Child("credentialsSecret"))...)
+	allErrs = append(allErrs, validateObjectName(o.CertSecret, false, fldPath.Child("certSecret"))...)
+	if o.Insecure && o.CredentialsSecret != "" {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("insecure"), "credentials are never sent over plain HTTP: serve the registry over TLS (with certSecret for a private CA), or drop credentialsSecret"))
+	}
+	if o.Insecure && o.CertSecret != "" {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("insecure"), "certSecret verifies TLS, which insecure turns off: set one of them"))
+	}
+	if v := o.Verify; v != nil {
+		vPath := fldPath.Child("verify")
+		if v.Provider != "" && v.Provider != terrarun.OCIVerificationProviderCosign {
+			allErrs = append(allErrs, field.NotSupported(vPath.Child("provider"), v.Provider, []string{terrarun.OCIVerificationProviderCosign}))
+		}
+		allErrs = append(allErrs, validateObjectName(v.KeysSecret, true, vPath.Child("keysSecret"))...)
+	}
+	return allErrs
+}
+
+// validateOCIURL accepts oci://host[:port]/path without a tag, a digest or
+// credentials.
+func validateOCIURL(raw string, fldPath *field.Path) field.ErrorList {
+	const example = "such as oci://ghcr.io/org/infra"
+	rest, ok := strings.CutPrefix(raw, "oci://")
+	switch {
+	case raw == "":
+		return field.ErrorList{field.Required(fldPath, "set the repository, "+example)}
+	case !ok:
+		return field.ErrorList{field.Invalid(fldPath, redactUnparsedURL(raw), "must start with oci://, "+example)}
+	case strings.Contains(rest, "@"):
+		return field.ErrorList{field.Invalid(fldPath, redactUnparsedURL(raw), "must carry neither credentials nor a digest: set credentialsSecret, or spec.source.oci.ref.digest")}
+	}
+	host, repo, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(repo, ":"); i >= 0 {
+		return field.ErrorList{field.Invalid(fldPath, raw, "must not carry a tag: set spec.source.oci.ref.tag to "+repo[i+1:])}
+	}
+	// A host has a dot or a port (or is localhost), as docker's rule says;
+	// "library/x" would be read as a Docker Hub name, which is never meant.
+	if _, err := name.NewRepository(rest, name.StrictValidation); err != nil || !strings.ContainsAny(host, ".:") && host != "localhost" || repo == "" {
+		return field.ErrorList{field.Invalid(fldPath, raw, "must name a registry host and a repository in lowercase, "+example)}
+	}
+	return nil
 }
 
 // validateGitURL accepts https:// and ssh:// URLs without embedded passwords,

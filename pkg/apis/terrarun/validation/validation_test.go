@@ -183,7 +183,7 @@ func TestValidateSource(t *testing.T) {
 	cm := &terrarun.ConfigMapSource{Name: "config"}
 	runSpecCases(t, []specCase{
 		{name: "none", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source = terrarun.Source{} },
-			want: []string{required("spec.source")}, detail: "set exactly one of inline, configMap or git"},
+			want: []string{required("spec.source")}, detail: "set exactly one of inline, configMap, git or oci"},
 		{name: "empty inline", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source = terrarun.Source{Inline: map[string]string{}} },
 			want: []string{required("spec.source.inline")}},
 		{name: "inline and git", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source.Git = git() },
@@ -294,6 +294,63 @@ func TestValidateGit(t *testing.T) {
 		{name: "path with control character", mutate: withGit(func(g *terrarun.GitSource) { g.Path = "infra\x00" }), want: []string{invalid("spec.source.git.path")}},
 
 		{name: "invalid credentialsSecret", mutate: withGit(func(g *terrarun.GitSource) { g.CredentialsSecret = "Git_Creds" }), want: []string{invalid("spec.source.git.credentialsSecret")}},
+	})
+}
+
+func TestValidateOCI(t *testing.T) {
+	withOCI := func(mut func(o *terrarun.OCISource)) func(*terrarun.TerraformRun) {
+		return func(r *terrarun.TerraformRun) {
+			o := &terrarun.OCISource{URL: "oci://ghcr.io/org/infra"}
+			mut(o)
+			r.Spec.Source = terrarun.Source{OCI: o}
+		}
+	}
+	url := func(u string) func(*terrarun.TerraformRun) {
+		return withOCI(func(o *terrarun.OCISource) { o.URL = u })
+	}
+	ref := func(r terrarun.OCIReference) func(*terrarun.TerraformRun) {
+		return withOCI(func(o *terrarun.OCISource) { o.Ref = &r })
+	}
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	runSpecCases(t, []specCase{
+		{name: "latest", mutate: url("oci://ghcr.io/org/infra")},
+		{name: "port", mutate: url("oci://127.0.0.1:5000/infra/app")},
+		{name: "localhost", mutate: url("oci://localhost/infra")},
+		{name: "missing url", mutate: url(""), want: []string{required("spec.source.oci.url")}},
+		{name: "https scheme", mutate: url("https://ghcr.io/org/infra"), want: []string{invalid("spec.source.oci.url")}, detail: "must start with oci://"},
+		{name: "no host", mutate: url("oci://org/infra"), want: []string{invalid("spec.source.oci.url")}, detail: "must name a registry host"},
+		{name: "no repository", mutate: url("oci://ghcr.io"), want: []string{invalid("spec.source.oci.url")}},
+		{name: "upper case", mutate: url("oci://ghcr.io/Org/Infra"), want: []string{invalid("spec.source.oci.url")}},
+		{name: "tag in the url", mutate: url("oci://ghcr.io/org/infra:v1"), want: []string{invalid("spec.source.oci.url")}, detail: "set spec.source.oci.ref.tag to v1"},
+		{name: "digest in the url", mutate: url("oci://ghcr.io/org/infra@" + digest), want: []string{invalid("spec.source.oci.url")}, detail: "spec.source.oci.ref.digest"},
+		{name: "credentials in the url", mutate: url("oci://bob:" + secretMarker + "@ghcr.io/org/infra"), want: []string{invalid("spec.source.oci.url")}, detail: "credentialsSecret"},
+
+		{name: "tag", mutate: ref(terrarun.OCIReference{Tag: "v1.2.0"})},
+		{name: "semver", mutate: ref(terrarun.OCIReference{Semver: ">=1.0.0 <2.0.0"})},
+		{name: "digest", mutate: ref(terrarun.OCIReference{Digest: digest})},
+		{name: "bad tag", mutate: ref(terrarun.OCIReference{Tag: "-v1"}), want: []string{invalid("spec.source.oci.ref.tag")}},
+		{name: "bad semver", mutate: ref(terrarun.OCIReference{Semver: "one"}), want: []string{invalid("spec.source.oci.ref.semver")}, detail: "must be a semver range"},
+		{name: "short digest", mutate: ref(terrarun.OCIReference{Digest: "sha256:abc"}), want: []string{invalid("spec.source.oci.ref.digest")}},
+		{name: "tag and digest", mutate: ref(terrarun.OCIReference{Tag: "v1", Digest: digest}), want: []string{forbidden("spec.source.oci.ref.digest")}, detail: "tag is already set"},
+
+		{name: "path", mutate: withOCI(func(o *terrarun.OCISource) { o.Path = "envs/prod" })},
+		{name: "escaping path", mutate: withOCI(func(o *terrarun.OCISource) { o.Path = "../x" }), want: []string{invalid("spec.source.oci.path")}, detail: "inside the artifact"},
+		{name: "secrets", mutate: withOCI(func(o *terrarun.OCISource) { o.CredentialsSecret, o.CertSecret = "pull", "ca" })},
+		{name: "invalid credentialsSecret", mutate: withOCI(func(o *terrarun.OCISource) { o.CredentialsSecret = "Pull_Secret" }), want: []string{invalid("spec.source.oci.credentialsSecret")}},
+		{name: "insecure", mutate: withOCI(func(o *terrarun.OCISource) { o.Insecure = true })},
+		{name: "insecure with credentials", mutate: withOCI(func(o *terrarun.OCISource) { o.Insecure, o.CredentialsSecret = true, "pull" }), want: []string{forbidden("spec.source.oci.insecure")}, detail: "never sent over plain HTTP"},
+		{name: "insecure with a CA", mutate: withOCI(func(o *terrarun.OCISource) { o.Insecure, o.CertSecret = true, "ca" }), want: []string{forbidden("spec.source.oci.insecure")}},
+		{name: "verify", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{Provider: "cosign", KeysSecret: "keys"}
+		})},
+		{name: "verify without keys", mutate: withOCI(func(o *terrarun.OCISource) { o.Verify = &terrarun.OCIVerification{} }), want: []string{required("spec.source.oci.verify.keysSecret")}},
+		{name: "verify with notation", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{Provider: "notation", KeysSecret: "k"}
+		}), want: []string{notSupported("spec.source.oci.verify.provider")}},
+		{name: "oci and git", mutate: func(r *terrarun.TerraformRun) {
+			withOCI(func(*terrarun.OCISource) {})(r)
+			r.Spec.Source.Git = &terrarun.GitSource{URL: "https://github.com/org/repo.git", Ref: "main"}
+		}, want: []string{forbidden("spec.source.oci")}},
 	})
 }
 

@@ -32,6 +32,9 @@ type SourceApplyConfiguration struct {
 	ConfigMap *ConfigMapSourceApplyConfiguration `json:"configMap,omitempty"`
 	// git fetches the configuration from a git repository.
 	Git *GitSourceApplyConfiguration `json:"git,omitempty"`
+	// oci fetches the configuration from an OCI artifact in a registry, such
+	// as one pushed with `flux push artifact` or `oras push`.
+	OCI *OCISourceApplyConfiguration `json:"oci,omitempty"`
 }
 
 // SourceApplyConfiguration constructs a declarative configuration of the Source type for use with
@@ -67,5 +70,13 @@ func (b *SourceApplyConfiguration) WithConfigMap(value *ConfigMapSourceApplyConf
 // If called multiple times, the Git field is set to the value of the last call.
 func (b *SourceApplyConfiguration) WithGit(value *GitSourceApplyConfiguration) *SourceApplyConfiguration {
 	b.Git = value
+	return b
+}
+
+// WithOCI sets the OCI field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OCI field is set to the value of the last call.
+func (b *SourceApplyConfiguration) WithOCI(value *OCISourceApplyConfiguration) *SourceApplyConfiguration {
+	b.OCI = value
 	return b
 }

@@ -23,7 +23,7 @@ package v1alpha1
 //
 // SourceStatus records the resolved source.
 type SourceStatusApplyConfiguration struct {
-	// revision is the resolved git commit, or a content digest for inline and ConfigMap sources.
+	// revision is the resolved git commit, the OCI artifact as tag@sha256:<manifest digest> (or its digest alone), or a content digest for inline and ConfigMap sources.
 	Revision *string `json:"revision,omitempty"`
 }
 

@@ -1,0 +1,397 @@
+// Package ocitest starts a real OCI registry for tests, as
+// net/http/httptest starts an HTTP server: CNCF Distribution's registry,
+// built by hack/registry.sh, whose path $TERRARUN_REGISTRY names, serving
+// TLS with a CA of the test's own and, when asked, htpasswd authentication,
+// from a directory that a test can read and tamper with. Artifacts are
+// pushed with go-containerregistry and signed as cosign signs them, with
+// sigstore's signature package.
+package ocitest
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"maps"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+	"github.com/sigstore/sigstore/pkg/signature/payload"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Media types that cosign writes a signature with.
+const (
+	simpleSigningMediaType types.MediaType = "application/vnd.dev.cosign.simplesigning.v1+json"
+	fluxConfigMediaType    types.MediaType = "application/vnd.cncf.flux.config.v1+json"
+	// FluxContentMediaType is the layer type of `flux push artifact`.
+	FluxContentMediaType types.MediaType = "application/vnd.cncf.flux.content.v1.tar+gzip"
+)
+
+// Options configure a registry.
+type Options struct {
+	// Private requires a user and password (Username, Password) for every
+	// request.
+	Private bool
+	// Host is the address to listen on; 127.0.0.1 when empty.
+	Host string
+}
+
+// Registry is a registry process serving TLS on loopback.
+type Registry struct {
+	// Host is host:port, as in an oci:// URL.
+	Host string
+	// CA is the PEM certificate its TLS certificate is issued by.
+	CA []byte
+	// Username and Password are its one user's (Private only).
+	Username, Password string
+	// Root is its storage directory.
+	Root string
+
+	t      testing.TB
+	output *bytes.Buffer
+}
+
+// Start starts a registry, stopped when the test ends.
+func Start(t testing.TB, opts Options) *Registry {
+	t.Helper()
+	binary := os.Getenv("TERRARUN_REGISTRY")
+	if binary == "" {
+		t.Fatal("TERRARUN_REGISTRY is not set: run the tests through make, or set it to a registry binary (hack/registry.sh prints one)")
+	}
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	r := &Registry{Host: addr, Root: filepath.Join(dir, "storage"), t: t, output: &bytes.Buffer{}}
+	caPEM, certPEM, keyPEM := issue(t, host)
+	r.CA = caPEM
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := fmt.Sprintf(`version: 0.1
+log:
+  level: error
+  accesslog: {disabled: true}
+storage:
+  filesystem: {rootdirectory: %q}
+  delete: {enabled: true}
+http:
+  addr: %q
+  tls: {certificate: %q, key: %q}
+`, r.Root, addr, write("tls.crt", certPEM), write("tls.key", keyPEM))
+	if opts.Private {
+		r.Username, r.Password = "terrarun-test", "registry-secret-"+randomHex(t)
+		hash, err := bcrypt.GenerateFromPassword([]byte(r.Password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg += fmt.Sprintf("auth:\n  htpasswd: {realm: terrarun-test, path: %q}\n", write("htpasswd", []byte(r.Username+":"+string(hash)+"\n")))
+	}
+	cmd := exec.Command(binary, "serve", write("config.yml", []byte(cfg)))
+	cmd.Stdout, cmd.Stderr = r.output, r.output
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the registry: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("registry output (the last 20 lines; 404s are the pushes' probes):\n%s", lastLines(r.output.String(), 20))
+		}
+	})
+	client := &http.Client{Transport: r.Transport(), Timeout: 2 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("https://" + addr + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			return r
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the registry exited (%v):\n%s", err, r.output)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registry did not answer at %s: %v\n%s", addr, err, r.output)
+		}
+	}
+}
+
+// Transport trusts the registry's CA.
+func (r *Registry) Transport() http.RoundTripper {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(r.CA)
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t
+}
+
+// URL is repo's oci:// URL.
+func (r *Registry) URL(repo string) string { return "oci://" + r.Host + "/" + repo }
+
+// DockerConfig is a .dockerconfigjson with the registry's credentials.
+func (r *Registry) DockerConfig() []byte {
+	b, _ := json.Marshal(map[string]any{"auths": map[string]any{r.Host: map[string]string{
+		"username": r.Username, "password": r.Password,
+		"auth": base64.StdEncoding.EncodeToString([]byte(r.Username + ":" + r.Password)),
+	}}})
+	return b
+}
+
+func (r *Registry) options() []remote.Option {
+	auth := authn.Anonymous
+	if r.Username != "" {
+		auth = &authn.Basic{Username: r.Username, Password: r.Password}
+	}
+	return []remote.Option{remote.WithTransport(r.Transport()), remote.WithAuth(auth), remote.WithContext(context.Background())}
+}
+
+// Artifact is an artifact to push: its layer's content and media type
+// (FluxContentMediaType when empty).
+type Artifact struct {
+	Layer     []byte
+	MediaType types.MediaType
+}
+
+// Push pushes an artifact as `flux push artifact` does (a config of
+// Flux's media type and one layer) under tag of repo, and returns its
+// manifest digest.
+func (r *Registry) Push(repo, tag string, a Artifact) string {
+	r.t.Helper()
+	mt := a.MediaType
+	if mt == "" {
+		mt = FluxContentMediaType
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, fluxConfigMediaType)
+	img, err := mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(a.Layer, mt)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	img = mutate.Annotations(img, map[string]string{
+		"org.opencontainers.image.source":   "https://git.example.com/infra",
+		"org.opencontainers.image.revision": tag,
+	}).(v1.Image)
+	ref, err := name.NewTag(r.Host + "/" + repo + ":" + tag)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, r.options()...); err != nil {
+		r.t.Fatalf("pushing %s: %v", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return d.String()
+}
+
+// Sign signs digest of repo with signer as `cosign sign --key` does: a
+// simple-signing payload naming the digest, its signature in an annotation
+// of the payload's layer, in the image tagged sha256-<hex>.sig (appended to
+// the signatures already there).
+func (r *Registry) Sign(repo, digest string, signer signature.Signer) {
+	r.t.Helper()
+	d, err := name.NewDigest(r.Host + "/" + repo + "@" + digest)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	body, err := json.Marshal(payload.Cosign{Image: d})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	sig, err := signer.SignMessage(bytes.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.AddSignature(repo, digest, body, sig)
+}
+
+// AddSignature appends a signature layer (payload body, signature sig) to
+// the signatures of digest, for forged and mismatched signatures.
+func (r *Registry) AddSignature(repo, digest string, body, sig []byte) {
+	r.t.Helper()
+	tag, err := name.NewTag(r.Host + "/" + repo + ":" + strings.Replace(digest, ":", "-", 1) + ".sig")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	if existing, err := remote.Image(tag, r.options()...); err == nil {
+		base = existing
+	}
+	img, err := mutate.Append(base, mutate.Addendum{
+		Layer:       static.NewLayer(body, simpleSigningMediaType),
+		Annotations: map[string]string{"dev.cosignproject.cosign/signature": base64.StdEncoding.EncodeToString(sig)},
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := remote.Write(tag, img, r.options()...); err != nil {
+		r.t.Fatalf("pushing the signature %s: %v", tag, err)
+	}
+}
+
+// BlobPath is the file that holds blob digest (sha256:<hex>) in the
+// registry's storage.
+func (r *Registry) BlobPath(digest string) string {
+	hex := strings.TrimPrefix(digest, "sha256:")
+	return filepath.Join(r.Root, "docker", "registry", "v2", "blobs", "sha256", hex[:2], hex, "data")
+}
+
+// LayerDigest is the digest of the one layer of repo@digest.
+func (r *Registry) LayerDigest(repo, digest string) string {
+	r.t.Helper()
+	ref, err := name.NewDigest(r.Host + "/" + repo + "@" + digest)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	img, err := remote.Image(ref, r.options()...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return m.Layers[0].Digest.String()
+}
+
+// Key is a cosign key pair: its signer and its public key's PEM.
+type Key struct {
+	Signer    signature.Signer
+	PublicPEM []byte
+}
+
+// NewKey makes an ECDSA P-256 key pair, cosign's default.
+func NewKey(t testing.TB) Key {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := signature.LoadSignerVerifier(priv, crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := cryptoutils.MarshalPublicKeyToPEM(priv.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Key{Signer: sv, PublicPEM: pub}
+}
+
+// issue makes a CA and a certificate it issues for host.
+func issue(t testing.TB, host string) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "terrarun test registry CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+func randomHex(t testing.TB) string {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", b)
+}
+
+// TarGz is a tar+gzip archive of files (name → content), in name order.
+func TarGz(files map[string]string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: int64(len(files[n])), ModTime: time.Unix(0, 0)})
+		_, _ = tw.Write([]byte(files[n]))
+	}
+	_ = tw.Close()
+	_ = gz.Close()
+	return buf.Bytes()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

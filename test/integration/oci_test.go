@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
+)
+
+// versionTF is a configuration whose output says which version it is.
+func versionTF(v string) []byte {
+	return ocitest.TarGz(map[string]string{"main.tf": fmt.Sprintf("resource \"terraform_data\" \"x\" {\n  input = %q\n}\n\noutput \"version\" {\n  value = terraform_data.x.output\n}\n", v)})
+}
+
+// ociRun is the spec of an Auto run from the OCI source given as YAML
+// lines under oci:.
+func ociRun(oci string) string {
+	return fmt.Sprintf("  engine:\n    binary: %s\n  workspace: ws-%d\n  approval:\n    mode: Auto\n  source:\n    oci:\n%s", engineName, workspaceSeq.Add(1), oci)
+}
+
+// TestOCISource runs from a real registry (CNCF Distribution over TLS
+// with a CA of its own, requiring a password) as a user would with
+// kubectl: runs from a tag, a digest and a semver range record the
+// artifact's digest as their revision and apply it; an unsigned artifact,
+// one signed by another key, and a tampered layer are refused before
+// anything is unpacked (VerificationFailed names the reference and the
+// Secret); without credentials the pull is refused, saying what to set;
+// the registry's password is in no log.
+func TestOCISource(t *testing.T) {
+	e := newRunEnv(t)
+	reg := ocitest.Start(t, ocitest.Options{Private: true})
+	trusted, other := ocitest.NewKey(t), ocitest.NewKey(t)
+	v1 := reg.Push("infra/app", "v1.0.0", ocitest.Artifact{Layer: versionTF("1.0.0")})
+	v11 := reg.Push("infra/app", "v1.1.0", ocitest.Artifact{Layer: versionTF("1.1.0")})
+	reg.Push("infra/app", "v2.0.0", ocitest.Artifact{Layer: versionTF("2.0.0")})
+	for _, d := range []string{v1, v11} {
+		reg.Sign("infra/app", d, trusted.Signer)
+	}
+	unsigned := reg.Push("infra/unsigned", "v1", ocitest.Artifact{Layer: versionTF("unsigned")})
+	reg.Sign("infra/other", reg.Push("infra/other", "v1", ocitest.Artifact{Layer: versionTF("other")}), other.Signer)
+	tampered := reg.Push("infra/tampered", "v1", ocitest.Artifact{Layer: versionTF("tampered")})
+	blob := reg.BlobPath(reg.LayerDigest("infra/tampered", tampered))
+	b, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(blob, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e.secret(t, "default", "pull", ".dockerconfigjson", string(reg.DockerConfig()))
+	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
+	e.secret(t, "default", "cosign-keys", "cosign.pub", string(trusted.PublicPEM))
+	access := fmt.Sprintf("      url: %s\n      credentialsSecret: pull\n      certSecret: registry-ca\n", reg.URL("infra/app"))
+	verify := "      verify:\n        keysSecret: cosign-keys\n"
+	e.create(t, runManifest("oci-tag", ociRun(access+verify+"      ref:\n        tag: v1.0.0\n")))
+	e.create(t, runManifest("oci-digest", ociRun(access+verify+"      ref:\n        digest: "+v11+"\n")))
+	e.create(t, runManifest("oci-semver", ociRun(access+"      ref:\n        semver: \"~1\"\n")))
+	e.create(t, runManifest("oci-unsigned", ociRun(strings.Replace(access, "infra/app", "infra/unsigned", 1)+verify+"      ref:\n        tag: v1\n")))
+	e.create(t, runManifest("oci-other-key", ociRun(strings.Replace(access, "infra/app", "infra/other", 1)+verify+"      ref:\n        tag: v1\n")))
+	e.create(t, runManifest("oci-tampered", ociRun(strings.Replace(access, "infra/app", "infra/tampered", 1)+"      ref:\n        tag: v1\n")))
+	e.create(t, runManifest("oci-anonymous", ociRun(fmt.Sprintf("      url: %s\n      certSecret: registry-ca\n", reg.URL("infra/app")))))
+
+	for name, want := range map[string]struct{ revision, version string }{
+		"oci-tag":    {"v1.0.0@" + v1, `"1.0.0"`},
+		"oci-digest": {v11, `"1.1.0"`},
+		"oci-semver": {"v1.1.0@" + v11, `"1.1.0"`},
+	} {
+		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+			t.Errorf("run %s ended %s: %s", name, run.Status.Phase, run.Status.Message)
+			continue
+		}
+		if run.Status.Source == nil || run.Status.Source.Revision != want.revision {
+			t.Errorf("run %s: status.source %+v, want revision %s", name, run.Status.Source, want.revision)
+		}
+		if len(run.Status.Outputs) != 1 || outputValue(run.Status.Outputs[0]) != want.version {
+			t.Errorf("run %s: outputs %+v, want version %s", name, run.Status.Outputs, want.version)
+		}
+	}
+	logs := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("oci-tag", "logs?stage=plan"))
+	if !strings.Contains(logs, "verified the cosign signature of "+reg.Host+"/infra/app@"+v1) {
+		t.Errorf("the plan log does not say what was verified:\n%s", logs)
+	}
+
+	for name, want := range map[string]struct{ reason, message string }{
+		"oci-unsigned":  {v1alpha1.ReasonVerificationFailed, reg.Host + "/infra/unsigned@" + unsigned},
+		"oci-other-key": {v1alpha1.ReasonVerificationFailed, "with the keys of Secret cosign-keys: none of its 1 signatures is by one of the 1 keys"},
+		"oci-tampered":  {v1alpha1.ReasonPlanFailed, "refusing to unpack it"},
+		"oci-anonymous": {v1alpha1.ReasonPlanFailed, "set spec.source.oci.credentialsSecret"},
+	} {
+		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+		c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionPlanned)
+		if run.Status.Phase != v1alpha1.RunPhaseFailed || c == nil || c.Reason != want.reason || !strings.Contains(run.Status.Message, want.message) {
+			t.Errorf("run %s: %s, Planned %+v, message %q; want Failed with reason %s saying %q", name, run.Status.Phase, c, run.Status.Message, want.reason, want.message)
+		}
+		log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw(name, "logs?stage=plan"))
+		if strings.Contains(log, "configuration revision") ||
+			want.reason == v1alpha1.ReasonVerificationFailed && strings.Contains(log, "unpacking") {
+			t.Errorf("run %s went on past its source:\n%s", name, log)
+		}
+	}
+	for _, name := range []string{"oci-tag", "oci-digest", "oci-semver", "oci-anonymous"} {
+		for _, stage := range []string{"plan", "apply"} {
+			out, _ := kubectl(t, e.Kubeconfig, "get", "--raw", raw(name, "logs?stage="+stage))
+			if strings.Contains(out, reg.Password) {
+				t.Errorf("the %s log of %s holds the registry's password", stage, name)
+			}
+		}
+	}
+}
+
+// TestOCIWorkspaceFollowsATag moves the tag a workspace tracks: each new
+// digest is applied once, by a run whose trigger is NewRevision, and none
+// is reported as drift.
+func TestOCIWorkspaceFollowsATag(t *testing.T) {
+	e := newRunEnv(t)
+	reg := ocitest.Start(t, ocitest.Options{})
+	first := reg.Push("infra/app", "stable", ocitest.Artifact{Layer: versionTF("one")})
+	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
+	e.create(t, fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
+kind: TerraformWorkspace
+metadata:
+  name: tracked
+spec:
+  approval:
+    mode: Auto
+  sourceInterval: 10s
+  template:
+    engine:
+      binary: %s
+    workspace: tracked
+    source:
+      oci:
+        url: %s
+        certSecret: registry-ca
+        ref:
+          tag: stable
+`, engineName, reg.URL("infra/app")))
+	got := e.readyAt(t, "tracked", "tracked-1")
+	if got.Status.LastAppliedRevision != "stable@"+first {
+		t.Fatalf("applied revision %q, want stable@%s", got.Status.LastAppliedRevision, first)
+	}
+	second := reg.Push("infra/app", "stable", ocitest.Artifact{Layer: versionTF("two")})
+	got = e.waitWorkspace(t, "tracked", "the new digest applied", func(ws *v1alpha1.TerraformWorkspace) bool {
+		return ws.Status.LastAppliedRevision == "stable@"+second && meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
+	})
+	run, err := e.client.TerrarunV1alpha1().TerraformRuns("default").Get(ctxT(t), got.Status.LastAppliedRun, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Annotations[v1alpha1.AnnotationTrigger] != string(v1alpha1.TriggerNewRevision) || run.Status.Plan.Change != 1 {
+		t.Errorf("run %s: trigger %q, plan %+v; want NewRevision changing 1 resource", run.Name, run.Annotations[v1alpha1.AnnotationTrigger], run.Status.Plan)
+	}
+	// One apply per digest: the next checks find the same digest.
+	time.Sleep(25 * time.Second)
+	list, err := e.client.TerrarunV1alpha1().TerraformRuns("default").List(ctxT(t), metav1.ListOptions{LabelSelector: v1alpha1.LabelWorkspace + "=tracked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies, checks := 0, 0
+	for _, r := range list.Items {
+		if r.Spec.Operation == v1alpha1.OperationApply {
+			applies++
+		} else {
+			checks++
+		}
+	}
+	if applies != 2 || checks == 0 {
+		t.Errorf("%d apply runs for two digests (want 2), %d checks (want some)", applies, checks)
+	}
+	ws := e.workspace(t, "tracked")
+	if c := meta.FindStatusCondition(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("a new digest was reported as drift: %s", c.Message)
+	}
+}
