@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestExamples(t *testing.T) {
 	e := newRunEnv(t)
 	workspaces := map[string]string{}
-	for _, f := range []string{"inline-terraform-data.yaml", "secret-variable.yaml", "git-source.yaml"} {
+	for _, f := range []string{"inline-terraform-data.yaml", "secret-variable.yaml", "git-source.yaml", "oci-source.yaml"} {
 		b, err := os.ReadFile(harness.RepoPath("artifacts", "examples", f))
 		if err != nil {
 			t.Fatal(err)
@@ -57,5 +58,43 @@ func TestExamples(t *testing.T) {
 	first, _, _ := strings.Cut(run.Status.Message, "\n")
 	if run.Status.Phase != v1alpha1.RunPhaseFailed || !strings.Contains(first, "git clone: fatal: unable to access") || !strings.Contains(first, "(exit status 128)") {
 		t.Errorf("an unreachable git host: %s, first line %q", run.Status.Phase, first)
+	}
+}
+
+// TestOCIExample follows oci-source.yaml's comment: the configuration of
+// artifacts/examples/oci/config pushed to a plain-HTTP registry and signed
+// with hack/ociartifact's code, the public key as the cosign-keys Secret;
+// the example (pointed at this test's registry) verifies, plans and applies.
+func TestOCIExample(t *testing.T) {
+	e := newRunEnv(t)
+	reg := ocitest.Start(t, ocitest.Options{Insecure: true})
+	files := map[string]string{}
+	dir := harness.RepoPath("artifacts", "examples", "oci", "config")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, en.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[en.Name()] = string(b)
+	}
+	key := ocitest.NewKey(t)
+	reg.Sign("infra/release", reg.Push("infra/release", "v1", ocitest.Artifact{Layer: ocitest.TarGz(files)}), key.Signer)
+	e.secret(t, "default", "cosign-keys", "cosign.pub", string(key.PublicPEM))
+	b, err := os.ReadFile(harness.RepoPath("artifacts", "examples", "oci-source.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.ReplaceAll(string(b), "127.0.0.1:5000", reg.Host)
+	if manifest == string(b) {
+		t.Fatal("oci-source.yaml no longer points at 127.0.0.1:5000, the registry of oci/registry.yml")
+	}
+	e.create(t, manifest)
+	run := e.waitPhase(t, "from-oci", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded || len(run.Status.Outputs) != 1 || !strings.Contains(outputValue(run.Status.Outputs[0]), "published as an OCI artifact") {
+		t.Errorf("from-oci ended %s (%s), outputs %+v", run.Status.Phase, run.Status.Message, run.Status.Outputs)
 	}
 }

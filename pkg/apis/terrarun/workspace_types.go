@@ -58,10 +58,9 @@ type TerraformWorkspaceSpec struct {
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
 	// sourceInterval is how often a git source's ref (an OCI source's tag
-	// or semver range) is resolved again, when
-	// that should be more often than interval (or without drift checks):
-	// it is resolved by a plan-only run, which reports drift too. At least
-	// 10s.
+	// or semver range) is resolved again, when that should be more often
+	// than interval (or without drift checks): it is resolved by a
+	// plan-only run, which reports drift too. At least 10s.
 	// +optional
 	SourceInterval *metav1.Duration `json:"sourceInterval,omitempty"`
 	// driftPolicy is what a drift check that finds changes does: Report (the

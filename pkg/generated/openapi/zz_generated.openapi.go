@@ -3297,7 +3297,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformWorkspaceSpec(ref common.Referen
 					},
 					"sourceInterval": {
 						SchemaProps: spec.SchemaProps{
-							Description: "sourceInterval is how often a git source's ref is resolved again, when that should be more often than interval (or without drift checks): it is resolved by a plan-only run, which reports drift too. At least 10s.",
+							Description: "sourceInterval is how often a git source's ref (an OCI source's tag or semver range) is resolved again, when that should be more often than interval (or without drift checks): it is resolved by a plan-only run, which reports drift too. At least 10s.",
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},

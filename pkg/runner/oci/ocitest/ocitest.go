@@ -65,6 +65,8 @@ type Options struct {
 	Private bool
 	// Host is the address to listen on; 127.0.0.1 when empty.
 	Host string
+	// Insecure serves plain HTTP instead of TLS (and CA is nil).
+	Insecure bool
 }
 
 // Registry is a registry process serving TLS on loopback.
@@ -77,6 +79,8 @@ type Registry struct {
 	Username, Password string
 	// Root is its storage directory.
 	Root string
+	// Insecure says it serves plain HTTP.
+	Insecure bool
 
 	t      testing.TB
 	output *bytes.Buffer
@@ -100,9 +104,7 @@ func Start(t testing.TB, opts Options) *Registry {
 	addr := l.Addr().String()
 	l.Close()
 	dir := t.TempDir()
-	r := &Registry{Host: addr, Root: filepath.Join(dir, "storage"), t: t, output: &bytes.Buffer{}}
-	caPEM, certPEM, keyPEM := issue(t, host)
-	r.CA = caPEM
+	r := &Registry{Host: addr, Root: filepath.Join(dir, "storage"), Insecure: opts.Insecure, t: t, output: &bytes.Buffer{}}
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -119,8 +121,12 @@ storage:
   delete: {enabled: true}
 http:
   addr: %q
-  tls: {certificate: %q, key: %q}
-`, r.Root, addr, write("tls.crt", certPEM), write("tls.key", keyPEM))
+`, r.Root, addr)
+	if !opts.Insecure {
+		caPEM, certPEM, keyPEM := issue(t, host)
+		r.CA = caPEM
+		cfg += fmt.Sprintf("  tls: {certificate: %q, key: %q}\n", write("tls.crt", certPEM), write("tls.key", keyPEM))
+	}
 	if opts.Private {
 		r.Username, r.Password = "terrarun-test", "registry-secret-"+randomHex(t)
 		hash, err := bcrypt.GenerateFromPassword([]byte(r.Password), bcrypt.MinCost)
@@ -147,7 +153,7 @@ http:
 	client := &http.Client{Transport: r.Transport(), Timeout: 2 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := client.Get("https://" + addr + "/v2/")
+		resp, err := client.Get(r.scheme() + "://" + addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
 			return r
@@ -162,6 +168,13 @@ http:
 			t.Fatalf("the registry did not answer at %s: %v\n%s", addr, err, r.output)
 		}
 	}
+}
+
+func (r *Registry) scheme() string {
+	if r.Insecure {
+		return "http"
+	}
+	return "https"
 }
 
 // Transport trusts the registry's CA.
@@ -205,66 +218,99 @@ type Artifact struct {
 // manifest digest.
 func (r *Registry) Push(repo, tag string, a Artifact) string {
 	r.t.Helper()
-	mt := a.MediaType
-	if mt == "" {
-		mt = FluxContentMediaType
-	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, fluxConfigMediaType)
-	img, err := mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(a.Layer, mt)})
+	d, err := Push(r.Host+"/"+repo+":"+tag, a, r.Insecure, r.options()...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	img = mutate.Annotations(img, map[string]string{
-		"org.opencontainers.image.source":   "https://git.example.com/infra",
-		"org.opencontainers.image.revision": tag,
-	}).(v1.Image)
-	ref, err := name.NewTag(r.Host + "/" + repo + ":" + tag)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := remote.Write(ref, img, r.options()...); err != nil {
-		r.t.Fatalf("pushing %s: %v", ref, err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return d.String()
+	return d
 }
 
-// Sign signs digest of repo with signer as `cosign sign --key` does: a
-// simple-signing payload naming the digest, its signature in an annotation
-// of the payload's layer, in the image tagged sha256-<hex>.sig (appended to
-// the signatures already there).
+// Sign signs digest of repo with signer as `cosign sign --key` does (see
+// the function Sign).
 func (r *Registry) Sign(repo, digest string, signer signature.Signer) {
 	r.t.Helper()
-	d, err := name.NewDigest(r.Host + "/" + repo + "@" + digest)
-	if err != nil {
+	if err := Sign(r.Host+"/"+repo+"@"+digest, signer, r.Insecure, r.options()...); err != nil {
 		r.t.Fatal(err)
 	}
-	body, err := json.Marshal(payload.Cosign{Image: d})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	sig, err := signer.SignMessage(bytes.NewReader(body))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.AddSignature(repo, digest, body, sig)
 }
 
 // AddSignature appends a signature layer (payload body, signature sig) to
 // the signatures of digest, for forged and mismatched signatures.
 func (r *Registry) AddSignature(repo, digest string, body, sig []byte) {
 	r.t.Helper()
-	tag, err := name.NewTag(r.Host + "/" + repo + ":" + strings.Replace(digest, ":", "-", 1) + ".sig")
-	if err != nil {
+	if err := addSignature(r.Host+"/"+repo+"@"+digest, body, sig, r.Insecure, r.options()...); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// Push pushes an artifact to ref (host/repo:tag) as `flux push artifact`
+// does, a config of Flux's media type and one layer, and returns its
+// manifest digest; insecure pushes over plain HTTP.
+func Push(ref string, a Artifact, insecure bool, opts ...remote.Option) (string, error) {
+	mt := a.MediaType
+	if mt == "" {
+		mt = FluxContentMediaType
+	}
+	tag, err := name.NewTag(ref, nameOptions(insecure)...)
+	if err != nil {
+		return "", err
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, fluxConfigMediaType)
+	img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer(a.Layer, mt)})
+	if err != nil {
+		return "", err
+	}
+	img = mutate.Annotations(img, map[string]string{
+		"org.opencontainers.image.source":   "https://git.example.com/infra",
+		"org.opencontainers.image.revision": tag.TagStr(),
+	}).(v1.Image)
+	if err := remote.Write(tag, img, opts...); err != nil {
+		return "", fmt.Errorf("pushing %s: %w", tag, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return d.String(), nil
+}
+
+// Sign signs ref (host/repo@sha256:...) with signer as `cosign sign --key`
+// (cosign 2's default format) does: a simple-signing payload naming the
+// digest, its signature in an annotation of the payload's layer, in the
+// image tagged sha256-<hex>.sig, appended to the signatures already there.
+func Sign(ref string, signer signature.Signer, insecure bool, opts ...remote.Option) error {
+	d, err := name.NewDigest(ref, nameOptions(insecure)...)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(payload.Cosign{Image: d})
+	if err != nil {
+		return err
+	}
+	sig, err := signer.SignMessage(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	return addSignature(ref, body, sig, insecure, opts...)
+}
+
+func nameOptions(insecure bool) []name.Option {
+	if insecure {
+		return []name.Option{name.StrictValidation, name.Insecure}
+	}
+	return []name.Option{name.StrictValidation}
+}
+
+func addSignature(ref string, body, sig []byte, insecure bool, opts ...remote.Option) error {
+	d, err := name.NewDigest(ref, nameOptions(insecure)...)
+	if err != nil {
+		return err
+	}
+	tag := d.Context().Tag(strings.Replace(d.DigestStr(), ":", "-", 1) + ".sig")
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	if existing, err := remote.Image(tag, r.options()...); err == nil {
+	if existing, err := remote.Image(tag, opts...); err == nil {
 		base = existing
 	}
 	img, err := mutate.Append(base, mutate.Addendum{
@@ -272,11 +318,12 @@ func (r *Registry) AddSignature(repo, digest string, body, sig []byte) {
 		Annotations: map[string]string{"dev.cosignproject.cosign/signature": base64.StdEncoding.EncodeToString(sig)},
 	})
 	if err != nil {
-		r.t.Fatal(err)
+		return err
 	}
-	if err := remote.Write(tag, img, r.options()...); err != nil {
-		r.t.Fatalf("pushing the signature %s: %v", tag, err)
+	if err := remote.Write(tag, img, opts...); err != nil {
+		return fmt.Errorf("pushing the signature %s: %w", tag, err)
 	}
+	return nil
 }
 
 // BlobPath is the file that holds blob digest (sha256:<hex>) in the
@@ -289,7 +336,7 @@ func (r *Registry) BlobPath(digest string) string {
 // LayerDigest is the digest of the one layer of repo@digest.
 func (r *Registry) LayerDigest(repo, digest string) string {
 	r.t.Helper()
-	ref, err := name.NewDigest(r.Host + "/" + repo + "@" + digest)
+	ref, err := name.NewDigest(r.Host+"/"+repo+"@"+digest, nameOptions(r.Insecure)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -41,10 +41,10 @@ type TerraformWorkspaceSpecApplyConfiguration struct {
 	// interval is how often the workspace plans again to detect drift, as a
 	// plan-only run. Off when empty; at least 10s.
 	Interval *v1.Duration `json:"interval,omitempty"`
-	// sourceInterval is how often a git source's ref is resolved again, when
-	// that should be more often than interval (or without drift checks):
-	// it is resolved by a plan-only run, which reports drift too. At least
-	// 10s.
+	// sourceInterval is how often a git source's ref (an OCI source's tag
+	// or semver range) is resolved again, when that should be more often
+	// than interval (or without drift checks): it is resolved by a
+	// plan-only run, which reports drift too. At least 10s.
 	SourceInterval *v1.Duration `json:"sourceInterval,omitempty"`
 	// driftPolicy is what a drift check that finds changes does: Report (the
 	// default) sets the Drifted condition; Apply starts an apply run, through
