@@ -25,6 +25,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -1021,5 +1022,60 @@ output "x" {
 	}
 	if log := h.srv.log(v1alpha1.StageApply, 1); strings.Count(log, "Apply complete!") != 1 {
 		t.Errorf("the changed plan file was applied:\n%s", log)
+	}
+}
+
+// TestOCISource plans from a real registry: the artifact's subdirectory,
+// with its relative modules, and tag@digest as the revision; a signature
+// that does not verify is ErrVerificationFailed, which the executor turns
+// into its own exit code; the registry's password is redacted from the
+// stage's output even when an error would print it.
+func TestOCISource(t *testing.T) {
+	t.Parallel()
+	reg := ocitest.Start(t, ocitest.Options{Private: true})
+	key := ocitest.NewKey(t)
+	digest := reg.Push("infra/app", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{
+		"modules/m/main.tf": "resource \"terraform_data\" \"m\" {}\n",
+		"envs/dev/main.tf":  "module \"m\" {\n  source = \"../../modules/m\"\n}\n",
+	})})
+	reg.Sign("infra/app", digest, key.Signer)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{".dockerconfigjson": string(reg.DockerConfig()), "ca.crt": string(reg.CA),
+		"cosign.pub": string(key.PublicPEM), "other.pub": string(ocitest.NewKey(t).PublicPEM)})
+	source := func(keys string) *stage.OCISource {
+		return &stage.OCISource{URL: reg.URL("infra/app"), Tag: "v1", Path: "envs/dev",
+			CredentialsFile: filepath.Join(dir, ".dockerconfigjson"), CAFile: filepath.Join(dir, "ca.crt"),
+			KeysFile: filepath.Join(dir, keys), KeysSecret: "cosign-keys"}
+	}
+
+	h := newHarness(t, nil)
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Source = stage.Source{OCI: source("cosign.pub")}
+	plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
+	if err := h.run(context.Background(), plan); err != nil {
+		t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, 1))
+	}
+	if res := h.result(); res.SourceRevision != "v1@"+digest || res.Add != 1 {
+		t.Errorf("result = %+v, want revision v1@%s and 1 to add", res, digest)
+	}
+
+	h = newHarness(t, nil)
+	plan = h.spec(v1alpha1.StagePlan, 1)
+	plan.Source = stage.Source{OCI: source("other.pub")}
+	err := h.run(context.Background(), plan)
+	if !errors.Is(err, ErrVerificationFailed) || !strings.Contains(err.Error(), "Secret cosign-keys") {
+		t.Errorf("a signature by another key: %v, want ErrVerificationFailed naming the Secret", err)
+	}
+
+	// An error that quotes the password (a registry answering with it, say)
+	// is redacted: the runner knows the docker config's secrets.
+	h = newHarness(t, nil)
+	plan = h.spec(v1alpha1.StagePlan, 1)
+	plan.Source = stage.Source{OCI: &stage.OCISource{URL: reg.URL("infra/" + reg.Password), CAFile: filepath.Join(dir, "ca.crt"),
+		CredentialsFile: filepath.Join(dir, ".dockerconfigjson")}}
+	err = h.run(context.Background(), plan)
+	log := h.srv.log(v1alpha1.StagePlan, 1)
+	if err == nil || strings.Contains(err.Error(), reg.Password) || strings.Contains(log, reg.Password) || !strings.Contains(log, "pulling") {
+		t.Errorf("the password in a repository's name: %v\n%s", err, log)
 	}
 }

@@ -507,6 +507,39 @@ func TestGitSource(t *testing.T) {
 	}
 }
 
+// TestOCISource mounts one key of each Secret an OCI source names, each in
+// a directory of its own, and hands the stage their paths.
+func TestOCISource(t *testing.T) {
+	run := testRun()
+	run.Spec.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/infra", Ref: &v1alpha1.OCIReference{Semver: "~1"}, Path: "envs/prod",
+		CredentialsSecret: "pull", CertSecret: "registry-ca", Verify: &v1alpha1.OCIVerification{KeysSecret: "cosign-keys"}}}
+	job, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
+	o := spec.Source.OCI
+	want := stage.OCISource{URL: "oci://registry.example/infra", Semver: "~1", Path: "envs/prod",
+		CredentialsFile: "/etc/terrarun/oci/oci-credentials/.dockerconfigjson", CAFile: "/etc/terrarun/oci/oci-ca/ca.crt",
+		KeysFile: "/etc/terrarun/oci/oci-keys/cosign.pub", KeysSecret: "cosign-keys"}
+	if o == nil || *o != want {
+		t.Fatalf("OCI source = %+v, want %+v", o, want)
+	}
+	for dir, secret := range map[string]string{"/etc/terrarun/oci/oci-credentials": "pull", "/etc/terrarun/oci/oci-ca": "registry-ca", "/etc/terrarun/oci/oci-keys": "cosign-keys"} {
+		vol := volumeAt(t, &job.Spec.Template.Spec, dir)
+		if vol.Secret == nil || vol.Secret.SecretName != secret || len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != vol.Secret.Items[0].Path {
+			t.Errorf("the volume at %s = %+v, want the one key of Secret %s", dir, vol.VolumeSource, secret)
+		}
+	}
+	// Without verify and Secrets, nothing is mounted and nothing verified.
+	run.Spec.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/infra"}}
+	job, _, spec = build(t, run, v1alpha1.StagePlan, testOptions())
+	if o := spec.Source.OCI; o.KeysFile != "" || o.CredentialsFile != "" || o.CAFile != "" {
+		t.Errorf("an OCI source without Secrets: %+v", o)
+	}
+	for _, m := range job.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if strings.HasPrefix(m.MountPath, "/etc/terrarun/oci") {
+			t.Errorf("mounted %s without a Secret to mount", m.MountPath)
+		}
+	}
+}
+
 func TestDefaultBackend(t *testing.T) {
 	run := testRun()
 	run.Spec.Backend = nil
