@@ -88,6 +88,9 @@ type runner struct {
 
 	stdout io.Writer
 	engine string // "terraform" or "tofu", for messages
+	// ociEnv is what ociModuleEnv adds to the engine's environment, once
+	// its files are written.
+	ociEnv map[string]string
 	binary string
 	// execPath is what terraform-exec runs: binary, or the shim that
 	// answers its version from the record (recorded).

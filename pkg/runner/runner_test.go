@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -1043,14 +1044,13 @@ func TestOCISource(t *testing.T) {
 	writeTree(t, dir, map[string]string{".dockerconfigjson": string(reg.DockerConfig()), "ca.crt": string(reg.CA),
 		"cosign.pub": string(key.PublicPEM), "other.pub": string(ocitest.NewKey(t).PublicPEM)})
 	source := func(keys string) *stage.OCISource {
-		return &stage.OCISource{URL: reg.URL("infra/app"), Tag: "v1", Path: "envs/dev",
-			CredentialsFile: filepath.Join(dir, ".dockerconfigjson"), CAFile: filepath.Join(dir, "ca.crt"),
-			KeysFile: filepath.Join(dir, keys), KeysSecret: "cosign-keys"}
+		return &stage.OCISource{URL: reg.URL("infra/app"), Tag: "v1", Path: "envs/dev", KeysFile: filepath.Join(dir, keys), KeysSecret: "cosign-keys"}
 	}
+	access := &stage.RegistryAccess{CredentialsFile: filepath.Join(dir, ".dockerconfigjson"), CAFile: filepath.Join(dir, "ca.crt")}
 
 	h := newHarness(t, nil)
 	plan := h.spec(v1alpha1.StagePlan, 1)
-	plan.Source = stage.Source{OCI: source("cosign.pub")}
+	plan.Source, plan.Registry = stage.Source{OCI: source("cosign.pub")}, access
 	plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
 	if err := h.run(context.Background(), plan); err != nil {
 		t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, 1))
@@ -1061,7 +1061,7 @@ func TestOCISource(t *testing.T) {
 
 	h = newHarness(t, nil)
 	plan = h.spec(v1alpha1.StagePlan, 1)
-	plan.Source = stage.Source{OCI: source("other.pub")}
+	plan.Source, plan.Registry = stage.Source{OCI: source("other.pub")}, access
 	err := h.run(context.Background(), plan)
 	if !errors.Is(err, ErrVerificationFailed) || !strings.Contains(err.Error(), "Secret cosign-keys") {
 		t.Errorf("a signature by another key: %v, want ErrVerificationFailed naming the Secret", err)
@@ -1071,11 +1071,65 @@ func TestOCISource(t *testing.T) {
 	// is redacted: the runner knows the docker config's secrets.
 	h = newHarness(t, nil)
 	plan = h.spec(v1alpha1.StagePlan, 1)
-	plan.Source = stage.Source{OCI: &stage.OCISource{URL: reg.URL("infra/" + reg.Password), CAFile: filepath.Join(dir, "ca.crt"),
-		CredentialsFile: filepath.Join(dir, ".dockerconfigjson")}}
+	plan.Source, plan.Registry = stage.Source{OCI: &stage.OCISource{URL: reg.URL("infra/" + reg.Password)}}, access
 	err = h.run(context.Background(), plan)
 	log := h.srv.log(v1alpha1.StagePlan, 1)
 	if err == nil || strings.Contains(err.Error(), reg.Password) || strings.Contains(log, reg.Password) || !strings.Contains(log, "pulling") {
 		t.Errorf("the password in a repository's name: %v\n%s", err, log)
+	}
+}
+
+// TestOCIModules installs an oci:// module with OpenTofu from the private
+// registry of the run's OCI source, in the plan stage and again in the
+// apply stage (whose init installs modules too), with the stage's registry
+// access alone: the run's environment holds no credential. terraform has
+// no OCI modules, and the test needs tofu.
+func TestOCIModules(t *testing.T) {
+	t.Parallel()
+	if !strings.HasSuffix(filepath.Base(engine(t)), "tofu") {
+		t.Skip("OpenTofu installs oci:// modules; the engine under test is terraform (make unit runs this with tofu too)")
+	}
+	reg := ocitest.Start(t, ocitest.Options{Private: true})
+	reg.PushModule("modules/greeting", "v1", map[string]string{"main.tf": "output \"text\" {\n  value = \"from an OCI module\"\n}\n"})
+	reg.Push("infra/app", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": fmt.Sprintf(
+		"module \"greeting\" {\n  source = \"oci://%s/modules/greeting?tag=v1\"\n}\n\nresource \"terraform_data\" \"x\" {\n  input = module.greeting.text\n}\n\noutput \"text\" {\n  value = terraform_data.x.output\n}\n", reg.Host)})})
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{".dockerconfigjson": string(reg.DockerConfig()), "ca.crt": string(reg.CA)})
+	access := &stage.RegistryAccess{CredentialsFile: filepath.Join(dir, ".dockerconfigjson"), CAFile: filepath.Join(dir, "ca.crt")}
+
+	for _, withAccess := range []bool{true, false} {
+		h := newHarness(t, nil)
+		plan := h.spec(v1alpha1.StagePlan, 1)
+		plan.Source = stage.Source{OCI: &stage.OCISource{URL: reg.URL("infra/app"), Tag: "v1"}}
+		plan.Registry = access
+		plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
+		if !withAccess {
+			// The source from a public copy; the module still needs credentials.
+			public := ocitest.Start(t, ocitest.Options{Insecure: true})
+			public.Push("infra/app", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": fmt.Sprintf(
+				"module \"greeting\" {\n  source = \"oci://%s/modules/greeting?tag=v1\"\n}\n", reg.Host)})})
+			plan.Source.OCI = &stage.OCISource{URL: public.URL("infra/app"), Tag: "v1", Insecure: true}
+			plan.Registry = nil
+			if err := h.run(context.Background(), plan); err == nil {
+				t.Errorf("the module of a private registry installed without its credentials:\n%s", h.srv.log(v1alpha1.StagePlan, 1))
+			}
+			continue
+		}
+		if err := h.run(context.Background(), plan); err != nil {
+			t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, 1))
+		}
+		apply := h.applySpec(1)
+		apply.Backend, apply.Registry = plan.Backend, access
+		if err := h.run(context.Background(), apply); err != nil {
+			t.Fatalf("apply: %v\n%s", err, h.srv.log(v1alpha1.StageApply, 1))
+		}
+		if v := string(h.outputs()["text"].Value); v != `"from an OCI module"` {
+			t.Errorf("output text = %s", v)
+		}
+		for _, st := range []v1alpha1.StageName{v1alpha1.StagePlan, v1alpha1.StageApply} {
+			if log := h.srv.log(st, 1); strings.Contains(log, reg.Password) {
+				t.Errorf("the %s log holds the registry's password", st)
+			}
+		}
 	}
 }

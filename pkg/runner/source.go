@@ -605,10 +605,31 @@ func (r *runner) cloneGit(ctx context.Context, src *stage.GitSource, dst string)
 	return head, nil
 }
 
+// registryAccess reads the stage's registry credentials (kept out of every
+// log from then on) and CA certificates; nil for each it has not.
+func (r *runner) registryAccess() (creds, ca []byte, err error) {
+	a := r.spec.Registry
+	if a == nil {
+		return nil, nil, nil
+	}
+	if a.CredentialsFile != "" {
+		if creds, err = os.ReadFile(a.CredentialsFile); err != nil {
+			return nil, nil, fmt.Errorf("reading the OCI registry's credentials: %w", err)
+		}
+		r.secrets.add(oci.Secrets(creds)...)
+	}
+	if a.CAFile != "" {
+		if ca, err = os.ReadFile(a.CAFile); err != nil {
+			return nil, nil, fmt.Errorf("reading the OCI registry's CA certificates: %w", err)
+		}
+	}
+	return creds, ca, nil
+}
+
 // pullOCI fetches src's artifact into dst (created) and returns its
-// revision, tag@sha256:<manifest digest> or the digest alone. The
-// registry's credentials are read from their file and kept out of every
-// log; a signature that does not verify is ErrVerificationFailed.
+// revision, tag@sha256:<manifest digest> or the digest alone, with the
+// stage's registry access; a signature that does not verify is
+// ErrVerificationFailed.
 func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) (string, error) {
 	read := func(p, what string) ([]byte, error) {
 		if p == "" {
@@ -620,12 +641,7 @@ func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) 
 		}
 		return b, nil
 	}
-	creds, err := read(src.CredentialsFile, "credentials")
-	if err != nil {
-		return "", err
-	}
-	r.secrets.add(oci.Secrets(creds)...)
-	ca, err := read(src.CAFile, "CA certificates")
+	creds, ca, err := r.registryAccess()
 	if err != nil {
 		return "", err
 	}

@@ -63,6 +63,9 @@ func (r *runner) quietTerraform(dir string) (*tfexec.Terraform, error) {
 	if r.stateProxy != nil {
 		maps.Copy(env, r.stateProxy.env())
 	}
+	if err := r.ociModuleEnv(env); err != nil {
+		return nil, err
+	}
 	if err := tf.SetEnv(env); err != nil {
 		return nil, err
 	}

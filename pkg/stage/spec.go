@@ -89,6 +89,11 @@ type Spec struct {
 	// Source says where the configuration comes from (plan stage only; the
 	// apply stage downloads the planned configuration).
 	Source Source `json:"source"`
+	// Registry, when set, is how the stage reaches the OCI registry of the
+	// run's OCI source, in both stages: the plan stage pulls the source with
+	// it, and OpenTofu installs oci:// modules with it (both stages run
+	// init).
+	Registry *RegistryAccess `json:"registry,omitempty"`
 	// Variables are the run's input variables.
 	Variables []Variable `json:"variables,omitempty"`
 	// Backend is the state backend; never empty: each executor fills in its
@@ -149,7 +154,8 @@ type Source struct {
 }
 
 // OCISource is an artifact to pull (spec.source.oci): at most one of Tag,
-// Semver and Digest is set, none meaning the tag latest.
+// Semver and Digest is set, none meaning the tag latest. The registry's
+// credentials and CA are the stage's Registry.
 type OCISource struct {
 	URL      string `json:"url"`
 	Tag      string `json:"tag,omitempty"`
@@ -157,11 +163,6 @@ type OCISource struct {
 	Digest   string `json:"digest,omitempty"`
 	Path     string `json:"path,omitempty"`
 	Insecure bool   `json:"insecure,omitempty"`
-	// CredentialsFile holds the .dockerconfigjson of credentialsSecret;
-	// its entry for the registry's host is offered to that host only.
-	CredentialsFile string `json:"credentialsFile,omitempty"`
-	// CAFile holds the certSecret's ca.crt.
-	CAFile string `json:"caFile,omitempty"`
 	// KeysFile holds the cosign public keys of verify.keysSecret, and
 	// KeysSecret names that Secret (for messages); without KeysFile the
 	// artifact is not verified.
@@ -180,6 +181,15 @@ type GitSource struct {
 	// server). They reach git through GIT_ASKPASS, GIT_SSH_COMMAND and
 	// GIT_SSL_CAINFO, never through the URL, arguments or logs.
 	CredentialsDir string `json:"credentialsDir,omitempty"`
+}
+
+// RegistryAccess is the credentials and CA of an OCI source's registry.
+type RegistryAccess struct {
+	// CredentialsFile holds the .dockerconfigjson of credentialsSecret; its
+	// entry for a registry's host is offered to that host only.
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// CAFile holds the certSecret's ca.crt.
+	CAFile string `json:"caFile,omitempty"`
 }
 
 // Variable is one input variable. Exactly one of Value and File is used.

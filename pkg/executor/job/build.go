@@ -125,6 +125,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 		}
 	}
+	st.Registry = b.addRegistryAccess(spec.Source)
 	vars, err := executor.Variables(ex)
 	if err != nil {
 		return nil, nil, err
@@ -386,26 +387,39 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 		if r := o.Ref; r != nil {
 			out.OCI.Tag, out.OCI.Semver, out.OCI.Digest = r.Tag, r.Semver, r.Digest
 		}
-		// One key of each Secret, mounted as a file of its own.
-		mount := func(volume, secret, key string) string {
-			if secret == "" {
-				return ""
-			}
-			b.addVolume(corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: secret, DefaultMode: ptr.To(readable), Items: []corev1.KeyToPath{{Key: key, Path: key}},
-			}}}, OCIDir+"/"+volume)
-			return OCIDir + "/" + volume + "/" + key
-		}
-		out.OCI.CredentialsFile = mount(volumeOCICredentials, o.CredentialsSecret, corev1.DockerConfigJsonKey)
-		out.OCI.CAFile = mount(volumeOCICA, o.CertSecret, v1alpha1.OCICAKey)
 		if v := o.Verify; v != nil {
-			out.OCI.KeysFile = mount(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
+			out.OCI.KeysFile = b.mountKey(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
 			out.OCI.KeysSecret = v.KeysSecret
 		}
 	default:
 		return fmt.Errorf("spec.source has neither inline, configMap, git nor oci")
 	}
 	return nil
+}
+
+// mountKey mounts one key of Secret secret as a file of its own below
+// OCIDir, and returns its path; "" when secret is "".
+func (b *podBuilder) mountKey(volume, secret, key string) string {
+	if secret == "" {
+		return ""
+	}
+	b.addVolume(corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secret, DefaultMode: ptr.To(readable), Items: []corev1.KeyToPath{{Key: key, Path: key}},
+	}}}, OCIDir+"/"+volume)
+	return OCIDir + "/" + volume + "/" + key
+}
+
+// addRegistryAccess mounts, in both stages, the credentials and CA of the
+// registry of an OCI source.
+func (b *podBuilder) addRegistryAccess(src v1alpha1.Source) *stage.RegistryAccess {
+	o := src.OCI
+	if o == nil || o.CredentialsSecret == "" && o.CertSecret == "" {
+		return nil
+	}
+	return &stage.RegistryAccess{
+		CredentialsFile: b.mountKey(volumeOCICredentials, o.CredentialsSecret, corev1.DockerConfigJsonKey),
+		CAFile:          b.mountKey(volumeOCICA, o.CertSecret, v1alpha1.OCICAKey),
+	}
 }
 
 // addVariables lists the variables in the stage (executor.Variables), and

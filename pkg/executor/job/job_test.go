@@ -516,11 +516,21 @@ func TestOCISource(t *testing.T) {
 	job, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
 	o := spec.Source.OCI
 	want := stage.OCISource{URL: "oci://registry.example/infra", Semver: "~1", Path: "envs/prod",
-		CredentialsFile: "/etc/terrarun/oci/oci-credentials/.dockerconfigjson", CAFile: "/etc/terrarun/oci/oci-ca/ca.crt",
 		KeysFile: "/etc/terrarun/oci/oci-keys/cosign.pub", KeysSecret: "cosign-keys"}
 	if o == nil || *o != want {
 		t.Fatalf("OCI source = %+v, want %+v", o, want)
 	}
+	wantAccess := stage.RegistryAccess{CredentialsFile: "/etc/terrarun/oci/oci-credentials/.dockerconfigjson", CAFile: "/etc/terrarun/oci/oci-ca/ca.crt"}
+	if spec.Registry == nil || *spec.Registry != wantAccess {
+		t.Errorf("registry access = %+v, want %+v", spec.Registry, wantAccess)
+	}
+	// The apply stage installs OpenTofu's oci:// modules again: it has the
+	// registry's access, and no source.
+	applyJob, _, applySpec := build(t, run, v1alpha1.StageApply, testOptions())
+	if applySpec.Registry == nil || *applySpec.Registry != wantAccess || applySpec.Source.OCI != nil {
+		t.Errorf("the apply stage: registry %+v, source %+v", applySpec.Registry, applySpec.Source)
+	}
+	volumeAt(t, &applyJob.Spec.Template.Spec, "/etc/terrarun/oci/oci-credentials")
 	for dir, secret := range map[string]string{"/etc/terrarun/oci/oci-credentials": "pull", "/etc/terrarun/oci/oci-ca": "registry-ca", "/etc/terrarun/oci/oci-keys": "cosign-keys"} {
 		vol := volumeAt(t, &job.Spec.Template.Spec, dir)
 		if vol.Secret == nil || vol.Secret.SecretName != secret || len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != vol.Secret.Items[0].Path {
@@ -530,8 +540,8 @@ func TestOCISource(t *testing.T) {
 	// Without verify and Secrets, nothing is mounted and nothing verified.
 	run.Spec.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/infra"}}
 	job, _, spec = build(t, run, v1alpha1.StagePlan, testOptions())
-	if o := spec.Source.OCI; o.KeysFile != "" || o.CredentialsFile != "" || o.CAFile != "" {
-		t.Errorf("an OCI source without Secrets: %+v", o)
+	if o := spec.Source.OCI; o.KeysFile != "" || spec.Registry != nil {
+		t.Errorf("an OCI source without Secrets: %+v, registry %+v", o, spec.Registry)
 	}
 	for _, m := range job.Spec.Template.Spec.Containers[0].VolumeMounts {
 		if strings.HasPrefix(m.MountPath, "/etc/terrarun/oci") {

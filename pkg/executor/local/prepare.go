@@ -72,6 +72,11 @@ func (e *Executor) prepare(ctx context.Context, p *proc, ex executor.Execution) 
 		}
 		spec.Source = src
 	}
+	registry, err := e.writeRegistryAccess(ctx, p, run.Namespace, run.Spec.Source)
+	if err != nil {
+		return nil, referenceError(err)
+	}
+	spec.Registry = registry
 
 	// Variables (executor.Variables), each value a private file: a
 	// Secret's or a ConfigMap's key read from the values directory, another
@@ -306,48 +311,64 @@ func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.Terra
 	}
 }
 
-// writeOCISource writes the keys of the Secrets an OCI source names into
-// private files of the stage: the credentials (their passwords and tokens
-// redacted from its output), the CA and the cosign keys.
+// writeOCISource returns the stage's OCI source, with its cosign keys in a
+// private file of the stage.
 func (e *Executor) writeOCISource(ctx context.Context, p *proc, ns string, o *v1alpha1.OCISource) (stage.Source, error) {
 	out := &stage.OCISource{URL: o.URL, Path: o.Path, Insecure: o.Insecure}
 	if r := o.Ref; r != nil {
 		out.Tag, out.Semver, out.Digest = r.Tag, r.Semver, r.Digest
 	}
-	dir := filepath.Join(p.dir, "oci")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return stage.Source{}, err
-	}
-	file := func(what, secret, key string) (string, error) {
-		if secret == "" {
-			return "", nil
-		}
-		val, err := e.values.SecretValue(ctx, ns, secret, key)
-		if err != nil {
-			return "", fmt.Errorf("OCI source %s: %w", what, err)
-		}
-		if key == corev1.DockerConfigJsonKey {
-			for _, s := range oci.Secrets(val) {
-				p.addSecret([]byte(s))
-			}
-		}
-		path := filepath.Join(dir, key)
-		return path, writePrivate(path, val)
-	}
-	var err error
-	if out.CredentialsFile, err = file("credentials", o.CredentialsSecret, corev1.DockerConfigJsonKey); err != nil {
-		return stage.Source{}, err
-	}
-	if out.CAFile, err = file("CA", o.CertSecret, v1alpha1.OCICAKey); err != nil {
-		return stage.Source{}, err
-	}
 	if v := o.Verify; v != nil {
-		if out.KeysFile, err = file("verification keys", v.KeysSecret, v1alpha1.OCICosignKeysKey); err != nil {
+		path, err := e.writeSecretKey(ctx, p, ns, "verification keys", v.KeysSecret, v1alpha1.OCICosignKeysKey)
+		if err != nil {
 			return stage.Source{}, err
 		}
-		out.KeysSecret = v.KeysSecret
+		out.KeysFile, out.KeysSecret = path, v.KeysSecret
 	}
 	return stage.Source{OCI: out}, nil
+}
+
+// writeRegistryAccess writes, for both stages, the credentials (their
+// passwords and tokens redacted from the stage's output) and the CA of the
+// registry of an OCI source into private files of the stage.
+func (e *Executor) writeRegistryAccess(ctx context.Context, p *proc, ns string, src v1alpha1.Source) (*stage.RegistryAccess, error) {
+	o := src.OCI
+	if o == nil || o.CredentialsSecret == "" && o.CertSecret == "" {
+		return nil, nil
+	}
+	access := &stage.RegistryAccess{}
+	var err error
+	if access.CredentialsFile, err = e.writeSecretKey(ctx, p, ns, "credentials", o.CredentialsSecret, corev1.DockerConfigJsonKey); err != nil {
+		return nil, err
+	}
+	if access.CAFile, err = e.writeSecretKey(ctx, p, ns, "CA", o.CertSecret, v1alpha1.OCICAKey); err != nil {
+		return nil, err
+	}
+	return access, nil
+}
+
+// writeSecretKey writes key of Secret secret (none when "") into the
+// stage's oci directory and returns its path. A docker config's passwords
+// and tokens are redacted from the stage's output.
+func (e *Executor) writeSecretKey(ctx context.Context, p *proc, ns, what, secret, key string) (string, error) {
+	if secret == "" {
+		return "", nil
+	}
+	val, err := e.values.SecretValue(ctx, ns, secret, key)
+	if err != nil {
+		return "", fmt.Errorf("OCI source %s: %w", what, err)
+	}
+	if key == corev1.DockerConfigJsonKey {
+		for _, s := range oci.Secrets(val) {
+			p.addSecret([]byte(s))
+		}
+	}
+	dir := filepath.Join(p.dir, "oci")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, key)
+	return path, writePrivate(path, val)
 }
 
 func (e *Executor) writeFiles(p *proc, files map[string]string) (stage.Source, error) {

@@ -9,6 +9,7 @@ package ocitest
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -16,10 +17,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -441,4 +444,59 @@ func TarGz(files map[string]string) []byte {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// rawManifest is a manifest pushed as it is.
+type rawManifest struct {
+	body      []byte
+	mediaType types.MediaType
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.body, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }
+
+// PushModule pushes files as an OpenTofu module package (artifactType
+// application/vnd.opentofu.modulepkg, one archive/zip layer) under tag of
+// repo, as `tofu` installs from an oci:// module source, and returns its
+// manifest digest.
+func (r *Registry) PushModule(repo, tag string, files map[string]string) string {
+	r.t.Helper()
+	var zipped bytes.Buffer
+	zw := zip.NewWriter(&zipped)
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		w, err := zw.Create(n)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		_, _ = w.Write([]byte(files[n]))
+	}
+	if err := zw.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+	ref, err := name.NewTag(r.Host+"/"+repo+":"+tag, nameOptions(r.Insecure)...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	config := static.NewLayer([]byte("{}"), "application/vnd.oci.empty.v1+json")
+	layer := static.NewLayer(zipped.Bytes(), "archive/zip")
+	var descs []v1.Descriptor
+	for _, l := range []v1.Layer{config, layer} {
+		if err := remote.WriteLayer(ref.Context(), l, r.options()...); err != nil {
+			r.t.Fatalf("pushing a blob of %s: %v", ref, err)
+		}
+		d, _ := l.Digest()
+		size, _ := l.Size()
+		mt, _ := l.MediaType()
+		descs = append(descs, v1.Descriptor{MediaType: mt, Digest: d, Size: size})
+	}
+	body, err := json.Marshal(v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1,
+		ArtifactType: "application/vnd.opentofu.modulepkg", Config: descs[0], Layers: descs[1:]})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := remote.Put(ref, rawManifest{body: body, mediaType: types.OCIManifestSchema1}, r.options()...); err != nil {
+		r.t.Fatalf("pushing %s: %v", ref, err)
+	}
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
