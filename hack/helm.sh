@@ -12,19 +12,7 @@ set -euo pipefail
 # shellcheck source=hack/lib/gotool.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gotool.sh"
 
-rebuild=false
-case "${1:-}" in
-"") ;;
---rebuild) rebuild=true ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-	exit 0
-	;;
-*)
-	echo "helm.sh: unknown argument ${1} (usage: hack/helm.sh [--rebuild])" >&2
-	exit 1
-	;;
-esac
+gotool_args helm.sh "$@"
 
 # As Helm's release builds (its Makefile): static, -trimpath, the version in
 # ldflags so that `helm version` reports the release.

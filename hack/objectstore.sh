@@ -14,19 +14,7 @@ set -euo pipefail
 # shellcheck source=hack/lib/gotool.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gotool.sh"
 
-rebuild=false
-case "${1:-}" in
-"") ;;
---rebuild) rebuild=true ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-	exit 0
-	;;
-*)
-	echo "objectstore.sh: unknown argument ${1} (usage: hack/objectstore.sh [--rebuild])" >&2
-	exit 1
-	;;
-esac
+gotool_args objectstore.sh "$@"
 
 runs() { "$1" --help >/dev/null 2>&1; }
 gotool_build objectstore.sh objectstore versitygw github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw runs "" "${rebuild}"

@@ -15,19 +15,7 @@ set -euo pipefail
 # shellcheck source=hack/lib/gotool.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/gotool.sh"
 
-rebuild=false
-case "${1:-}" in
-"") ;;
---rebuild) rebuild=true ;;
--h | --help)
-	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
-	exit 0
-	;;
-*)
-	echo "registry.sh: unknown argument ${1} (usage: hack/registry.sh [--rebuild])" >&2
-	exit 1
-	;;
-esac
+gotool_args registry.sh "$@"
 
 runs() { "$1" --version 2>&1 | grep -q -- "$2"; }
 gotool_build registry.sh registry registry github.com/distribution/distribution/v3 github.com/distribution/distribution/v3/cmd/registry runs \

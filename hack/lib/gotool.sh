@@ -14,6 +14,28 @@
 #            version, which must succeed
 #   LDFLAGS  extra -ldflags, "{version}" replaced likewise
 #   REBUILD  true to build even when the stamp is fresh
+#
+# gotool_args SCRIPT ARGS... parses a script's arguments (none, --rebuild or
+# --help, which prints the script's header) and sets rebuild to true or
+# false.
+
+gotool_args() {
+	local script=$1
+	shift
+	rebuild=false
+	case "${1:-}" in
+	"") ;;
+	--rebuild) rebuild=true ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+		exit 0
+		;;
+	*)
+		echo "${script}: unknown argument ${1} (usage: hack/${script} [--rebuild])" >&2
+		exit 1
+		;;
+	esac
+}
 
 gotool_build() {
 	local script=$1 name=$2 binary=$3 module=$4 pkg=$5 check=$6 ldflags=${7:-} rebuild=${8:-false}

@@ -126,25 +126,7 @@ func TestOCIWorkspaceFollowsATag(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{})
 	first := reg.Push("infra/app", "stable", ocitest.Artifact{Layer: versionTF("one")})
 	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
-	e.create(t, fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
-kind: TerraformWorkspace
-metadata:
-  name: tracked
-spec:
-  approval:
-    mode: Auto
-  sourceInterval: 10s
-  template:
-    engine:
-      binary: %s
-    workspace: tracked
-    source:
-      oci:
-        url: %s
-        certSecret: registry-ca
-        ref:
-          tag: stable
-`, engineName, reg.URL("infra/app")))
+	e.create(t, trackedWorkspace(fmt.Sprintf("      oci:\n        url: %s\n        certSecret: registry-ca\n        ref:\n          tag: stable\n", reg.URL("infra/app"))))
 	got := e.readyAt(t, "tracked", "tracked-1")
 	if got.Status.LastAppliedRevision != "stable@"+first {
 		t.Fatalf("applied revision %q, want stable@%s", got.Status.LastAppliedRevision, first)

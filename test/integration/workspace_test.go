@@ -355,6 +355,25 @@ func (e *runEnv) restart(t, owner *testing.T) {
 	e.bob, e.bobCfg = e.user(owner, "bob")
 }
 
+// trackedWorkspace is an Auto workspace named tracked whose source (the
+// YAML of spec.template.source's members) is resolved again every 10s.
+func trackedWorkspace(source string) string {
+	return fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
+kind: TerraformWorkspace
+metadata:
+  name: tracked
+spec:
+  approval:
+    mode: Auto
+  sourceInterval: 10s
+  template:
+    engine:
+      binary: %s
+    workspace: tracked
+    source:
+%s`, engineName, source)
+}
+
 // TestWorkspaceGitRevision pushes a commit to the branch a workspace
 // tracks: the next check resolves the branch to it, and one run applies the
 // configuration at that commit.
@@ -371,24 +390,7 @@ func TestWorkspaceGitRevision(t *testing.T) {
 	e.secret(t, "default", "gitcreds", "username", "git-user")
 	e.secret(t, "default", "gitcreds", "password", "git-pass")
 	e.secret(t, "default", "gitcreds", "ca.crt", repo.CA)
-	e.create(t, fmt.Sprintf(`apiVersion: terrarun.dev/v1alpha1
-kind: TerraformWorkspace
-metadata:
-  name: tracked
-spec:
-  approval:
-    mode: Auto
-  sourceInterval: 10s
-  template:
-    engine:
-      binary: %s
-    workspace: tracked
-    source:
-      git:
-        url: %s
-        ref: main
-        credentialsSecret: gitcreds
-`, engineName, repo.URL))
+	e.create(t, trackedWorkspace(fmt.Sprintf("      git:\n        url: %s\n        ref: main\n        credentialsSecret: gitcreds\n", repo.URL)))
 	got := e.readyAt(t, "tracked", "tracked-1")
 	if got.Status.LastAppliedRevision != first {
 		t.Fatalf("applied revision %q, want the branch's commit %s", got.Status.LastAppliedRevision, first)

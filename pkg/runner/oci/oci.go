@@ -69,8 +69,8 @@ type Limits struct {
 	Files int
 }
 
-// DefaultLimits are the limits of a run's OCI source.
-var DefaultLimits = Limits{Size: 64 << 20, Files: 10000}
+// defaultLimits are the limits of a run's OCI source.
+var defaultLimits = Limits{Size: 64 << 20, Files: 10000}
 
 // Source is an artifact to fetch.
 type Source struct {
@@ -90,7 +90,8 @@ type Source struct {
 	// errors.
 	Keys     []byte
 	KeysName string
-	// Limits bound the layer; zero members take DefaultLimits'.
+	// Limits bound the layer; zero members take the defaults (64 MiB,
+	// 10,000 entries).
 	Limits Limits
 }
 
@@ -243,10 +244,10 @@ func roundTripper(ca []byte) (http.RoundTripper, error) {
 func Fetch(ctx context.Context, src Source, dst string, logf func(format string, args ...any)) (Artifact, error) {
 	limits := src.Limits
 	if limits.Size <= 0 {
-		limits.Size = DefaultLimits.Size
+		limits.Size = defaultLimits.Size
 	}
 	if limits.Files <= 0 {
-		limits.Files = DefaultLimits.Files
+		limits.Files = defaultLimits.Files
 	}
 	repo, err := repository(src.URL, src.Insecure)
 	if err != nil {
@@ -351,21 +352,18 @@ func download(ref name.Digest, d v1.Descriptor, opts []remote.Option) ([]byte, e
 		return nil, registryError(err)
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, d.Size+1))
-	if err != nil && !isDigestMismatch(err) {
-		return nil, registryError(err)
-	}
+	// go-containerregistry checks the digest too, at the end of the
+	// stream; the check here comes first, so that a changed blob is
+	// reported as such whatever else the read said.
+	b, readErr := io.ReadAll(io.LimitReader(rc, d.Size+1))
 	sum := sha256.Sum256(b)
 	if got := hex.EncodeToString(sum[:]); got != d.Digest.Hex || int64(len(b)) != d.Size {
 		return nil, fmt.Errorf("the layer received (%d bytes, sha256:%s) is not the %s of %d bytes that the manifest names: refusing to unpack it", len(b), got, d.Digest, d.Size)
 	}
+	if readErr != nil {
+		return nil, registryError(readErr)
+	}
 	return b, nil
-}
-
-// isDigestMismatch reports go-containerregistry's own check of a blob's
-// digest, which download makes again with a message of its own.
-func isDigestMismatch(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "error verifying")
 }
 
 // registryError shortens the errors of go-containerregistry to what says

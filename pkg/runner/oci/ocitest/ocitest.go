@@ -51,14 +51,14 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/terrarun/terrarun/pkg/runner/oci"
 )
 
-// Media types that cosign writes a signature with.
+// Media types that cosign and flux write.
 const (
 	simpleSigningMediaType types.MediaType = "application/vnd.dev.cosign.simplesigning.v1+json"
 	fluxConfigMediaType    types.MediaType = "application/vnd.cncf.flux.config.v1+json"
-	// FluxContentMediaType is the layer type of `flux push artifact`.
-	FluxContentMediaType types.MediaType = "application/vnd.cncf.flux.content.v1.tar+gzip"
 )
 
 // Options configure a registry.
@@ -210,7 +210,7 @@ func (r *Registry) options() []remote.Option {
 }
 
 // Artifact is an artifact to push: its layer's content and media type
-// (FluxContentMediaType when empty).
+// (oci.FluxContentMediaType when empty).
 type Artifact struct {
 	Layer     []byte
 	MediaType types.MediaType
@@ -252,7 +252,7 @@ func (r *Registry) AddSignature(repo, digest string, body, sig []byte) {
 func Push(ref string, a Artifact, insecure bool, opts ...remote.Option) (string, error) {
 	mt := a.MediaType
 	if mt == "" {
-		mt = FluxContentMediaType
+		mt = oci.FluxContentMediaType
 	}
 	tag, err := name.NewTag(ref, nameOptions(insecure)...)
 	if err != nil {
@@ -318,7 +318,7 @@ func addSignature(ref string, body, sig []byte, insecure bool, opts ...remote.Op
 	}
 	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:       static.NewLayer(body, simpleSigningMediaType),
-		Annotations: map[string]string{"dev.cosignproject.cosign/signature": base64.StdEncoding.EncodeToString(sig)},
+		Annotations: map[string]string{oci.SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
 	})
 	if err != nil {
 		return err
