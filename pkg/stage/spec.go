@@ -7,7 +7,7 @@
 // The local and the job executor both write a Spec as JSON to a
 // file (a private file in local mode, a Secret volume in Kubernetes mode) and
 // start `terrarun-executor --stage-file FILE`. Secret material is never in the
-// Spec itself: secret variable values, git credentials and backend
+// Spec itself: secret variable values, git and registry credentials and backend
 // configuration are files whose paths the Spec names.
 //
 // # Writing results back
