@@ -48,7 +48,7 @@ spec:
 `, name, ns, name, reg.URL(repo))
 	}
 	out, err := cl.kubectlStdin("alice", run("signed", "infra/app"), "create", "-f", "-")
-	if err == nil || !strings.Contains(out, `spec.source.oci.credentialsSecret: user "alice" may not get secrets "pull"`) {
+	if err == nil || !strings.Contains(err.Error()+out, `spec.source.oci.credentialsSecret: user "alice" may not get secrets "pull"`) {
 		t.Fatalf("a run with a pull Secret alice may not get: %v\n%s", err, out)
 	}
 	mustAs(t, "admin", "create", "role", "oci-secrets", "-n", ns, "--verb=get", "--resource=secrets",
