@@ -56,9 +56,11 @@ spec:
 	mustAs(t, "admin", "create", "rolebinding", "alice-oci-secrets", "-n", ns, "--role=oci-secrets", "--user=alice")
 	for _, name := range []string{"signed", "unsigned"} {
 		repo := map[string]string{"signed": "infra/app", "unsigned": "infra/unsigned"}[name]
-		if _, err := cl.kubectlStdin("alice", run(name, repo), "create", "-f", "-"); err != nil {
-			t.Fatal(err)
-		}
+		// The cluster's authorizer may answer from a cache for a few seconds.
+		waitFor(t, time.Minute, "alice's run "+name+" with the Secrets she may now get", func() bool {
+			_, err := cl.kubectlStdin("alice", run(name, repo), "create", "-f", "-")
+			return err == nil
+		})
 	}
 	if got := waitPhase(t, ns, "signed", 5*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
 		t.Fatalf("signed: %s: %s", got, mustAs(t, "admin", "get", "tfr", "signed", "-n", ns, "-o", "jsonpath={.status.message}"))
