@@ -1079,16 +1079,29 @@ func TestOCISource(t *testing.T) {
 	}
 }
 
+// tofuBinary is the OpenTofu binary: $TERRARUN_TOFU (make unit sets it),
+// else the engine under test when it is tofu. Only OpenTofu installs
+// oci:// modules, so a test that needs it fails without one.
+func tofuBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TERRARUN_TOFU"); p != "" {
+		return p
+	}
+	if e := engine(t); filepath.Base(e) == "tofu" {
+		return e
+	}
+	t.Fatal("this test needs OpenTofu: set TERRARUN_TOFU (hack/engine.sh --build prints one), or TERRARUN_ENGINE to a tofu binary")
+	return ""
+}
+
 // TestOCIModules installs an oci:// module with OpenTofu from the private
 // registry of the run's OCI source, in the plan stage and again in the
 // apply stage (whose init installs modules too), with the stage's registry
-// access alone: the run's environment holds no credential. terraform has
-// no OCI modules, and the test needs tofu.
+// access alone: the run's environment holds no credential. It runs tofu
+// whatever the engine under test: terraform has no OCI modules.
 func TestOCIModules(t *testing.T) {
 	t.Parallel()
-	if !strings.HasSuffix(filepath.Base(engine(t)), "tofu") {
-		t.Skip("OpenTofu installs oci:// modules; the engine under test is terraform (make unit runs this with tofu too)")
-	}
+	tofu := tofuBinary(t)
 	reg := ocitest.Start(t, ocitest.Options{Private: true})
 	reg.PushModule("modules/greeting", "v1", map[string]string{"main.tf": "output \"text\" {\n  value = \"from an OCI module\"\n}\n"})
 	reg.Push("infra/app", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": fmt.Sprintf(
@@ -1099,6 +1112,7 @@ func TestOCIModules(t *testing.T) {
 
 	for _, withAccess := range []bool{true, false} {
 		h := newHarness(t, nil)
+		h.engine = tofu
 		plan := h.spec(v1alpha1.StagePlan, 1)
 		plan.Source = stage.Source{OCI: &stage.OCISource{URL: reg.URL("infra/app"), Tag: "v1"}}
 		plan.Registry = access
