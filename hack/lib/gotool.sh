@@ -1,5 +1,5 @@
 # Sourced by the scripts that build a tool from a tools module of its own
-# (hack/tools/<name>/go.mod pins it) into .cache/<name>/: helm.sh,
+# (hack/tools/<name>/go.mod pins it) into .cache/<name>/: flux.sh, helm.sh,
 # objectstore.sh and registry.sh. gotool_build prints the tool's absolute path on stdout and
 # nothing else; progress goes to stderr. It builds only when the pin changes
 # (a stamp records the sha256 of go.mod and go.sum), once at a time (flock).

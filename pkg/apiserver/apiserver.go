@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
@@ -159,6 +160,10 @@ type ControllerConfig struct {
 	// the ConfigMaps workspaces read; nil in standalone mode, which reads
 	// them again every minute.
 	Metadata metadata.Interface
+	// Dynamic reads the host cluster's Flux sources (spec.source.sourceRef),
+	// accepted only from FluxArtifactHost; nil in standalone mode.
+	Dynamic          dynamic.Interface
+	FluxArtifactHost string
 }
 
 // Config is the configuration of a terrarun API server.

@@ -23,6 +23,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/controller/runttl"
 	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
 	workspacecontroller "github.com/terrarun/terrarun/pkg/controller/terraformworkspace"
+	"github.com/terrarun/terrarun/pkg/fluxsource"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned/scheme"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions"
@@ -46,6 +47,9 @@ type controllerContext struct {
 	// metadata watches the host cluster's objects' metadata; nil in
 	// standalone mode.
 	metadata metadatainformer.SharedInformerFactory
+	// sources reads the host cluster's Flux sources; nil in standalone
+	// mode.
+	sources  *fluxsource.Reader
 	recorder record.EventRecorder
 }
 
@@ -95,6 +99,9 @@ func (c *ExtraConfig) startControllers(hook genericapiserver.PostStartHookContex
 		if c.Controllers.Metadata != nil {
 			cc.metadata = metadatainformer.NewSharedInformerFactory(c.Controllers.Metadata, 0)
 		}
+		if c.Controllers.Dynamic != nil {
+			cc.sources = fluxsource.NewReader(c.Controllers.Dynamic, c.Controllers.FluxArtifactHost)
+		}
 		runControllers(ctx, cc)
 	})
 	return nil
@@ -121,6 +128,10 @@ func runControllers(ctx context.Context, cc *controllerContext) {
 		cc.metadata.Start(ctx.Done())
 		defer cc.metadata.Shutdown()
 	}
+	if cc.sources != nil {
+		// Its informers start when a workspace first follows a source.
+		cc.sources.Start(ctx)
+	}
 	// The leader reports the runs it sees; the others report none.
 	metrics.Watch(cc.factory.Terrarun().V1alpha1().TerraformRuns().Lister())
 	defer metrics.Watch(nil)
@@ -144,6 +155,7 @@ func newRunController(cc *controllerContext) (func(context.Context) error, error
 		MaxConcurrentStages:             c.Controllers.MaxStages,
 		MaxConcurrentStagesPerNamespace: c.Controllers.MaxStagesPerNamespace,
 		Recorder:                        cc.recorder,
+		Sources:                         sources(cc),
 		Tasks: &runcontroller.Tasks{
 			Informer:    cc.factory.Terrarun().V1alpha1().TerraformRunTasks(),
 			SecretValue: c.Controllers.SecretValue,
@@ -169,10 +181,22 @@ func newRunController(cc *controllerContext) (func(context.Context) error, error
 	return func(ctx context.Context) error { return ctrl.Run(ctx, c.Controllers.Workers) }, nil
 }
 
+// sources is cc's reader of Flux sources, or no Sources at all (a nil
+// interface, not a nil *fluxsource.Reader) in standalone mode.
+func sources(cc *controllerContext) runcontroller.Sources {
+	if cc.sources == nil {
+		return nil
+	}
+	return cc.sources
+}
+
 // newWorkspaceController builds the workspace controller.
 func newWorkspaceController(cc *controllerContext) (func(context.Context) error, error) {
 	c := cc.config
 	opts := workspacecontroller.Options{Recorder: cc.recorder, ConfigMapData: c.Controllers.ConfigMapData}
+	if cc.sources != nil {
+		opts.Sources = cc.sources
+	}
 	if cc.metadata != nil {
 		opts.ConfigMaps = cc.metadata.ForResource(workspacecontroller.ConfigMapResource).Informer()
 	}

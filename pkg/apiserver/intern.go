@@ -73,6 +73,9 @@ func (t *internTable) run(r *terrarun.TerraformRun) {
 			t.strs(&v.Provider, &v.KeysSecret)
 		}
 	}
+	if f := s.Source.SourceRef; f != nil {
+		t.strs(&f.Kind, &f.Name, &f.Path)
+	}
 	for i := range s.Variables {
 		v := &s.Variables[i]
 		t.strs(&v.Name, &v.Value)

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -256,4 +257,20 @@ type Identity struct {
 	Namespace, Name, UID string
 	Stage                v1alpha1.StageName
 	Attempt              int32
+}
+
+// PinnedArtifact is the stage's source for run's Flux source
+// (spec.source.sourceRef): the artifact the run controller pinned in
+// status.source before the plan started, never what the source reports
+// now.
+func PinnedArtifact(run *v1alpha1.TerraformRun) (*stage.ArtifactSource, error) {
+	ref := run.Spec.Source.SourceRef
+	st := run.Status.Source
+	if st == nil || st.Artifact == nil {
+		return nil, fmt.Errorf("the run has no pinned artifact of %s %s in status.source", ref.Kind, ref.Name)
+	}
+	return &stage.ArtifactSource{
+		URL: st.Artifact.URL, Digest: st.Artifact.Digest, Revision: st.Revision, Path: ref.Path,
+		Source: fmt.Sprintf("%s %s/%s", ref.Kind, run.Namespace, ref.Name),
+	}, nil
 }

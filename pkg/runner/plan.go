@@ -56,6 +56,15 @@ func (r *runner) plan(ctx context.Context) error {
 		if subdir, err = sourceSubdir(r.configRoot, src.OCI.Path); err != nil {
 			return fmt.Errorf("OCI source: %w", err)
 		}
+	case src.Artifact != nil:
+		if err := r.pullArtifact(ctx, src.Artifact, r.configRoot); err != nil {
+			return err
+		}
+		revision = src.Artifact.Revision
+		var err error
+		if subdir, err = sourceSubdir(r.configRoot, src.Artifact.Path); err != nil {
+			return fmt.Errorf("the artifact of %s: %w", src.Artifact.Source, err)
+		}
 	default:
 		if err := copyDir(src.Dir, r.configRoot); err != nil {
 			return fmt.Errorf("copying the configuration: %w", err)

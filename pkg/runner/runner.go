@@ -287,13 +287,13 @@ func validateSpec(spec stage.Spec) error {
 	}
 	if spec.Stage == v1alpha1.StagePlan {
 		n := 0
-		for _, set := range []bool{spec.Source.Dir != "", spec.Source.Git != nil, spec.Source.OCI != nil} {
+		for _, set := range []bool{spec.Source.Dir != "", spec.Source.Git != nil, spec.Source.OCI != nil, spec.Source.Artifact != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return errors.New("the source must name exactly one of a directory, a git repository and an OCI artifact")
+			return errors.New("the source must name exactly one of a directory, a git repository, an OCI artifact and a Flux artifact")
 		}
 	}
 	if spec.Stage == v1alpha1.StageApply && spec.PlanDigest == "" {

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1076,6 +1078,43 @@ func TestOCISource(t *testing.T) {
 	log := h.srv.log(v1alpha1.StagePlan, 1)
 	if err == nil || strings.Contains(err.Error(), reg.Password) || strings.Contains(log, reg.Password) || !strings.Contains(log, "pulling") {
 		t.Errorf("the password in a repository's name: %v\n%s", err, log)
+	}
+}
+
+// TestFluxArtifact: the plan stage downloads a Flux artifact, unpacks it
+// only when it is the digest the server pinned, and records the pinned
+// revision; another archive at that URL is ErrVerificationFailed.
+func TestFluxArtifact(t *testing.T) {
+	t.Parallel()
+	archive := ocitest.TarGz(map[string]string{
+		"modules/m/main.tf": "resource \"terraform_data\" \"m\" {}\n",
+		"envs/dev/main.tf":  "module \"m\" {\n  source = \"../../modules/m\"\n}\n",
+	})
+	served := archive
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(served) }))
+	t.Cleanup(srv.Close)
+	sum := sha256.Sum256(archive)
+	source := &stage.ArtifactSource{URL: srv.URL + "/gitrepository/ns/infra/abc.tar.gz", Digest: "sha256:" + hex.EncodeToString(sum[:]),
+		Revision: "main@sha1:abc", Path: "envs/dev", Source: "GitRepository ns/infra"}
+
+	h := newHarness(t, nil)
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.Source = stage.Source{Artifact: source}
+	plan.Backend.Config["path"] = filepath.Join(t.TempDir(), "terraform.tfstate")
+	if err := h.run(context.Background(), plan); err != nil {
+		t.Fatalf("plan: %v\n%s", err, h.srv.log(v1alpha1.StagePlan, 1))
+	}
+	if res := h.result(); res.SourceRevision != "main@sha1:abc" || res.Add != 1 {
+		t.Errorf("result = %+v, want revision main@sha1:abc and 1 to add", res)
+	}
+
+	served = ocitest.TarGz(map[string]string{"envs/dev/main.tf": "resource \"terraform_data\" \"planted\" {}\n"})
+	h = newHarness(t, nil)
+	plan = h.spec(v1alpha1.StagePlan, 1)
+	plan.Source = stage.Source{Artifact: source}
+	err := h.run(context.Background(), plan)
+	if !errors.Is(err, ErrVerificationFailed) || !strings.Contains(err.Error(), "GitRepository ns/infra") {
+		t.Errorf("another archive at the artifact's URL: %v, want ErrVerificationFailed naming the source", err)
 	}
 }
 

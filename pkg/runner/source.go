@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/terrarun/terrarun/pkg/runner/oci"
+	"github.com/terrarun/terrarun/pkg/runner/tarball"
 	"github.com/terrarun/terrarun/pkg/stage"
 )
 
@@ -670,4 +671,26 @@ func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) 
 		return "", err
 	}
 	return art.Revision(), nil
+}
+
+// pullArtifact downloads src, the Flux artifact the server pinned, into dst
+// (created), and unpacks it only when its digest is the pinned one; one
+// that is not is ErrVerificationFailed.
+func (r *runner) pullArtifact(ctx context.Context, src *stage.ArtifactSource, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	r.logf("terrarun: downloading the artifact of %s at revision %s", src.Source, src.Revision)
+	err := tarball.Fetch(ctx, src.URL, src.Digest, dst, tarball.Limits{})
+	var derr *tarball.DigestError
+	switch {
+	case errors.As(err, &derr):
+		return fmt.Errorf("%w: the artifact of %s: %v", ErrVerificationFailed, src.Source, err)
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("the artifact of %s: %w", src.Source, err)
+	}
+	r.logf("terrarun: the artifact's digest is %s, as %s reported", src.Digest, src.Source)
+	return nil
 }

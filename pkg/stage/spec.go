@@ -151,6 +151,23 @@ type Source struct {
 	Git *GitSource `json:"git,omitempty"`
 	// OCI pulls an artifact.
 	OCI *OCISource `json:"oci,omitempty"`
+	// Artifact downloads the Flux artifact that the server pinned
+	// (spec.source.sourceRef).
+	Artifact *ArtifactSource `json:"artifact,omitempty"`
+}
+
+// ArtifactSource is a tar+gzip archive that Flux's source-controller
+// serves, pinned by the server from the source's status.artifact: the stage
+// downloads it from URL and unpacks it only when its sha256 is Digest.
+type ArtifactSource struct {
+	URL    string `json:"url"`
+	Digest string `json:"digest"`
+	// Revision is the source's revision of it, such as main@sha1:<commit>.
+	Revision string `json:"revision"`
+	Path     string `json:"path,omitempty"`
+	// Source names the Flux source, for messages, such as
+	// GitRepository team-a/infra.
+	Source string `json:"source"`
 }
 
 // OCISource is an artifact to pull (spec.source.oci): at most one of Tag,

@@ -32,6 +32,7 @@ const (
 	serviceProxyPort = 443  // terrarun's Service, on nodeIP
 	kubeletPort      = 10250
 	schedulerPort    = 10259
+	fluxStoragePort  = 9090 // source-controller's artifact server, on nodeIP
 )
 
 // nodes are the names and addresses of the cluster's three nodes, each a node
@@ -535,7 +536,9 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 		// Pods share their node's address: each replica binds its own.
 		// A stage whose node stops reporting is lost 5s after the node
 		// lifecycle controller marks the node (TestNodeLost).
-		"extraArgs": []string{"--bind-address=$(POD_IP)", "--executor-node-lost-after=5s"},
+		// Flux artifacts are served by the source-controller that
+		// TestFluxSources runs on nodeIP (startFlux).
+		"extraArgs": []string{"--bind-address=$(POD_IP)", "--executor-node-lost-after=5s", fmt.Sprintf("--flux-artifact-host=%s:%d", nodeIP, fluxStoragePort)},
 		// Each creator's runs in a namespace share a plugin cache
 		// (TestJobPluginCache).
 		"pluginCache": map[string]any{"storageClassName": cacheStorageClass, "size": "1Gi"},

@@ -98,3 +98,25 @@ func TestOCIExample(t *testing.T) {
 		t.Errorf("from-oci ended %s (%s), outputs %+v", run.Status.Phase, run.Status.Message, run.Status.Outputs)
 	}
 }
+
+// TestFluxExampleInStandalone: flux-source.yaml's run is refused by a
+// standalone server, which has no cluster and no source-controller, with
+// a message that names the field and says what to use instead.
+func TestFluxExampleInStandalone(t *testing.T) {
+	e := newRunEnv(t)
+	b, err := os.ReadFile(harness.RepoPath("artifacts", "examples", "flux-source.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	var run v1alpha1.TerraformRun
+	if err := yaml.Unmarshal([]byte(docs[len(docs)-1]), &run); err != nil || run.Kind != "TerraformRun" || run.Spec.Source.SourceRef == nil {
+		t.Fatalf("flux-source.yaml's last document: %v (kind %q, source %+v)", err, run.Kind, run.Spec.Source)
+	}
+	path := filepath.Join(t.TempDir(), "run.yaml")
+	writeFile(t, path, docs[len(docs)-1])
+	out, err := kubectl(t, e.Kubeconfig, "create", "-f", path)
+	if err == nil || !strings.Contains(out, "spec.source.sourceRef: Flux sources need cluster mode") || !strings.Contains(out, "use an inline, configMap, git or oci source") {
+		t.Errorf("flux-source.yaml's run in standalone mode: %v\n%s", err, out)
+	}
+}

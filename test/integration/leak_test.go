@@ -2,18 +2,14 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +18,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
+	"github.com/terrarun/terrarun/test/internal/gitserver"
 )
 
 // leakTF is the configuration the leak matrix runs: every Secret-sourced
@@ -361,76 +358,11 @@ func (s *stateServer) wasWritten() bool {
 	return s.written
 }
 
-// gitServer serves a repository with files on branch main over https
-// (git's own smart HTTP through git-http-backend), to user:pass only. It
-// returns the repository's URL and the PEM of the server's certificate.
+// gitServer serves a repository with files on branch main over https, to
+// user:pass only. It returns the repository's URL and the PEM of the
+// server's certificate.
 func gitServer(t *testing.T, user, pass string, files map[string]string) (string, string) {
 	t.Helper()
-	repo := newGitRepo(t, user, pass, files)
+	repo := gitserver.New(t, user, pass, files)
 	return repo.URL, repo.CA
-}
-
-// gitRepo is a repository served by gitServer, which a test can push to.
-type gitRepo struct {
-	URL, CA string
-	root    string
-	work    string
-}
-
-func newGitRepo(t *testing.T, user, pass string, files map[string]string) *gitRepo {
-	t.Helper()
-	root := t.TempDir()
-	repo := &gitRepo{root: root, work: filepath.Join(root, "work")}
-	if err := os.MkdirAll(repo.work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	repo.git(t, root, "init", "-q", "--bare", "-b", "main", "repo.git")
-	repo.git(t, repo.work, "init", "-q", "-b", "main")
-	repo.push(t, files)
-
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != user || p != pass {
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		backend.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	repo.URL = srv.URL + "/repo.git"
-	repo.CA = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-	return repo
-}
-
-// push commits files to main and pushes them; it returns the commit.
-func (repo *gitRepo) push(t *testing.T, files map[string]string) string {
-	t.Helper()
-	for name, content := range files {
-		writeFile(t, filepath.Join(repo.work, name), content)
-	}
-	repo.git(t, repo.work, "add", ".")
-	repo.git(t, repo.work, "commit", "-q", "-m", "configuration")
-	repo.git(t, repo.work, "push", "-q", filepath.Join(repo.root, "repo.git"), "main")
-	return strings.TrimSpace(repo.git(t, repo.work, "rev-parse", "HEAD"))
-}
-
-func (repo *gitRepo) git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return string(out)
 }

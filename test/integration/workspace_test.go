@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/test/internal/gitserver"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
@@ -382,8 +383,8 @@ func TestWorkspaceGitRevision(t *testing.T) {
 	tf := func(v string) map[string]string {
 		return map[string]string{"main.tf": fmt.Sprintf("resource \"terraform_data\" \"x\" {\n  input = %q\n}\n\noutput \"value\" {\n  value = terraform_data.x.output\n}\n", v)}
 	}
-	repo := newGitRepo(t, "git-user", "git-pass", tf("one"))
-	first := strings.TrimSpace(repo.git(t, repo.work, "rev-parse", "HEAD"))
+	repo := gitserver.New(t, "git-user", "git-pass", tf("one"))
+	first := repo.Head(t)
 	host := strings.TrimPrefix(repo.URL, "https://")
 	host = host[:strings.Index(host, "/")]
 	e.secret(t, "default", "gitcreds", "host", host)
@@ -396,7 +397,7 @@ func TestWorkspaceGitRevision(t *testing.T) {
 		t.Fatalf("applied revision %q, want the branch's commit %s", got.Status.LastAppliedRevision, first)
 	}
 
-	second := repo.push(t, tf("two"))
+	second := repo.Push(t, tf("two"))
 	got = e.waitWorkspace(t, "tracked", "the new commit applied", func(ws *v1alpha1.TerraformWorkspace) bool {
 		return ws.Status.LastAppliedRevision == second && meta.IsStatusConditionTrue(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady)
 	})

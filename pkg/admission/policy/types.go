@@ -69,7 +69,9 @@ type Config struct {
 
 	// RequireVerifiedSources refuses a run whose OCI source does not set
 	// spec.source.oci.verify: every artifact must carry a signature that
-	// verifies before anything of it is unpacked.
+	// verifies before anything of it is unpacked. A run from a Flux
+	// OCIRepository (spec.source.sourceRef) is refused too: terrarun
+	// cannot tell whether source-controller verified it.
 	// +optional
 	RequireVerifiedSources bool `json:"requireVerifiedSources,omitempty"`
 

@@ -29,6 +29,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
+	"github.com/terrarun/terrarun/pkg/fluxsource"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stagelimits"
 
@@ -48,6 +49,10 @@ type ExecutorOptions struct {
 	// RunTaskCallbackURL is where run tasks reach this server; ServerURL
 	// when empty.
 	RunTaskCallbackURL string
+	// FluxArtifactHost is the host[:port] of Flux source-controller's
+	// artifact server: the one place a run's Flux artifact is downloaded
+	// from (cluster mode).
+	FluxArtifactHost string
 	// Workers is the number of run controller workers.
 	Workers int
 	// MaxConcurrentStages bounds the stages that run at once (-1: the
@@ -114,6 +119,7 @@ func newExecutorOptions() *ExecutorOptions {
 		Kind:                "local",
 		RunController:       true,
 		Workers:             4,
+		FluxArtifactHost:    fluxsource.DefaultArtifactHost,
 		MaxConcurrentStages: -1,
 		CancelGrace:         20 * time.Second,
 		ShutdownApplyGrace:  5 * time.Minute,
@@ -185,6 +191,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kind, "executor", o.Kind, "Where stages run: local (child processes of this server; the standalone default) or kubernetes (one Job per stage).")
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
+	fs.StringVar(&o.FluxArtifactHost, "flux-artifact-host", o.FluxArtifactHost, "Cluster mode: host[:port] of Flux source-controller's artifact server (its --storage-adv-addr). A run from a Flux source (spec.source.sourceRef) downloads the source's artifact only when its URL is on this host, below that source's own path.")
 	fs.StringVar(&o.RunTaskCallbackURL, "run-task-callback-url", o.RunTaskCallbackURL, "URL at which run tasks (TerraformRunTask) reach this server: the base of the callback and plan URLs of their payloads. Default: --executor-server-url.")
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
@@ -255,6 +262,9 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.DefaultEngine != "" && o.DefaultEngine != "terraform" && o.DefaultEngine != "tofu" {
 		errs = append(errs, fmt.Errorf("--default-engine must be terraform or tofu, not %q", o.DefaultEngine))
+	}
+	if o.FluxArtifactHost == "" || strings.ContainsAny(o.FluxArtifactHost, "/ ") {
+		errs = append(errs, fmt.Errorf("--flux-artifact-host must be a host[:port], such as %s, not %q", fluxsource.DefaultArtifactHost, o.FluxArtifactHost))
 	}
 	if o.NodeLostAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--executor-node-lost-after must be a positive duration, such as 1m, not %s", o.NodeLostAfter))

@@ -28,6 +28,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -316,9 +317,14 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	var (
 		kube kubernetes.Interface
 		meta metadata.Interface
+		dyn  dynamic.Interface
 	)
 	if config.ClientConfig != nil {
 		if kube, err = kubernetes.NewForConfig(config.ClientConfig); err != nil {
+			return nil, cleanup, err
+		}
+		// Flux sources (spec.source.sourceRef) are the cluster's.
+		if dyn, err = dynamic.NewForConfig(config.ClientConfig); err != nil {
 			return nil, cleanup, err
 		}
 		// The ConfigMaps workspaces read are the cluster's, and watched,
@@ -370,6 +376,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				SecretValue:           o.Executor.secretValue(kube, o.workRoot()),
 				RunTaskURL:            cmp.Or(o.Executor.RunTaskCallbackURL, executorServer),
 				Metadata:              meta,
+				Dynamic:               dyn,
+				FluxArtifactHost:      o.Executor.FluxArtifactHost,
 			},
 		},
 	}, cleanup, nil

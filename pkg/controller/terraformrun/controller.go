@@ -64,6 +64,9 @@ type Options struct {
 	MaxConcurrentStagesPerNamespace int
 	// Tasks calls the namespaces' run tasks; nil calls none.
 	Tasks *Tasks
+	// Sources reads the Flux sources that runs name; nil (standalone
+	// mode) fails a run that names one.
+	Sources Sources
 }
 
 // Controller reconciles TerraformRuns.
@@ -261,6 +264,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 				run.Status.Phase = v1alpha1.RunPhasePending
 			}
 			if stop, wait, err := c.gateTasks(ctx, run, v1alpha1.RunTaskPrePlan); stop {
+				return wait, err
+			}
+			if wait, ok, err := c.pinSource(ctx, run); !ok {
 				return wait, err
 			}
 			admitted, ahead, holder, err := c.admit(run)

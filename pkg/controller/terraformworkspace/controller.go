@@ -83,6 +83,10 @@ type Options struct {
 	// (ConfigMapResource): the ConfigMaps are watched rather than read
 	// again every minute (configmaps.go).
 	ConfigMaps cache.SharedIndexInformer
+	// Sources, when set, reads the Flux sources that workspaces name
+	// (cluster mode): a workspace follows its source's revision
+	// (sources.go).
+	Sources Sources
 }
 
 // configMapRecheck is how often the ConfigMaps a workspace reads are read
@@ -123,8 +127,11 @@ func New(client versioned.Interface, workspaces informers.TerraformWorkspaceInfo
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "terraformworkspaces"}),
 		opts: opts,
 	}
-	if err := workspaces.Informer().AddIndexers(cache.Indexers{dependsOnIndex: dependsOn, configMapIndex: configMapsOf}); err != nil {
+	if err := workspaces.Informer().AddIndexers(cache.Indexers{dependsOnIndex: dependsOn, configMapIndex: configMapsOf, sourceIndex: sourceOf}); err != nil {
 		return nil, err
+	}
+	if opts.Sources != nil {
+		c.watchSources(opts.Sources)
 	}
 	if opts.ConfigMaps != nil && opts.ConfigMapData != nil {
 		if err := c.watchConfigMaps(opts.ConfigMaps); err != nil {
@@ -673,13 +680,17 @@ func (r *reconciler) dependenciesPending() string {
 	return ""
 }
 
-// observedRevision is the newest revision that a run of the workspace
-// resolved the source spec names to (finished or not): the git ref's
-// commit or the OCI artifact's digest, which drift checks resolve again
-// every interval.
+// observedRevision is the revision of the Flux source spec names as
+// source-controller reports it, or else the newest revision that a run of
+// the workspace resolved the source spec names to (finished or not): the
+// git ref's commit or the OCI artifact's digest, which drift checks
+// resolve again every interval.
 func (r *reconciler) observedRevision(spec *v1alpha1.TerraformRunSpec) string {
 	if !movingSource(&spec.Source) {
 		return ""
+	}
+	if rev := r.c.sourceRevision(r.ws.Namespace, spec); rev != "" {
+		return rev
 	}
 	for i := len(r.h) - 1; i >= 0; i-- {
 		if rev := revisionOf(r.h[i]); rev != "" && sameSource(r.h[i], spec) {

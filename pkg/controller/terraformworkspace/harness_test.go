@@ -194,6 +194,12 @@ type harness struct {
 // a fake clock at t0.
 func newHarness(t *testing.T, objs ...k8sruntime.Object) *harness {
 	t.Helper()
+	return newHarnessWith(t, func(*Options) {}, objs...)
+}
+
+// newHarnessWith is newHarness with options changed by with.
+func newHarnessWith(t *testing.T, with func(*Options), objs ...k8sruntime.Object) *harness {
+	t.Helper()
 	h := &harness{
 		t:          t,
 		ctx:        t.Context(),
@@ -204,7 +210,7 @@ func newHarness(t *testing.T, objs ...k8sruntime.Object) *harness {
 	}
 	factory := externalversions.NewSharedInformerFactory(h.cs, 0)
 	workspaces, runs := factory.Terrarun().V1alpha1().TerraformWorkspaces(), factory.Terrarun().V1alpha1().TerraformRuns()
-	ctrl, err := New(h.cs, workspaces, runs, Options{
+	opts := Options{
 		Clock:    h.clock,
 		Recorder: h.rec,
 		ConfigMapData: func(_ context.Context, namespace, name string) (map[string]string, error) {
@@ -214,7 +220,9 @@ func newHarness(t *testing.T, objs ...k8sruntime.Object) *harness {
 			}
 			return data, nil
 		},
-	})
+	}
+	with(&opts)
+	ctrl, err := New(h.cs, workspaces, runs, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -86,10 +86,11 @@ func configMapDigest(ctx context.Context, spec *v1alpha1.TerraformRunSpec, names
 }
 
 // movingSource reports whether what src names may change without the spec
-// changing: a git ref's commit, an OCI tag's or semver range's digest. A
-// run records what it resolved in status.source.revision.
+// changing: a git ref's commit, an OCI tag's or semver range's digest, a
+// Flux source's artifact. A run records what it resolved in
+// status.source.revision.
 func movingSource(src *v1alpha1.Source) bool {
-	return src.Git != nil || src.OCI != nil
+	return src.Git != nil || src.OCI != nil || src.SourceRef != nil
 }
 
 func revisionOf(run *v1alpha1.TerraformRun) string {

@@ -121,7 +121,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	// The source is fetched by the plan stage only: the apply stage downloads
 	// the planned configuration from the server.
 	if ex.Stage == v1alpha1.StagePlan {
-		if err := b.addSource(spec.Source, &st.Source); err != nil {
+		if err := b.addSource(run, &st.Source); err != nil {
 			return nil, nil, fmt.Errorf("run %s/%s: %w", run.Namespace, run.Name, err)
 		}
 	}
@@ -343,7 +343,8 @@ func (b *podBuilder) addVolume(v corev1.Volume, mountPath string) {
 // addSource mounts the configuration at SourceDir (inline and ConfigMap),
 // the git credentials at GitCredentialsDir, or the keys of an OCI source's
 // Secrets below OCIDir.
-func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
+func (b *podBuilder) addSource(run *v1alpha1.TerraformRun, out *stage.Source) error {
+	src := run.Spec.Source
 	switch {
 	case len(src.Inline) > 0:
 		// Inline files travel in the stage Secret as src-<file>, mounted back
@@ -391,8 +392,14 @@ func (b *podBuilder) addSource(src v1alpha1.Source, out *stage.Source) error {
 			out.OCI.KeysFile = b.mountKey(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
 			out.OCI.KeysSecret = v.KeysSecret
 		}
+	case src.SourceRef != nil:
+		a, err := executor.PinnedArtifact(run)
+		if err != nil {
+			return err
+		}
+		out.Artifact = a
 	default:
-		return fmt.Errorf("spec.source has neither inline, configMap, git nor oci")
+		return fmt.Errorf("spec.source has neither inline, configMap, git, oci nor sourceRef")
 	}
 	return nil
 }

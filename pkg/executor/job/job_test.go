@@ -733,3 +733,23 @@ func TestStageBinding(t *testing.T) {
 		t.Errorf("the Job itself: %v", err)
 	}
 }
+
+// TestFluxSource: the plan stage of a run from a Flux source downloads the
+// artifact pinned in the run's status, never what the source says now, and
+// mounts nothing for it; a run with nothing pinned does not start.
+func TestFluxSource(t *testing.T) {
+	run := testRun()
+	run.Spec.Source = v1alpha1.Source{SourceRef: &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: "infra", Path: "envs/prod"}}
+	run.Status.Source = &v1alpha1.SourceStatus{Revision: "main@sha1:abc", Artifact: &v1alpha1.SourceArtifact{
+		URL: "http://source-controller.flux-system.svc.cluster.local./gitrepository/ns/infra/abc.tar.gz", Digest: "sha256:" + strings.Repeat("0", 64)}}
+	_, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
+	want := stage.ArtifactSource{URL: run.Status.Source.Artifact.URL, Digest: run.Status.Source.Artifact.Digest, Revision: "main@sha1:abc",
+		Path: "envs/prod", Source: "GitRepository " + run.Namespace + "/infra"}
+	if a := spec.Source.Artifact; a == nil || *a != want || spec.Registry != nil {
+		t.Fatalf("artifact = %+v, registry %+v; want %+v and no registry access", a, spec.Registry, want)
+	}
+	run.Status.Source = nil
+	if _, _, err := BuildJob(executor.Execution{Run: run, Stage: v1alpha1.StagePlan, Attempt: 1}, testOptions()); err == nil || !strings.Contains(err.Error(), "no pinned artifact") {
+		t.Errorf("a run from a Flux source with nothing pinned: %v, want it refused", err)
+	}
+}

@@ -251,15 +251,21 @@ func (p *proc) addSecret(val []byte) {
 func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.TerraformRun) (stage.Source, error) {
 	src := run.Spec.Source
 	n := 0
-	for _, set := range []bool{src.Inline != nil, src.ConfigMap != nil, src.Git != nil, src.OCI != nil} {
+	for _, set := range []bool{src.Inline != nil, src.ConfigMap != nil, src.Git != nil, src.OCI != nil, src.SourceRef != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return stage.Source{}, errors.New("spec.source must set exactly one of inline, configMap, git and oci")
+		return stage.Source{}, errors.New("spec.source must set exactly one of inline, configMap, git, oci and sourceRef")
 	}
 	switch {
+	case src.SourceRef != nil:
+		a, err := executor.PinnedArtifact(run)
+		if err != nil {
+			return stage.Source{}, err
+		}
+		return stage.Source{Artifact: a}, nil
 	case src.OCI != nil:
 		return e.writeOCISource(ctx, p, run.Namespace, src.OCI)
 	case src.Git != nil:

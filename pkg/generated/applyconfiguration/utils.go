@@ -88,6 +88,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.RunTaskCallApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Source"):
 		return &terrarunv1alpha1.SourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SourceArtifact"):
+		return &terrarunv1alpha1.SourceArtifactApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SourceReference"):
+		return &terrarunv1alpha1.SourceReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceStatus"):
 		return &terrarunv1alpha1.SourceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StageStatus"):

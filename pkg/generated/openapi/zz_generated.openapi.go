@@ -65,6 +65,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PolicyVariable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref),
 		v1alpha1.RunTaskCall{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_RunTaskCall(ref),
 		v1alpha1.Source{}.OpenAPIModelName():                             schema_pkg_apis_terrarun_v1alpha1_Source(ref),
+		v1alpha1.SourceArtifact{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_SourceArtifact(ref),
+		v1alpha1.SourceReference{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_SourceReference(ref),
 		v1alpha1.SourceStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref),
 		v1alpha1.StageStatus{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref),
 		v1alpha1.TerraformPolicy{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_TerraformPolicy(ref),
@@ -1823,11 +1825,84 @@ func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) comm
 							Ref:         ref(v1alpha1.OCISource{}.OpenAPIModelName()),
 						},
 					},
+					"sourceRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "sourceRef uses the artifact that Flux's source-controller fetched for a GitRepository, OCIRepository or Bucket of the run's namespace (cluster mode only). Its revision and digest are pinned when the plan starts, recorded in status.source, and checked by the plan stage when it downloads the artifact.",
+							Ref:         ref(v1alpha1.SourceReference{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ConfigMapSource{}.OpenAPIModelName(), v1alpha1.GitSource{}.OpenAPIModelName(), v1alpha1.OCISource{}.OpenAPIModelName()},
+			v1alpha1.ConfigMapSource{}.OpenAPIModelName(), v1alpha1.GitSource{}.OpenAPIModelName(), v1alpha1.OCISource{}.OpenAPIModelName(), v1alpha1.SourceReference{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_SourceArtifact(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SourceArtifact is an artifact that Flux's source-controller serves.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url the artifact is downloaded from, on the source-controller's artifact server.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"digest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "digest of the artifact's tarball, as source-controller computed it (sha256:<hex>).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"url", "digest"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_SourceReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SourceReference names a Flux source (source.toolkit.fluxcd.io/v1) in the run's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kind of the source: GitRepository, OCIRepository or Bucket.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the source in the run's namespace.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path is the directory inside the artifact that holds the configuration. It is relative and may not leave the artifact. Defaults to the root.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"kind", "name"},
+			},
+		},
 	}
 }
 
@@ -1845,9 +1920,17 @@ func schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref common.ReferenceCallback
 							Format:      "",
 						},
 					},
+					"artifact": {
+						SchemaProps: spec.SchemaProps{
+							Description: "artifact is the Flux artifact (spec.source.sourceRef) that the run pinned when its plan started: the plan stage downloads it and checks its digest, and a retried plan uses it again.",
+							Ref:         ref(v1alpha1.SourceArtifact{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.SourceArtifact{}.OpenAPIModelName()},
 	}
 }
 

@@ -496,7 +496,9 @@ func (r *PlanREST) record(ctx context.Context, run *terrarun.TerraformRun, attem
 			HasChanges:  result.HasChanges,
 			CompletedAt: &now,
 		}
-		if result.SourceRevision != "" {
+		if result.SourceRevision != "" && (run.Status.Source == nil || run.Status.Source.Artifact == nil) {
+			// A pinned Flux artifact's revision is the server's, not
+			// what the stage says of it.
 			run.Status.Source = &terrarun.SourceStatus{Revision: result.SourceRevision}
 		}
 		return nil

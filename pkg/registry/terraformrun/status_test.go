@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -148,5 +149,35 @@ func TestStatusKeepsRecords(t *testing.T) {
 	})
 	if got.Status.Approval != nil {
 		t.Errorf("a Manual run took an Auto approval: %+v", got.Status.Approval)
+	}
+}
+
+// TestStatusPinsFluxArtifact: only the server itself (the run controller,
+// through the loopback) pins the artifact of a run's Flux source, once,
+// before any stage; a user who may write status cannot choose what the
+// plan downloads.
+func TestStatusPinsFluxArtifact(t *testing.T) {
+	env := newTestEnv(t)
+	server := &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
+	pin := func(u user.Info, url string) *terrarun.TerraformRun {
+		t.Helper()
+		run := env.getRun(t, "flux")
+		run.Status.Source = &terrarun.SourceStatus{Revision: "main@sha1:abc", Artifact: &terrarun.SourceArtifact{URL: url, Digest: testDigest}}
+		obj, _, err := env.storage.Status.Update(requestContext(u, "update", "status"), "flux",
+			rest.DefaultUpdatedObjectInfo(run), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("status update: %v", err)
+		}
+		return obj.(*terrarun.TerraformRun)
+	}
+	env.createRunWith(t, "flux", func(s *terrarun.TerraformRunSpec) {
+		s.Source = terrarun.Source{SourceRef: &terrarun.SourceReference{Kind: terrarun.SourceKindGitRepository, Name: "infra"}}
+	}, nil)
+	if got := pin(alice, "http://attacker.example.com/gitrepository/default/infra/x.tar.gz"); got.Status.Source != nil {
+		t.Fatalf("alice's status write pinned %+v", got.Status.Source)
+	}
+	good := "http://source-controller.flux-system.svc.cluster.local./gitrepository/default/infra/abc.tar.gz"
+	if got := pin(server, good); got.Status.Source == nil || got.Status.Source.Artifact == nil || got.Status.Source.Artifact.URL != good {
+		t.Fatalf("the controller's pin was not written: %+v", got.Status.Source)
 	}
 }

@@ -268,11 +268,16 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 	newRun.Status.Approvals = oldRun.Status.Approvals
 	newRun.Status.Plan = oldRun.Status.Plan
 	newRun.Status.Policy = oldRun.Status.Policy
-	newRun.Status.Source = oldRun.Status.Source
 	newRun.Status.Outputs = oldRun.Status.Outputs
+	u, _ := genericapirequest.UserFrom(ctx)
+	// The run controller pins a Flux source's artifact before the plan,
+	// through the loopback; the plan handler records any other source.
+	if !terrarun.CreatesOnBehalf(u) || !pinsArtifact(newRun, oldRun) {
+		newRun.Status.Source = oldRun.Status.Source
+	}
 	// The run controller calls run tasks and records its calls, through
 	// the loopback; their answers come through taskresult.
-	if u, _ := genericapirequest.UserFrom(ctx); !terrarun.CreatesOnBehalf(u) {
+	if !terrarun.CreatesOnBehalf(u) {
 		newRun.Status.Tasks = oldRun.Status.Tasks
 	}
 	// The Approved condition is True only with an approval record.
@@ -282,6 +287,15 @@ func (s statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.O
 			newRun.Status.Conditions = append(newRun.Status.Conditions, *c)
 		}
 	}
+}
+
+// pinsArtifact says whether newRun pins the artifact of its Flux source
+// (spec.source.sourceRef), where oldRun, which no stage has read yet, has
+// none pinned.
+func pinsArtifact(newRun, oldRun *terrarun.TerraformRun) bool {
+	return newRun.Spec.Source.SourceRef != nil && len(oldRun.Status.Stages) == 0 &&
+		(oldRun.Status.Source == nil || oldRun.Status.Source.Artifact == nil) &&
+		newRun.Status.Source != nil && newRun.Status.Source.Artifact != nil
 }
 
 // autoApproval says whether newRun records Auto mode's approval of oldRun's

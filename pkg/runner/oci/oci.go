@@ -39,6 +39,8 @@ import (
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
+
+	"github.com/terrarun/terrarun/pkg/runner/tarball"
 )
 
 // Media types of the one layer that holds the configuration.
@@ -61,17 +63,6 @@ var layerTypes = map[types.MediaType]bool{
 	"application/x-tar+gzip": true,
 }
 
-// Limits bound what an artifact may hold.
-type Limits struct {
-	// Size is the most bytes of the layer, compressed and unpacked each.
-	Size int64
-	// Files is the most entries of the layer.
-	Files int
-}
-
-// defaultLimits are the limits of a run's OCI source.
-var defaultLimits = Limits{Size: 64 << 20, Files: 10000}
-
 // Source is an artifact to fetch.
 type Source struct {
 	// URL is oci://host[:port]/path.
@@ -90,9 +81,8 @@ type Source struct {
 	// errors.
 	Keys     []byte
 	KeysName string
-	// Limits bound the layer; zero members take the defaults (64 MiB,
-	// 10,000 entries).
-	Limits Limits
+	// Limits bound the layer; zero members take tarball.DefaultLimits.
+	Limits tarball.Limits
 }
 
 // Artifact is what was fetched.
@@ -242,13 +232,7 @@ func roundTripper(ca []byte) (http.RoundTripper, error) {
 // directory that must exist and be empty. logf reports progress (never a
 // secret).
 func Fetch(ctx context.Context, src Source, dst string, logf func(format string, args ...any)) (Artifact, error) {
-	limits := src.Limits
-	if limits.Size <= 0 {
-		limits.Size = defaultLimits.Size
-	}
-	if limits.Files <= 0 {
-		limits.Files = defaultLimits.Files
-	}
+	limits := src.Limits.OrDefault()
 	repo, err := repository(src.URL, src.Insecure)
 	if err != nil {
 		return Artifact{}, err
@@ -331,7 +315,7 @@ func Fetch(ctx context.Context, src Source, dst string, logf func(format string,
 		return Artifact{}, fmt.Errorf("downloading the layer of %s: %w", ref, err)
 	}
 	logf("terrarun: unpacking %s (%d bytes)", layer.Digest, len(blob))
-	if err := unpack(bytes.NewReader(blob), dst, limits); err != nil {
+	if err := tarball.Unpack(bytes.NewReader(blob), dst, limits); err != nil {
 		return Artifact{}, fmt.Errorf("unpacking the layer of %s: %w", ref, err)
 	}
 	return art, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/runner/oci"
 	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
+	"github.com/terrarun/terrarun/pkg/runner/tarball"
 )
 
 const mainTF = `resource "terraform_data" "x" {}`
@@ -242,7 +243,7 @@ func TestLimits(t *testing.T) {
 	reg.Push("infra/big", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": strings.Repeat("#", 1<<20)})})
 	reg.Push("infra/escape", "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"../escape.tf": "#"})})
 	reg.Push("infra/json", "v1", ocitest.Artifact{Layer: []byte(`{}`), MediaType: "application/json"})
-	limits := oci.Limits{Size: 512 << 10, Files: 10}
+	limits := tarball.Limits{Size: 512 << 10, Files: 10}
 	for repo, want := range map[string]string{
 		"infra/many":   "more than 10 entries",
 		"infra/big":    "more than 524288 bytes",

@@ -299,6 +299,7 @@ func (p *Plugin) checkRun(ctx context.Context, creator user.Info, namespace stri
 	var vs []violation
 	vs = append(vs, p.checkGitHost(run)...)
 	vs = append(vs, p.checkOCISource(run)...)
+	vs = append(vs, p.checkSourceRef(run)...)
 	vs = append(vs, p.checkApprovalMode(ctx, namespace, run)...)
 	vs = append(vs, p.checkTimeouts(run)...)
 	vs = append(vs, p.checkRequiredApprovals(run)...)
@@ -396,6 +397,26 @@ func (p *Plugin) checkOCISource(run *terrarun.TerraformRun) []violation {
 		vs = append(vs, violation{path.Child("verify"), "the cluster policy requires every OCI source to be verified (requireVerifiedSources): set verify.keysSecret to a Secret whose cosign.pub holds the signers' public keys"})
 	}
 	return vs
+}
+
+// checkSourceRef refuses a Flux source in standalone mode, which has no
+// cluster and no source-controller, and applies requireVerifiedSources to
+// an OCIRepository: terrarun verifies the signatures of the artifacts it
+// pulls itself (spec.source.oci.verify), and cannot tell whether
+// source-controller verified one.
+func (p *Plugin) checkSourceRef(run *terrarun.TerraformRun) []violation {
+	f := run.Spec.Source.SourceRef
+	if f == nil {
+		return nil
+	}
+	path := field.NewPath("spec", "source", "sourceRef")
+	if p.authorizer == nil {
+		return []violation{{path, "Flux sources need cluster mode (a cluster where Flux's source-controller runs); in standalone mode use an inline, configMap, git or oci source"}}
+	}
+	if p.cfg.RequireVerifiedSources && f.Kind == terrarun.SourceKindOCIRepository {
+		return []violation{{path.Child("kind"), "the cluster policy requires every OCI artifact to be verified by terrarun (requireVerifiedSources), which it does only for the artifacts it pulls: use spec.source.oci with verify.keysSecret instead of an OCIRepository"}}
+	}
+	return nil
 }
 
 func (p *Plugin) checkApprovalMode(ctx context.Context, namespace string, run *terrarun.TerraformRun) []violation {

@@ -10,13 +10,15 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/fluxsource"
 )
 
 // reference is something of the host cluster that a run makes the server use
 // on its creator's behalf, and what the creator must be allowed to do with it
 // for that: get a Secret or ConfigMap the executor reads, create pods (which
 // is what running as a ServiceAccount takes), create the outputs Secret, get
-// the outputs of a run whose output a variable reads.
+// the outputs of a run whose output a variable reads, get the Flux source
+// whose artifact it uses.
 type reference struct {
 	path        *field.Path
 	verb        string
@@ -70,6 +72,10 @@ func references(run *terrarun.TerraformRun) []reference {
 		if v := o.Verify; v != nil && v.KeysSecret != "" {
 			secret(oci.Child("verify", "keysSecret"), v.KeysSecret, "get")
 		}
+	}
+	if f := run.Spec.Source.SourceRef; f != nil && fluxsource.Resource(f.Kind) != "" {
+		refs = append(refs, reference{path: spec.Child("source", "sourceRef"), verb: "get", group: terrarun.FluxSourceGroup,
+			resource: fluxsource.Resource(f.Kind), name: f.Name, what: fmt.Sprintf("the artifact of %s %q", f.Kind, f.Name)})
 	}
 	if c := run.Spec.Source.ConfigMap; c != nil && c.Name != "" {
 		configMap(spec.Child("source", "configMap", "name"), c.Name)

@@ -127,6 +127,32 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 		}
 	})
 
+	t.Run("a Flux source", func(t *testing.T) {
+		fromSource := func(kind string) func(*terrarun.TerraformRun) {
+			return func(r *terrarun.TerraformRun) {
+				r.Spec.Source = terrarun.Source{SourceRef: &terrarun.SourceReference{Kind: kind, Name: "infra"}}
+			}
+		}
+		g := &grants{allowed: map[string]bool{"alice get ocirepositories/infra": true}}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", fromSource("GitRepository")), alice), nil),
+			`spec.source.sourceRef: user "alice" may not get gitrepositories "infra" in namespace "dev"`, `the artifact of GitRepository "infra"`)
+		checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", fromSource("OCIRepository")), alice), nil))
+
+		// requireVerifiedSources: terrarun cannot tell that source-controller
+		// verified an OCIRepository.
+		strict := newPlugin(t, minimalPolicy+"requireVerifiedSources: true\n", clusterLabeler(t))
+		strict.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		checkResult(t, strict.Validate(context.Background(), createAttrs(newRun("dev", fromSource("OCIRepository")), alice), nil),
+			`spec.source.sourceRef.kind: the cluster policy requires every OCI artifact to be verified by terrarun`)
+
+		// Standalone mode has no cluster and no source-controller.
+		standalone := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		checkResult(t, standalone.Validate(context.Background(), createAttrs(newRun("dev", fromSource("GitRepository")), alice), nil),
+			`spec.source.sourceRef: Flux sources need cluster mode`)
+	})
+
 	t.Run("a workspace's run is checked as the workspace's creator", func(t *testing.T) {
 		// The server creates a workspace's runs with its own loopback
 		// identity (system:masters), naming the workspace's creator: her

@@ -63,7 +63,13 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 		func(s *terrarun.Source, c randfill.Continue) {
 			// exactly one member
 			*s = terrarun.Source{}
-			switch c.Intn(4) {
+			switch c.Intn(5) {
+			case 4:
+				s.SourceRef = &terrarun.SourceReference{
+					Kind: pick(c, terrarun.SourceKindGitRepository, terrarun.SourceKindOCIRepository, terrarun.SourceKindBucket),
+					Name: name(c),
+					Path: optional(c, func(c randfill.Continue) string { return "envs/" + name(c) }),
+				}
 			case 3:
 				s.OCI = &terrarun.OCISource{URL: "oci://registry.example.com/" + name(c)}
 				switch c.Intn(4) {

@@ -138,6 +138,10 @@ func TestFuzzerCoverage(t *testing.T) {
 			members++
 			seen["source.oci"] = true
 		}
+		if s.Source.SourceRef != nil {
+			members++
+			seen["source.sourceRef"] = true
+		}
 		if members != 1 {
 			t.Fatalf("source has %d members, want exactly 1: %+v", members, s.Source)
 		}
@@ -222,7 +226,7 @@ func TestFuzzerCoverage(t *testing.T) {
 	}
 
 	for _, want := range []string{
-		"source.inline", "source.configMap", "source.git", "source.oci",
+		"source.inline", "source.configMap", "source.git", "source.oci", "source.sourceRef",
 		"variables.value", "variables.valueFrom",
 		"approval.timeout", "timeouts", "backend.config",
 		"executor.resources", "executor.tolerations", "executor.nodeSelector",

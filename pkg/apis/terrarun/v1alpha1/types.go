@@ -200,7 +200,40 @@ type Source struct {
 	// as one pushed with `flux push artifact` or `oras push`.
 	// +optional
 	OCI *OCISource `json:"oci,omitempty" protobuf:"bytes,4,opt,name=oci"`
+
+	// sourceRef uses the artifact that Flux's source-controller fetched for
+	// a GitRepository, OCIRepository or Bucket of the run's namespace
+	// (cluster mode only). Its revision and digest are pinned when the
+	// plan starts, recorded in status.source, and checked by the plan
+	// stage when it downloads the artifact.
+	// +optional
+	SourceRef *SourceReference `json:"sourceRef,omitempty" protobuf:"bytes,5,opt,name=sourceRef"`
 }
+
+// SourceReference names a Flux source (source.toolkit.fluxcd.io/v1) in the
+// run's namespace.
+type SourceReference struct {
+	// kind of the source: GitRepository, OCIRepository or Bucket.
+	Kind string `json:"kind" protobuf:"bytes,1,opt,name=kind"`
+	// name of the source in the run's namespace.
+	Name string `json:"name" protobuf:"bytes,2,opt,name=name"`
+	// path is the directory inside the artifact that holds the
+	// configuration. It is relative and may not leave the artifact.
+	// Defaults to the root.
+	// +optional
+	Path string `json:"path,omitempty" protobuf:"bytes,3,opt,name=path"`
+}
+
+// Kinds of spec.source.sourceRef, all of the group
+// source.toolkit.fluxcd.io, version v1.
+const (
+	SourceKindGitRepository = "GitRepository"
+	SourceKindOCIRepository = "OCIRepository"
+	SourceKindBucket        = "Bucket"
+)
+
+// FluxSourceGroup is the API group of the objects spec.source.sourceRef names.
+const FluxSourceGroup = "source.toolkit.fluxcd.io"
 
 // ConfigMapSource references a ConfigMap holding the configuration files.
 type ConfigMapSource struct {
@@ -549,8 +582,12 @@ const (
 	ReasonExecutorForged   = "ExecutorForged"
 	ReasonStartFailed      = "StartFailed"
 	// ReasonVerificationFailed: the signature of the run's OCI source did
-	// not verify (spec.source.oci.verify); nothing of it was unpacked.
+	// not verify (spec.source.oci.verify), or its Flux artifact was not the
+	// one its source reported; nothing of it was unpacked.
 	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonSourceNotReady: the Flux source the run names
+	// (spec.source.sourceRef) has no Ready artifact yet; the run waits.
+	ReasonSourceNotReady = "SourceNotReady"
 )
 
 // TerraformRunStatus is the observed state of a run.
@@ -685,6 +722,21 @@ type SourceStatus struct {
 	// revision is the resolved git commit, the OCI artifact as tag@sha256:<manifest digest> (or its digest alone), or a content digest for inline and ConfigMap sources.
 	// +optional
 	Revision string `json:"revision,omitempty" protobuf:"bytes,1,opt,name=revision"`
+	// artifact is the Flux artifact (spec.source.sourceRef) that the run
+	// pinned when its plan started: the plan stage downloads it and checks
+	// its digest, and a retried plan uses it again.
+	// +optional
+	Artifact *SourceArtifact `json:"artifact,omitempty" protobuf:"bytes,2,opt,name=artifact"`
+}
+
+// SourceArtifact is an artifact that Flux's source-controller serves.
+type SourceArtifact struct {
+	// url the artifact is downloaded from, on the source-controller's
+	// artifact server.
+	URL string `json:"url" protobuf:"bytes,1,opt,name=url"`
+	// digest of the artifact's tarball, as source-controller computed it
+	// (sha256:<hex>).
+	Digest string `json:"digest" protobuf:"bytes,2,opt,name=digest"`
 }
 
 // StageName names a stage of a run.

@@ -167,6 +167,16 @@ func (in Source) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SourceArtifact) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.SourceArtifact"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SourceReference) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.SourceReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SourceStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.SourceStatus"
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -149,7 +150,21 @@ func ValidateTerraformRunStatusUpdate(newRun, oldRun *terrarun.TerraformRun) fie
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newRun.ObjectMeta, &oldRun.ObjectMeta, field.NewPath("metadata"))
 	allErrs = append(allErrs, validateSpecUnchanged(&newRun.Spec, &oldRun.Spec)...)
 	allErrs = append(allErrs, validateStatus(&newRun.Status, field.NewPath("status"))...)
+	allErrs = append(allErrs, validatePinnedArtifact(&newRun.Status, &oldRun.Status)...)
 	return allErrs
+}
+
+// validatePinnedArtifact keeps the Flux artifact a run pinned: its plan
+// was made, and is approved, from exactly that artifact.
+func validatePinnedArtifact(newStatus, oldStatus *terrarun.TerraformRunStatus) field.ErrorList {
+	if oldStatus.Source == nil || oldStatus.Source.Artifact == nil {
+		return nil
+	}
+	if newStatus.Source == nil || !reflect.DeepEqual(newStatus.Source, oldStatus.Source) {
+		return field.ErrorList{field.Forbidden(field.NewPath("status", "source"),
+			"the run's Flux artifact is pinned once its plan started; a new revision needs a new run")}
+	}
+	return nil
 }
 
 // ValidateTerraformRunApproval validates the body of a POST to the approve
@@ -277,13 +292,17 @@ func validateSource(src *terrarun.Source, fldPath *field.Path) field.ErrorList {
 		set = append(set, "oci")
 		allErrs = append(allErrs, validateOCI(src.OCI, fldPath.Child("oci"))...)
 	}
+	if src.SourceRef != nil {
+		set = append(set, "sourceRef")
+		allErrs = append(allErrs, validateSourceRef(src.SourceRef, fldPath.Child("sourceRef"))...)
+	}
 
 	switch {
 	case len(set) == 0 && src.Inline != nil:
 		// inline: {} was sent: the user meant inline but gave no file.
-		allErrs = append(allErrs, field.Required(fldPath.Child("inline"), "add at least one *.tf or *.tf.json file, or set configMap, git or oci instead"))
+		allErrs = append(allErrs, field.Required(fldPath.Child("inline"), "add at least one *.tf or *.tf.json file, or set configMap, git, oci or sourceRef instead"))
 	case len(set) == 0:
-		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of inline, configMap, git or oci"))
+		allErrs = append(allErrs, field.Required(fldPath, "set exactly one of inline, configMap, git, oci or sourceRef"))
 	default:
 		for _, extra := range set[1:] {
 			allErrs = append(allErrs, field.Forbidden(fldPath.Child(extra),
@@ -342,6 +361,23 @@ func validateGit(g *terrarun.GitSource, fldPath *field.Path) field.ErrorList {
 
 	allErrs = append(allErrs, validateSourcePath(g.Path, "repository", fldPath.Child("path"))...)
 	allErrs = append(allErrs, validateObjectName(g.CredentialsSecret, false, fldPath.Child("credentialsSecret"))...)
+	return allErrs
+}
+
+// sourceKinds are the kinds spec.source.sourceRef may name.
+var sourceKinds = []string{terrarun.SourceKindGitRepository, terrarun.SourceKindOCIRepository, terrarun.SourceKindBucket}
+
+// validateSourceRef validates a reference to a Flux source.
+func validateSourceRef(r *terrarun.SourceReference, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	switch {
+	case r.Kind == "":
+		allErrs = append(allErrs, field.Required(fldPath.Child("kind"), "name the kind of the Flux source: "+strings.Join(sourceKinds, ", ")))
+	case !slices.Contains(sourceKinds, r.Kind):
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("kind"), r.Kind, sourceKinds))
+	}
+	allErrs = append(allErrs, validateObjectName(r.Name, true, fldPath.Child("name"))...)
+	allErrs = append(allErrs, validateSourcePath(r.Path, "artifact", fldPath.Child("path"))...)
 	return allErrs
 }
 
@@ -868,6 +904,16 @@ func validateStatus(st *terrarun.TerraformRunStatus, fldPath *field.Path) field.
 			if c.value < 0 {
 				allErrs = append(allErrs, field.Invalid(planPath.Child(c.name), c.value, "must be greater than or equal to 0"))
 			}
+		}
+	}
+
+	if src := st.Source; src != nil && src.Artifact != nil {
+		aPath := fldPath.Child("source", "artifact")
+		if u, err := url.Parse(src.Artifact.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			allErrs = append(allErrs, field.Invalid(aPath.Child("url"), src.Artifact.URL, "must be an http:// or https:// URL of source-controller's artifact server"))
+		}
+		if !ociDigestRegexp.MatchString(src.Artifact.Digest) {
+			allErrs = append(allErrs, field.Invalid(aPath.Child("digest"), src.Artifact.Digest, "must be sha256:<64 hex digits>"))
 		}
 	}
 

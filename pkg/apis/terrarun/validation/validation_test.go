@@ -183,7 +183,7 @@ func TestValidateSource(t *testing.T) {
 	cm := &terrarun.ConfigMapSource{Name: "config"}
 	runSpecCases(t, []specCase{
 		{name: "none", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source = terrarun.Source{} },
-			want: []string{required("spec.source")}, detail: "set exactly one of inline, configMap, git or oci"},
+			want: []string{required("spec.source")}, detail: "set exactly one of inline, configMap, git, oci or sourceRef"},
 		{name: "empty inline", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source = terrarun.Source{Inline: map[string]string{}} },
 			want: []string{required("spec.source.inline")}},
 		{name: "inline and git", mutate: func(r *terrarun.TerraformRun) { r.Spec.Source.Git = git() },
@@ -756,6 +756,63 @@ func validStatus() terrarun.TerraformRunStatus {
 		CompletionTime: &now,
 		Message:        "applied",
 	}
+}
+
+func TestValidateSourceRef(t *testing.T) {
+	ref := func(kind, name, path string) func(*terrarun.TerraformRun) {
+		return func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{SourceRef: &terrarun.SourceReference{Kind: kind, Name: name, Path: path}}
+		}
+	}
+	runSpecCases(t, []specCase{
+		{name: "GitRepository", mutate: ref("GitRepository", "infra", "")},
+		{name: "OCIRepository with a path", mutate: ref("OCIRepository", "infra", "envs/prod")},
+		{name: "Bucket", mutate: ref("Bucket", "infra", "")},
+		{name: "no kind", mutate: ref("", "infra", ""), want: []string{required("spec.source.sourceRef.kind")}, detail: "GitRepository, OCIRepository, Bucket"},
+		{name: "HelmChart", mutate: ref("HelmChart", "infra", ""), want: []string{notSupported("spec.source.sourceRef.kind")}},
+		{name: "no name", mutate: ref("GitRepository", "", ""), want: []string{required("spec.source.sourceRef.name")}},
+		{name: "bad name", mutate: ref("GitRepository", "Infra_Repo", ""), want: []string{invalid("spec.source.sourceRef.name")}},
+		{name: "escaping path", mutate: ref("GitRepository", "infra", "../other"), want: []string{invalid("spec.source.sourceRef.path")}, detail: "inside the artifact"},
+		{name: "sourceRef and inline", mutate: func(r *terrarun.TerraformRun) {
+			ref("GitRepository", "infra", "")(r)
+			r.Spec.Source.Inline = map[string]string{"main.tf": ""}
+		}, want: []string{forbidden("spec.source.sourceRef")}},
+	})
+}
+
+func TestValidatePinnedArtifact(t *testing.T) {
+	pinned := func() *terrarun.TerraformRun {
+		r := validRun()
+		r.ResourceVersion = "3"
+		r.Spec.Source = terrarun.Source{SourceRef: &terrarun.SourceReference{Kind: "GitRepository", Name: "infra"}}
+		r.Status = terrarun.TerraformRunStatus{Phase: terrarun.RunPhasePlanning, Source: &terrarun.SourceStatus{
+			Revision: "main@sha1:abc", Artifact: &terrarun.SourceArtifact{URL: "http://source-controller/gitrepository/default/infra/abc.tar.gz", Digest: validDigest},
+		}}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*terrarun.TerraformRun)
+		want   []string
+	}{
+		{name: "unchanged", mutate: func(*terrarun.TerraformRun) {}},
+		{name: "another revision", mutate: func(r *terrarun.TerraformRun) { r.Status.Source.Revision = "main@sha1:def" }, want: []string{forbidden("status.source")}},
+		{name: "another digest", mutate: func(r *terrarun.TerraformRun) {
+			r.Status.Source.Artifact.Digest = "sha256:" + strings.Repeat("f", 64)
+		}, want: []string{forbidden("status.source")}},
+		{name: "unpinned", mutate: func(r *terrarun.TerraformRun) { r.Status.Source = nil }, want: []string{forbidden("status.source")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			oldRun, newRun := pinned(), pinned()
+			tc.mutate(newRun)
+			checkErrors(t, ValidateTerraformRunStatusUpdate(newRun, oldRun), tc.want, "")
+		})
+	}
+	// The first pin may be anything valid; an invalid one is refused.
+	oldRun, newRun := pinned(), pinned()
+	oldRun.Status.Source = nil
+	newRun.Status.Source.Artifact = &terrarun.SourceArtifact{URL: "file:///etc/passwd", Digest: "md5:abc"}
+	checkErrors(t, ValidateTerraformRunStatusUpdate(newRun, oldRun), []string{invalid("status.source.artifact.url"), invalid("status.source.artifact.digest")}, "")
 }
 
 func TestValidateTerraformRunStatusUpdate(t *testing.T) {

@@ -128,7 +128,9 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 				fmt.Sprintf("must be between %s and %s, such as 10m or 1h; omit it to check never", formatDuration(MinDriftInterval), formatDuration(MaxDriftInterval))))
 		}
 	}
-	if o := spec.Template.Source.OCI; spec.SourceInterval != nil && o != nil && o.Ref != nil && o.Ref.Digest != "" {
+	if spec.SourceInterval != nil && spec.Template.Source.SourceRef != nil {
+		allErrs = append(allErrs, field.Forbidden(fldPath.Child("sourceInterval"), "a workspace follows a Flux source's revision as source-controller reports it; set the source's own spec.interval, and omit this"))
+	} else if o := spec.Template.Source.OCI; spec.SourceInterval != nil && o != nil && o.Ref != nil && o.Ref.Digest != "" {
 		allErrs = append(allErrs, field.Forbidden(fldPath.Child("sourceInterval"), "an OCI digest never resolves to anything else; track a tag or a semver range, or omit it"))
 	} else if spec.SourceInterval != nil && spec.Template.Source.Git == nil && o == nil {
 		allErrs = append(allErrs, field.Forbidden(fldPath.Child("sourceInterval"), "only a git or OCI source has a ref to resolve again; omit it"))

@@ -35,6 +35,12 @@ type SourceApplyConfiguration struct {
 	// oci fetches the configuration from an OCI artifact in a registry, such
 	// as one pushed with `flux push artifact` or `oras push`.
 	OCI *OCISourceApplyConfiguration `json:"oci,omitempty"`
+	// sourceRef uses the artifact that Flux's source-controller fetched for
+	// a GitRepository, OCIRepository or Bucket of the run's namespace
+	// (cluster mode only). Its revision and digest are pinned when the
+	// plan starts, recorded in status.source, and checked by the plan
+	// stage when it downloads the artifact.
+	SourceRef *SourceReferenceApplyConfiguration `json:"sourceRef,omitempty"`
 }
 
 // SourceApplyConfiguration constructs a declarative configuration of the Source type for use with
@@ -78,5 +84,13 @@ func (b *SourceApplyConfiguration) WithGit(value *GitSourceApplyConfiguration) *
 // If called multiple times, the OCI field is set to the value of the last call.
 func (b *SourceApplyConfiguration) WithOCI(value *OCISourceApplyConfiguration) *SourceApplyConfiguration {
 	b.OCI = value
+	return b
+}
+
+// WithSourceRef sets the SourceRef field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SourceRef field is set to the value of the last call.
+func (b *SourceApplyConfiguration) WithSourceRef(value *SourceReferenceApplyConfiguration) *SourceApplyConfiguration {
+	b.SourceRef = value
 	return b
 }

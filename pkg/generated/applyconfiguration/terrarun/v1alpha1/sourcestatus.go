@@ -25,6 +25,10 @@ package v1alpha1
 type SourceStatusApplyConfiguration struct {
 	// revision is the resolved git commit, the OCI artifact as tag@sha256:<manifest digest> (or its digest alone), or a content digest for inline and ConfigMap sources.
 	Revision *string `json:"revision,omitempty"`
+	// artifact is the Flux artifact (spec.source.sourceRef) that the run
+	// pinned when its plan started: the plan stage downloads it and checks
+	// its digest, and a retried plan uses it again.
+	Artifact *SourceArtifactApplyConfiguration `json:"artifact,omitempty"`
 }
 
 // SourceStatusApplyConfiguration constructs a declarative configuration of the SourceStatus type for use with
@@ -38,5 +42,13 @@ func SourceStatus() *SourceStatusApplyConfiguration {
 // If called multiple times, the Revision field is set to the value of the last call.
 func (b *SourceStatusApplyConfiguration) WithRevision(value string) *SourceStatusApplyConfiguration {
 	b.Revision = &value
+	return b
+}
+
+// WithArtifact sets the Artifact field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Artifact field is set to the value of the last call.
+func (b *SourceStatusApplyConfiguration) WithArtifact(value *SourceArtifactApplyConfiguration) *SourceStatusApplyConfiguration {
+	b.Artifact = value
 	return b
 }

@@ -1,4 +1,8 @@
-package oci
+// Package tarball unpacks a configuration delivered as a tar+gzip archive
+// (an OCI artifact's layer, a Flux artifact) with limits on its size and
+// file count, through an os.Root so that no entry reaches outside the
+// directory, and fetches such an archive over HTTP against a known digest.
+package tarball
 
 import (
 	"archive/tar"
@@ -13,12 +17,35 @@ import (
 	"strings"
 )
 
-// unpack extracts a tar+gzip stream into dst through an os.Root, so that
+// Limits bound what an archive may hold.
+type Limits struct {
+	// Size is the most bytes of the archive, compressed and unpacked each.
+	Size int64
+	// Files is the most entries of the archive.
+	Files int
+}
+
+// DefaultLimits are the limits of a run's source archive: 64 MiB and
+// 10,000 entries.
+var DefaultLimits = Limits{Size: 64 << 20, Files: 10000}
+
+// OrDefault returns l with its zero members taken from DefaultLimits.
+func (l Limits) OrDefault() Limits {
+	if l.Size <= 0 {
+		l.Size = DefaultLimits.Size
+	}
+	if l.Files <= 0 {
+		l.Files = DefaultLimits.Files
+	}
+	return l
+}
+
+// Unpack extracts a tar+gzip stream into dst through an os.Root, so that
 // no entry reaches outside it whatever its name: directories and regular
 // files only (symbolic and hard links, devices and the like are skipped and
 // counted), no absolute names and no ".." elements, at most limits.Files
 // entries and limits.Size bytes unpacked.
-func unpack(r io.Reader, dst string, limits Limits) error {
+func Unpack(r io.Reader, dst string, limits Limits) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("not gzip: %w", err)
