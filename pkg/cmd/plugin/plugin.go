@@ -304,9 +304,7 @@ func (o *options) approveCommand() *cobra.Command {
 		}
 		fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
 		fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
-		if run.Status.Source != nil && run.Status.Source.Revision != "" {
-			fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
-		}
+		writeSource(o.streams.Out, run)
 		writePolicy(o.streams.Out, run)
 		writeTasks(o.streams.Out, run)
 		fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
@@ -507,4 +505,19 @@ func (o *options) rerunCommand() *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "A note recorded with the run.")
 	cmd.Flags().BoolVar(&wait, "wait", false, "Wait until the run ends, as the wait command does.")
 	return cmd
+}
+
+// writeSource says what the plan was made from, for whoever approves it:
+// the source's revision, and for a Flux source which one, with the digest
+// of the artifact that the run pinned.
+func writeSource(w io.Writer, run *v1alpha1.TerraformRun) {
+	st := run.Status.Source
+	if st == nil || st.Revision == "" {
+		return
+	}
+	if ref, a := run.Spec.Source.SourceRef, st.Artifact; ref != nil && a != nil {
+		fmt.Fprintf(w, "Source revision: %s (%s %s, artifact %s)\n", st.Revision, ref.Kind, ref.Name, a.Digest)
+		return
+	}
+	fmt.Fprintf(w, "Source revision: %s\n", st.Revision)
 }

@@ -193,6 +193,9 @@ func TestApprove(t *testing.T) {
 		run.Status.Plan = &v1alpha1.PlanSummary{Digest: testDigest, Add: 1, Change: 2, Destroy: 3, HasChanges: true}
 		run.Status.Source = &v1alpha1.SourceStatus{Revision: "0a1b2c3"}
 	})
+	fromFlux := awaiting.DeepCopy()
+	fromFlux.Spec.Source = v1alpha1.Source{SourceRef: &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: "infra"}}
+	fromFlux.Status.Source = &v1alpha1.SourceStatus{Revision: "main@sha1:0a1b2c3", Artifact: &v1alpha1.SourceArtifact{URL: "http://sc/x.tar.gz", Digest: testDigest}}
 	approved := newRun("web-1", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
 		run.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "carol", PlanDigest: testDigest}, {ApprovedBy: "bob", PlanDigest: testDigest}}
 	})
@@ -227,6 +230,14 @@ func TestApprove(t *testing.T) {
 			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(approved)},
 			code:     ExitSucceeded,
 			stdout:   shown + done,
+			approves: true,
+		},
+		{
+			name:     "a Flux source names the source and the pinned artifact",
+			args:     []string{"--yes"},
+			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(fromFlux), "POST /terraformruns/web-1/approve": object(approved)},
+			code:     ExitSucceeded,
+			stdout:   strings.Replace(shown, "Source revision: 0a1b2c3\n", "Source revision: main@sha1:0a1b2c3 (GitRepository infra, artifact "+testDigest+")\n", 1) + done,
 			approves: true,
 		},
 		{

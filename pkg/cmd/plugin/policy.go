@@ -223,9 +223,7 @@ func (o *options) overrideCommand() *cobra.Command {
 			}
 			fmt.Fprintf(o.streams.Out, "Run %s/%s, created by %s\n", ns, run.Name, creator(run))
 			fmt.Fprintf(o.streams.Out, "Plan: %d to add, %d to change, %d to destroy, %d to import.\n", p.Add, p.Change, p.Destroy, p.Import)
-			if run.Status.Source != nil && run.Status.Source.Revision != "" {
-				fmt.Fprintf(o.streams.Out, "Source revision: %s\n", run.Status.Source.Revision)
-			}
+			writeSource(o.streams.Out, run)
 			fmt.Fprintln(o.streams.Out, "SoftMandatory policy failures to override:")
 			writeResults(o.streams.Out, softFailures(run))
 			fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
