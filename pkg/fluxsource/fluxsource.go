@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -241,8 +242,8 @@ func (r *Reader) artifactOf(u *unstructured.Unstructured, kind string) (Artifact
 // (<kind>/<namespace>/<name>/), with a sha256 digest.
 func (r *Reader) check(a Artifact, kind, namespace, name string) error {
 	u, err := url.Parse(a.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("its artifact URL %q is not an http:// or https:// URL", a.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil {
+		return fmt.Errorf("its artifact URL is not an http:// or https:// URL without credentials")
 	}
 	if !sameHost(u.Host, r.host) {
 		return fmt.Errorf("its artifact is served from %q, not from source-controller's artifact server %q (the server's --flux-artifact-host): terrarun downloads artifacts from there alone", u.Host, r.host)
@@ -264,15 +265,11 @@ func (r *Reader) check(a Artifact, kind, namespace, name string) error {
 // name ignored.
 func sameHost(a, b string) bool {
 	norm := func(h string) string {
-		host, port, ok := strings.Cut(h, ":")
-		if strings.HasPrefix(h, "[") {
-			return strings.ToLower(h)
+		h = strings.ToLower(h)
+		if host, port, err := net.SplitHostPort(h); err == nil {
+			return strings.TrimSuffix(host, ".") + ":" + port
 		}
-		host = strings.ToLower(strings.TrimSuffix(host, "."))
-		if ok {
-			return host + ":" + port
-		}
-		return host
+		return strings.TrimSuffix(h, ".")
 	}
 	return norm(a) == norm(b)
 }

@@ -56,10 +56,16 @@ func TestGet(t *testing.T) {
 		gitRepository("elsewhere", "True", artifact("http://attacker.example.com/gitrepository/team/elsewhere/abc.tar.gz")),
 		gitRepository("borrowed", "True", artifact("http://"+host+"/gitrepository/other-team/secret/abc.tar.gz")),
 		gitRepository("fetching", "True", nil),
+		gitRepository("userinfo", "True", artifact("http://user:hunter2@"+host+"/gitrepository/team/userinfo/abc.tar.gz")),
+		gitRepository("nodot", "True", artifact("http://"+strings.TrimSuffix(host, ".")+"/gitrepository/team/nodot/abc.tar.gz")),
+		gitRepository("port", "True", artifact("http://"+strings.TrimSuffix(host, ".")+":9090/gitrepository/team/port/abc.tar.gz")),
 	)
 	art, err := r.Get(context.Background(), "team", "GitRepository", "infra")
 	if err != nil || art.URL != good || art.Digest != digest || art.Revision != "main@sha1:abc" {
 		t.Fatalf("Ready source: %+v, %v", art, err)
+	}
+	if _, err := r.Get(context.Background(), "team", "GitRepository", "nodot"); err != nil {
+		t.Errorf("the artifact host without its trailing dot: %v", err)
 	}
 	for _, c := range []struct {
 		name, kind string
@@ -72,10 +78,15 @@ func TestGet(t *testing.T) {
 		{"missing", "GitRepository", true, false, "GitRepository team/missing does not exist yet"},
 		{"elsewhere", "GitRepository", false, true, `served from "attacker.example.com"`},
 		{"borrowed", "GitRepository", false, true, `is not below "/gitrepository/team/borrowed/"`},
+		{"userinfo", "GitRepository", false, true, "without credentials"},
+		{"port", "GitRepository", false, true, `served from "source-controller.flux-system.svc.cluster.local:9090"`},
 		{"infra", "HelmChart", false, false, "HelmChart is not a Flux source kind"},
 	} {
 		_, err := r.Get(context.Background(), "team", c.kind, c.name)
 		var nr *fluxsource.NotReadyError
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s %s: the error shows the URL's password: %v", c.kind, c.name, err)
+		}
 		if err == nil || errors.As(err, &nr) != c.notReady || errors.Is(err, fluxsource.ErrUntrusted) != c.untrusted || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %s: %v; want not ready %v, untrusted %v, saying %q", c.kind, c.name, err, c.notReady, c.untrusted, c.want)
 		}

@@ -254,10 +254,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	case "", v1alpha1.RunPhasePending, v1alpha1.RunPhaseQueued:
 		if cond := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionCancelRequested); cond != nil && cond.Status == metav1.ConditionTrue {
 			// Canceled before any stage started.
-			c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, v1alpha1.ReasonCanceled, cond.Message)
-			c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, v1alpha1.ReasonCanceled, "Nothing was applied.")
-			c.finish(run, v1alpha1.RunPhaseCanceled, cond.Message)
-			return 0, c.writeStatus(ctx, run, v1alpha1.ReasonCanceled, cond.Message)
+			return 0, c.endBeforePlan(ctx, run, v1alpha1.RunPhaseCanceled, v1alpha1.ReasonCanceled, cond.Message)
 		}
 		if run.DeletionTimestamp == nil {
 			if run.Status.Phase == "" {
@@ -940,6 +937,15 @@ func (c *Controller) finish(run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase,
 	}
 	c.setCondition(run, v1alpha1.ConditionFailed, metav1.ConditionTrue, string(phase), msg)
 	c.setCondition(run, v1alpha1.ConditionReady, metav1.ConditionFalse, string(phase), msg)
+}
+
+// endBeforePlan ends run in phase, before any stage started, for reason,
+// and writes it.
+func (c *Controller) endBeforePlan(ctx context.Context, run *v1alpha1.TerraformRun, phase v1alpha1.RunPhase, reason, msg string) error {
+	c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason, msg)
+	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, reason, "Nothing was applied.")
+	c.finish(run, phase, msg)
+	return c.writeStatus(ctx, run, reason, msg)
 }
 
 // setCondition sets a condition of run, and says whether it changed.

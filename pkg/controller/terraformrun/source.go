@@ -38,7 +38,7 @@ func (c *Controller) pinSource(ctx context.Context, run *v1alpha1.TerraformRun) 
 	source := fmt.Sprintf("%s %s/%s", ref.Kind, run.Namespace, ref.Name)
 	if c.opts.Sources == nil {
 		msg := fmt.Sprintf("spec.source.sourceRef names %s, but this server reads no Flux sources (standalone mode): use an inline, configMap, git or oci source.", source)
-		return 0, false, c.failBeforePlan(ctx, run, v1alpha1.ReasonStartFailed, msg)
+		return 0, false, c.endBeforePlan(ctx, run, v1alpha1.RunPhaseFailed, v1alpha1.ReasonStartFailed, msg)
 	}
 	art, err := c.opts.Sources.Get(ctx, run.Namespace, ref.Kind, ref.Name)
 	var notReady *fluxsource.NotReadyError
@@ -63,7 +63,7 @@ func (c *Controller) pinSource(ctx context.Context, run *v1alpha1.TerraformRun) 
 		}
 		return sourceRecheck, false, nil
 	case errors.Is(err, fluxsource.ErrUntrusted):
-		return 0, false, c.failBeforePlan(ctx, run, v1alpha1.ReasonVerificationFailed, fmt.Sprintf("%v. Nothing was downloaded.", err))
+		return 0, false, c.endBeforePlan(ctx, run, v1alpha1.RunPhaseFailed, v1alpha1.ReasonVerificationFailed, fmt.Sprintf("%v. Nothing was downloaded.", err))
 	case err != nil:
 		// Retried with the queue's backoff (a forbidden read says what
 		// to grant).
@@ -72,12 +72,4 @@ func (c *Controller) pinSource(ctx context.Context, run *v1alpha1.TerraformRun) 
 	run.Status.Source = &v1alpha1.SourceStatus{Revision: art.Revision, Artifact: &v1alpha1.SourceArtifact{URL: art.URL, Digest: art.Digest}}
 	c.opts.Recorder.Eventf(run, "Normal", "SourcePinned", "Pinned the artifact of %s at revision %s (%s)", source, art.Revision, art.Digest)
 	return 0, true, nil
-}
-
-// failBeforePlan ends run Failed, before any stage started, for reason.
-func (c *Controller) failBeforePlan(ctx context.Context, run *v1alpha1.TerraformRun, reason, msg string) error {
-	c.setCondition(run, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason, msg)
-	c.setCondition(run, v1alpha1.ConditionApplied, metav1.ConditionFalse, reason, "Nothing was applied.")
-	c.finish(run, v1alpha1.RunPhaseFailed, msg)
-	return c.writeStatus(ctx, run, reason, msg)
 }
