@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/ociregistry"
 	"github.com/terrarun/terrarun/pkg/runner/oci"
 	"github.com/terrarun/terrarun/pkg/runner/tarball"
 	"github.com/terrarun/terrarun/pkg/stage"
@@ -617,7 +618,7 @@ func (r *runner) registryAccess() (creds, ca []byte, err error) {
 		if creds, err = os.ReadFile(a.CredentialsFile); err != nil {
 			return nil, nil, fmt.Errorf("reading the OCI registry's credentials: %w", err)
 		}
-		r.secrets.add(oci.Secrets(creds)...)
+		r.secrets.add(ociregistry.Secrets(creds)...)
 	}
 	if a.CAFile != "" {
 		if ca, err = os.ReadFile(a.CAFile); err != nil {

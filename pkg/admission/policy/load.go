@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	runvalidation "github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
+	"github.com/terrarun/terrarun/pkg/ociregistry"
 )
 
 // Load reads a policy file (YAML or JSON) from r, decodes it strictly and
@@ -175,9 +177,36 @@ func Validate(cfg *Config) error {
 			}
 		}
 	}
-	for i, img := range cfg.AllowedImages {
-		if strings.Contains(strings.TrimSuffix(img, "*"), "*") {
-			add(fmt.Sprintf("allowedImages[%d]", i), "%q: \"*\" may only end a pattern", img)
+	imagePatterns := func(path string, patterns []string) {
+		for i, img := range patterns {
+			if strings.Contains(strings.TrimSuffix(img, "*"), "*") {
+				add(fmt.Sprintf("%s[%d]", path, i), "%q: \"*\" may only end a pattern", img)
+			}
+		}
+	}
+	imagePatterns("allowedImages", cfg.AllowedImages)
+	if v := cfg.ImageVerification; v != nil {
+		for i, img := range v.Images {
+			if img == "" || strings.ContainsAny(img, " \t\r\n") {
+				add(fmt.Sprintf("imageVerification.images[%d]", i), "must be non-empty, without white space, got %q", img)
+			}
+		}
+		imagePatterns("imageVerification.images", v.Images)
+		if strings.TrimSpace(v.PublicKeys) == "" {
+			add("imageVerification.publicKeys", "is required: the PEM public keys (cosign.pub) that sign the executor images")
+		} else if _, err := ociregistry.ParseKeys([]byte(v.PublicKeys)); err != nil {
+			add("imageVerification.publicKeys", "%v", err)
+		}
+		if v.CABundle != "" {
+			if _, err := ociregistry.Transport([]byte(v.CABundle)); err != nil {
+				add("imageVerification.caBundle", "%v", err)
+			}
+		}
+		if f := v.CredentialsFile; f != "" && !filepath.IsAbs(f) {
+			add("imageVerification.credentialsFile", "must be an absolute path (a Secret's .dockerconfigjson mounted into the server), got %q", f)
+		}
+		if t := v.Timeout; t != nil && (t.Duration <= 0 || t.Duration > MaxImageVerificationTimeout) {
+			add("imageVerification.timeout", "must be positive and at most %s (a create request waits for it), got %s", FormatDuration(MaxImageVerificationTimeout), FormatDuration(t.Duration))
 		}
 	}
 	switch img := d.Engine.Image; {
@@ -208,6 +237,13 @@ func Validate(cfg *Config) error {
 	return utilerrors.NewAggregate(errs)
 }
 
+// MaxImageVerificationTimeout bounds imageVerification.timeout, and
+// DefaultImageVerificationTimeout is its default.
+const (
+	MaxImageVerificationTimeout     = 30 * time.Second
+	DefaultImageVerificationTimeout = 10 * time.Second
+)
+
 // NamespaceSelector returns manualApprovalNamespaceSelector as a labels.Selector:
 // labels.Nothing() when unset, labels.Everything() when empty.
 func (c *Config) NamespaceSelector() (labels.Selector, error) {
@@ -224,10 +260,13 @@ func (c *Config) NamespaceSelector() (labels.Selector, error) {
 // ImageAllowed reports whether image is allowed by allowedImages. An empty
 // list allows every image.
 func (c *Config) ImageAllowed(image string) bool {
-	if c == nil || len(c.AllowedImages) == 0 {
-		return true
-	}
-	for _, p := range c.AllowedImages {
+	return c == nil || len(c.AllowedImages) == 0 || matchImage(c.AllowedImages, image)
+}
+
+// matchImage reports whether image matches one of patterns: exactly, or,
+// for a pattern that ends in "*", by starting with what precedes the "*".
+func matchImage(patterns []string, image string) bool {
+	for _, p := range patterns {
 		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(image, prefix) || p == image {
 			return true
 		}

@@ -137,6 +137,12 @@ func TestLoadErrors(t *testing.T) {
 		{"default image not allowed", header + "defaults: {engine: {image: other.example/x:v1}}\nallowedImages: [\"registry.example.com/*\"]\n",
 			[]string{`defaults.engine.image: "other.example/x:v1" is not in allowedImages, so runs that set no image would be refused`}},
 		{"several errors reported together", header + "defaults: {engine: {binary: pulumi}, timeouts: {plan: -1m}}\n", []string{"defaults.engine.binary", "defaults.timeouts.plan: must be positive"}},
+		{"image verification without keys", header + "imageVerification: {images: [\"registry.example.com/*\"]}\n",
+			[]string{"imageVerification.publicKeys: is required"}},
+		{"image verification with bad parts", header + "imageVerification:\n  images: [\"registry.*/x\", \"\"]\n  publicKeys: not a key\n  caBundle: not a cert\n  credentialsFile: config.json\n  timeout: 2m\n",
+			[]string{`imageVerification.images[0]: "registry.*/x": "*" may only end a pattern`, `imageVerification.images[1]: must be non-empty`,
+				"imageVerification.publicKeys: holds no PEM public key", "imageVerification.caBundle: holds no PEM certificate",
+				"imageVerification.credentialsFile: must be an absolute path", "imageVerification.timeout: must be positive and at most 30s"}},
 		{"not yaml", "{", []string{"decoding TerraformRunPolicy"}},
 	}
 	for _, tc := range cases {

@@ -13,6 +13,11 @@
 //	  ttlSecondsAfterFinished: 2592000
 //	allowedGitHosts: ["github.com", "*.corp.example.com"]
 //	allowedImages: ["registry.example.com/terrarun-executor:*"]
+//	imageVerification:
+//	  images: ["registry.example.com/*"]
+//	  publicKeys: |
+//	    -----BEGIN PUBLIC KEY-----
+//	    ...
 //	allowedServiceAccounts: ["terraform-deployer"]
 //	allowedBackends: ["kubernetes", "s3"]
 //	manualApprovalNamespaceSelector: {matchLabels: {env: prod}}
@@ -84,6 +89,15 @@ type Config struct {
 	// +optional
 	AllowedImages []string `json:"allowedImages,omitempty"`
 
+	// ImageVerification, in cluster mode, checks the cosign signature of
+	// every executor image it covers when a run is created, and pins the
+	// run to the digest it verified (spec.engine.imageDigest): the stage
+	// Jobs run the image by that digest, so what was verified is what
+	// runs. A run whose image does not verify is refused. Standalone
+	// runs no image and checks none.
+	// +optional
+	ImageVerification *ImageVerification `json:"imageVerification,omitempty"`
+
 	// AllowedServiceAccounts lists the ServiceAccounts that
 	// spec.executor.serviceAccountName may name. A run that names none runs
 	// as the executor's default ServiceAccount, which is always allowed. An
@@ -132,6 +146,53 @@ type Config struct {
 	// server without authentication, where every request is anonymous).
 	// +optional
 	SeparationOfDuties *bool `json:"separationOfDuties,omitempty"`
+}
+
+// ImageVerification says which executor images must carry a cosign
+// signature, and by which keys.
+type ImageVerification struct {
+	// Images lists the images (spec.engine.image, after defaults) that are
+	// verified, matched as allowedImages are; an empty list covers every
+	// image. An image outside the list is neither verified nor pinned:
+	// use allowedImages to refuse it.
+	// +optional
+	Images []string `json:"images,omitempty"`
+	// PublicKeys holds one or more PEM public keys (the content of
+	// cosign.pub files); an image verifies when one of them signed its
+	// manifest digest. Required.
+	PublicKeys string `json:"publicKeys"`
+	// RefuseUnsigned, when true (the default), refuses a run whose image
+	// has no signature by one of the keys. False admits it, pinned to the
+	// digest its tag has now, with a warning: a way to roll verification
+	// out before every image is signed. An image that cannot be resolved
+	// is refused either way.
+	// +optional
+	RefuseUnsigned *bool `json:"refuseUnsigned,omitempty"`
+	// CABundle holds PEM certificates trusted, besides the system's, for
+	// the registries' TLS.
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
+	// CredentialsFile is a docker config file (the .dockerconfigjson of a
+	// Secret mounted into the server, read at each verification) with
+	// read access to private registries; credentials are offered only to
+	// the host their entry names. Unset: anonymous.
+	// +optional
+	CredentialsFile string `json:"credentialsFile,omitempty"`
+	// Timeout bounds the verification of one run's image (resolving its
+	// tag, reading its signatures). Defaults to 10s.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// RefusesUnsigned reports whether an image without a valid signature is
+// refused: true unless refuseUnsigned is false.
+func (v *ImageVerification) RefusesUnsigned() bool {
+	return v.RefuseUnsigned == nil || *v.RefuseUnsigned
+}
+
+// Covers reports whether image is one that v verifies.
+func (v *ImageVerification) Covers(image string) bool {
+	return len(v.Images) == 0 || matchImage(v.Images, image)
 }
 
 // Defaults are the values filled into the empty fields of a new run.

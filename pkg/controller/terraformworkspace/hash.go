@@ -27,6 +27,9 @@ func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
 	spec = *spec.DeepCopy()
 	spec.Operation = v1alpha1.OperationApply
 	spec.Creator, spec.RequestedBy = nil, nil
+	// Pinned by the server's image verification at each run's creation:
+	// what the workspace asks for is the image.
+	spec.Engine.ImageDigest = ""
 	if !movingSource(&spec.Source) {
 		revision = "" // an inline or ConfigMap source is in the spec
 	}

@@ -95,6 +95,14 @@ func TestSpecChange(t *testing.T) {
 		runs: []*v1alpha1.TerraformRun{newRun(v2, 1, v1alpha1.OperationApply, v1alpha1.TriggerSpecChange, succeeded(t0.Add(-time.Hour)))},
 		want: []cond{readyApplied, notReconciling},
 	}, {
+		// The image verification pinned the run to a digest: the
+		// workspace asked for the image, and it is applied.
+		name: "the current spec is applied with its image pinned",
+		ws:   v2,
+		runs: []*v1alpha1.TerraformRun{newRun(v2, 1, v1alpha1.OperationApply, v1alpha1.TriggerSpecChange, succeeded(t0.Add(-time.Hour)),
+			func(r *v1alpha1.TerraformRun) { r.Spec.Engine.ImageDigest = "sha256:" + strings.Repeat("a", 64) })},
+		want: []cond{readyApplied, notReconciling},
+	}, {
 		name:    "a run of an older spec is under way",
 		ws:      v2,
 		runs:    []*v1alpha1.TerraformRun{newRun(v1, 1, v1alpha1.OperationApply, v1alpha1.TriggerSpecChange, phase(v1alpha1.RunPhaseApplying))},

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -51,6 +52,10 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	}
 	if image == "" {
 		return nil, nil, fmt.Errorf("run %s/%s has no spec.engine.image, and the executor has no default image", run.Namespace, run.Name)
+	}
+	if d := spec.Engine.ImageDigest; d != "" && !strings.Contains(image, "@") {
+		// What the cluster policy verified is what runs.
+		image += "@" + d
 	}
 
 	name := JobName(run.Name, ex.Stage, ex.Attempt)

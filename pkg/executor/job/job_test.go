@@ -569,6 +569,12 @@ func TestDefaultBackend(t *testing.T) {
 	if pod.Containers[0].Image != "default-image:1" {
 		t.Errorf("image = %q, want JobOptions.Image", pod.Containers[0].Image)
 	}
+	// The digest that the image verification pinned is what runs.
+	run.Spec.Engine = v1alpha1.Engine{Binary: v1alpha1.EngineTerraform, Image: "registry.example.com/executor:v1", ImageDigest: "sha256:" + strings.Repeat("a", 64)}
+	pinned, _, _ := build(t, run, v1alpha1.StagePlan, opts)
+	if got, want := pinned.Spec.Template.Spec.Containers[0].Image, "registry.example.com/executor:v1@sha256:"+strings.Repeat("a", 64); got != want {
+		t.Errorf("pinned image = %q, want %q", got, want)
+	}
 	// No Kubernetes API credential reaches the pod.
 	if ptr.Deref(pod.AutomountServiceAccountToken, true) {
 		t.Errorf("automountServiceAccountToken is not false")

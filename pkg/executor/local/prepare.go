@@ -19,7 +19,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/executor"
-	"github.com/terrarun/terrarun/pkg/runner/oci"
+	"github.com/terrarun/terrarun/pkg/ociregistry"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stage"
 	"github.com/terrarun/terrarun/pkg/stagelimits"
@@ -365,7 +365,7 @@ func (e *Executor) writeSecretKey(ctx context.Context, p *proc, ns, what, secret
 		return "", fmt.Errorf("OCI source %s: %w", what, err)
 	}
 	if key == corev1.DockerConfigJsonKey {
-		for _, s := range oci.Secrets(val) {
+		for _, s := range ociregistry.Secrets(val) {
 			p.addSecret([]byte(s))
 		}
 	}

@@ -691,6 +691,13 @@ func schema_pkg_apis_terrarun_v1alpha1_Engine(ref common.ReferenceCallback) comm
 							Format:      "",
 						},
 					},
+					"imageDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "imageDigest is the digest of image that the cluster policy's image verification checked when the run was created (sha256:<hex>); the stage Jobs run the image by it. Set by the server, never by a user.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

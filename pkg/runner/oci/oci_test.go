@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/terrarun/terrarun/pkg/ociregistry"
 	"github.com/terrarun/terrarun/pkg/runner/oci"
 	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 	"github.com/terrarun/terrarun/pkg/runner/tarball"
@@ -189,7 +191,7 @@ func TestTamperedLayer(t *testing.T) {
 	}
 	for _, keys := range [][]byte{nil, key.PublicPEM} {
 		_, dir, err := fetch(t, oci.Source{URL: reg.URL("infra/app"), Tag: "v1", CA: reg.CA, Keys: keys, KeysName: "Secret k"})
-		if err == nil || !strings.Contains(err.Error(), "refusing to unpack it") {
+		if err == nil || !strings.Contains(err.Error(), "refusing to use it") {
 			t.Errorf("a tampered layer (keys %v): %v", keys != nil, err)
 		}
 		if files := unpacked(t, dir); len(files) > 0 {
@@ -217,18 +219,9 @@ func TestPrivate(t *testing.T) {
 	if _, _, err := fetch(t, src); err == nil || !strings.Contains(err.Error(), "no auths entry for "+reg.Host) {
 		t.Errorf("credentials for another host: %v", err)
 	}
-	if got := oci.Secrets(reg.DockerConfig()); !contains(got, reg.Password) {
+	if got := ociregistry.Secrets(reg.DockerConfig()); !slices.Contains(got, reg.Password) {
 		t.Errorf("Secrets does not list the password: %v", got)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestLimits refuses layers over the size and file-count limits, names

@@ -1,6 +1,7 @@
-// Package defaults implements the TerraformRunDefaults admission plugin, which
-// fills the empty fields of a new TerraformRun from the cluster policy's
-// defaults (see package policy).
+// Package terraformrundefaults implements the TerraformRunDefaults admission
+// plugin, which fills the empty fields of a new TerraformRun from the
+// cluster policy's defaults (see package policy) and, in cluster mode,
+// verifies its executor image and pins it to the digest verified.
 package terraformrundefaults
 
 import (
@@ -40,6 +41,11 @@ func Register(plugins *admission.Plugins) {
 // spec.approval.mode, spec.approval.timeout, spec.timeouts.plan,
 // spec.timeouts.apply, and spec.ttlSecondsAfterFinished (by namespace). It never overwrites a value the user set, and ignores
 // every other resource, subresource and operation.
+//
+// In cluster mode, when the policy has an imageVerification, it then checks
+// the cosign signature of the run's executor image, resolved to a digest,
+// and records that digest in spec.engine.imageDigest, which no user may set
+// (see imageVerifier.pin).
 type Plugin struct {
 	*admission.Handler
 	cfg *policy.Config
@@ -47,6 +53,9 @@ type Plugin struct {
 	// entries select by.
 	labeler         initializer.NamespaceLabeler
 	informerFactory informers.SharedInformerFactory
+	// images verifies executor images: cluster mode, with a policy
+	// imageVerification; else nil.
+	images *imageVerifier
 }
 
 var (
@@ -64,14 +73,23 @@ func (p *Plugin) SetNamespaceLabeler(l initializer.NamespaceLabeler) {
 
 // SetExternalKubeInformerFactory implements
 // genericadmissioninitializer.WantsExternalKubeInformerFactory (cluster
-// mode): the namespaces' labels come from its informer.
+// mode, the only one that sets it): the namespaces' labels come from its
+// informer, and executor images are verified.
 func (p *Plugin) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
 	p.informerFactory = f
 }
 
 // ValidateInitialization implements admission.InitializationValidator: a
-// policy with retention entries needs the namespaces' labels.
+// policy with retention entries needs the namespaces' labels, and one with
+// an imageVerification gets its verifier in cluster mode.
 func (p *Plugin) ValidateInitialization() error {
+	if p.informerFactory != nil {
+		v, err := newImageVerifier(p.cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", PluginName, err)
+		}
+		p.images = v
+	}
 	if len(p.cfg.Retention) == 0 || p.labeler != nil {
 		return nil
 	}
@@ -109,7 +127,13 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.
 		return apierrors.NewBadRequest(fmt.Sprintf("%s: expected a *terrarun.TerraformRun, got %T", PluginName, a.GetObject()))
 	}
 	ApplyDefaults(p.cfg, run)
-	return p.defaultTTL(ctx, a.GetNamespace(), run)
+	if err := p.defaultTTL(ctx, a.GetNamespace(), run); err != nil {
+		return err
+	}
+	if p.images != nil {
+		return p.images.pin(ctx, a, run)
+	}
+	return nil
 }
 
 // defaultTTL sets spec.ttlSecondsAfterFinished from the policy (its

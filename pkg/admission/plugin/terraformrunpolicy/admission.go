@@ -271,6 +271,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	if namespace == "" {
 		namespace = run.Namespace
 	}
+	// Of runs only, not of the runs a workspace would make: those are
+	// verified when they are made.
+	vs = append(vs, p.checkImageDigest(run)...)
 	return deny(a, append(vs, p.checkRun(ctx, creator, namespace, run)...))
 }
 

@@ -192,6 +192,27 @@ func (p *Plugin) checkAllowedLists(run *terrarun.TerraformRun) []violation {
 	return vs
 }
 
+// checkImageDigest keeps spec.engine.imageDigest to what it means: the
+// digest that the image verification of TerraformRunDefaults checked.
+// In cluster mode, a run whose image the policy's imageVerification
+// covers must carry one (so that verification cannot be skipped by
+// turning that plugin off), and no other run may (so that no user pins
+// an image to a digest nobody checked).
+func (p *Plugin) checkImageDigest(run *terrarun.TerraformRun) []violation {
+	e := run.Spec.Engine
+	iv := p.cfg.ImageVerification
+	covered := iv != nil && p.authorizer != nil && e.Image != "" && iv.Covers(e.Image) && p.cfg.ImageAllowed(e.Image)
+	switch {
+	case covered && e.ImageDigest == "":
+		return []violation{{field.NewPath("spec", "engine", "image"), fmt.Sprintf(
+			"image %q must be verified by the cluster policy's imageVerification, and was not: enable the TerraformRunDefaults admission plugin, which verifies it", e.Image)}}
+	case !covered && e.ImageDigest != "":
+		return []violation{{field.NewPath("spec", "engine", "imageDigest"),
+			"is set only by the server's image verification, which does not cover this image; remove it (to run one digest, name it in spec.engine.image as image@sha256:...)"}}
+	}
+	return nil
+}
+
 // checkKubeAPIAccess refuses the kubernetes backend with in_cluster_config
 // unless the run names the ServiceAccount whose token its pods get: a run's
 // code reaches the Kubernetes API only as a ServiceAccount that the run

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/admission"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 )
 
 // grants is an authorizer that allows alice exactly the listed
@@ -289,4 +291,49 @@ func TestRunTaskKeyIsTheWritersToRead(t *testing.T) {
 	if len(g.asked) != 0 {
 		t.Errorf("a task without a key asked %q", g.asked)
 	}
+}
+
+// TestImageDigestIsTheVerifiersOnly: in cluster mode, a run of an image that
+// the policy's imageVerification covers must carry the digest that
+// TerraformRunDefaults verified, and no other run may carry one; a workspace
+// (whose runs are verified when they are made) carries none.
+func TestImageDigestIsTheVerifiersOnly(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	key := ocitest.NewKey(t)
+	cfg := fmt.Sprintf(`
+apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+allowedImages: ["registry.example.com/*", "other.example.com/*", "ghcr.io/terrarun/*"]
+imageVerification:
+  images: ["registry.example.com/*"]
+  publicKeys: %q
+`, key.PublicPEM)
+	g := &grants{allowed: map[string]bool{"alice create pods/*": true}}
+	p := newPlugin(t, cfg, clusterLabeler(t))
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	image := func(img, d string) func(*terrarun.TerraformRun) {
+		return func(r *terrarun.TerraformRun) { r.Spec.Engine.Image, r.Spec.Engine.ImageDigest = img, d }
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*terrarun.TerraformRun)
+		wantErr []string
+	}{
+		{name: "a covered image, verified", mutate: image("registry.example.com/executor:v1", digest)},
+		{name: "a covered image, not verified", mutate: image("registry.example.com/executor:v1", ""), wantErr: []string{
+			`spec.engine.image: image "registry.example.com/executor:v1" must be verified by the cluster policy's imageVerification, and was not: enable the TerraformRunDefaults admission plugin`}},
+		{name: "an image it does not cover", mutate: image("other.example.com/executor:v1", "")},
+		{name: "a digest for an image it does not cover", mutate: image("other.example.com/executor:v1", digest), wantErr: []string{
+			`spec.engine.imageDigest: is set only by the server's image verification`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkResult(t, p.Validate(context.Background(), createAttrs(newRun("dev", tc.mutate), alice), nil), tc.wantErr...)
+		})
+	}
+	t.Run("standalone", func(t *testing.T) {
+		sp := newPlugin(t, cfg, initializer.NameOnlyNamespaceLabeler{})
+		checkResult(t, sp.Validate(context.Background(), createAttrs(newRun("dev", image("registry.example.com/executor:v1", "")), alice), nil))
+		checkResult(t, sp.Validate(context.Background(), createAttrs(newRun("dev", image("registry.example.com/executor:v1", digest)), alice), nil),
+			`spec.engine.imageDigest: is set only by the server's image verification`)
+	})
 }

@@ -435,6 +435,11 @@ func (m *Engine) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ImageDigest)
+	copy(dAtA[i:], m.ImageDigest)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ImageDigest)))
+	i--
+	dAtA[i] = 0x1a
 	i -= len(m.Image)
 	copy(dAtA[i:], m.Image)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Image)))
@@ -3685,6 +3690,8 @@ func (m *Engine) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Image)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.ImageDigest)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -4940,6 +4947,7 @@ func (this *Engine) String() string {
 	s := strings.Join([]string{`&Engine{`,
 		`Binary:` + fmt.Sprintf("%v", this.Binary) + `,`,
 		`Image:` + fmt.Sprintf("%v", this.Image) + `,`,
+		`ImageDigest:` + fmt.Sprintf("%v", this.ImageDigest) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6814,6 +6822,38 @@ func (m *Engine) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Image = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ImageDigest", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ImageDigest = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

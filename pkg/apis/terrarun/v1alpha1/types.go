@@ -436,6 +436,11 @@ type Engine struct {
 	// image is the executor container image used by the kubernetes executor.
 	// +optional
 	Image string `json:"image,omitempty" protobuf:"bytes,2,opt,name=image"`
+	// imageDigest is the digest of image that the cluster policy's image
+	// verification checked when the run was created (sha256:<hex>); the
+	// stage Jobs run the image by it. Set by the server, never by a user.
+	// +optional
+	ImageDigest string `json:"imageDigest,omitempty" protobuf:"bytes,3,opt,name=imageDigest"`
 }
 
 // Timeouts bound the stages of a run. A stage that exceeds its timeout is stopped

@@ -780,8 +780,20 @@ func validateEngine(e *terrarun.Engine, fldPath *field.Path) field.ErrorList {
 	case hasSpaceOrControl(e.Image):
 		allErrs = append(allErrs, field.Invalid(imagePath, e.Image, "must be an image reference without whitespace, such as ghcr.io/terrarun/terrarun-executor:v0.1.0"))
 	}
+	if d := e.ImageDigest; d != "" {
+		_, inImage, hasDigest := strings.Cut(e.Image, "@")
+		switch {
+		case !imageDigestPattern.MatchString(d):
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("imageDigest"), d, "must be sha256: and 64 lowercase hex digits"))
+		case hasDigest && inImage != d:
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("imageDigest"), d, "differs from the digest in spec.engine.image ("+inImage+")"))
+		}
+	}
 	return allErrs
 }
+
+// imageDigestPattern is the form of spec.engine.imageDigest.
+var imageDigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // validateExecutor validates the executor pod settings.
 func validateExecutor(ex *terrarun.ExecutorSpec, fldPath *field.Path) field.ErrorList {

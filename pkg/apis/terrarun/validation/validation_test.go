@@ -513,6 +513,13 @@ func TestValidateApprovalAndEngine(t *testing.T) {
 		{name: "image with newline", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "busybox\n" }, want: []string{invalid("spec.engine.image")}},
 		{name: "image at max length", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = strings.Repeat("i", 512) }},
 		{name: "image too long", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = strings.Repeat("i", 513) }, want: []string{tooLong("spec.engine.image")}},
+		{name: "a pinned image digest", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.ImageDigest = "sha256:" + strings.Repeat("a", 64) }},
+		{name: "a pinned digest not sha256", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.ImageDigest = "md5:" + strings.Repeat("a", 32) },
+			want: []string{invalid("spec.engine.imageDigest")}, detail: "must be sha256:"},
+		{name: "a pinned digest unlike the image's", mutate: func(r *terrarun.TerraformRun) {
+			r.Spec.Engine.Image = "busybox@sha256:" + strings.Repeat("b", 64)
+			r.Spec.Engine.ImageDigest = "sha256:" + strings.Repeat("a", 64)
+		}, want: []string{invalid("spec.engine.imageDigest")}, detail: "differs from the digest in spec.engine.image"},
 
 		{name: "max stage timeouts", mutate: func(r *terrarun.TerraformRun) {
 			r.Spec.Timeouts = terrarun.Timeouts{Plan: dur(MaxStageTimeout), Apply: dur(time.Minute)}

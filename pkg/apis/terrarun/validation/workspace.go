@@ -76,6 +76,10 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("forceUnlock"),
 			"a workspace's runs never release a state lock: create one TerraformRun with spec.forceUnlock, the same spec.workspace and backend"))
 	}
+	if t.Engine.ImageDigest != "" {
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("engine", "imageDigest"),
+			"set by the server's image verification on each run; name a digest in spec.template.engine.image (image@sha256:...) instead"))
+	}
 	if t.OutputsSecret != "" {
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "set it in spec.outputsSecret: the workspace, not each run, keeps the outputs of its last apply"))
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/terrarun/terrarun/pkg/ociregistry"
 	"github.com/terrarun/terrarun/pkg/runner/oci"
 )
 
@@ -228,6 +229,24 @@ func (r *Registry) Push(repo, tag string, a Artifact) string {
 	return d
 }
 
+// PushImage pushes a container image under tag of repo and returns its
+// manifest digest.
+func (r *Registry) PushImage(repo, tag string, img v1.Image) string {
+	r.t.Helper()
+	ref, err := name.NewTag(r.Host+"/"+repo+":"+tag, nameOptions(r.Insecure)...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, r.options()...); err != nil {
+		r.t.Fatalf("pushing %s: %v", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return d.String()
+}
+
 // Sign signs digest of repo with signer as `cosign sign --key` does (see
 // the function Sign).
 func (r *Registry) Sign(repo, digest string, signer signature.Signer) {
@@ -318,7 +337,7 @@ func addSignature(ref string, body, sig []byte, insecure bool, opts ...remote.Op
 	}
 	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:       static.NewLayer(body, simpleSigningMediaType),
-		Annotations: map[string]string{oci.SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
+		Annotations: map[string]string{ociregistry.SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
 	})
 	if err != nil {
 		return err

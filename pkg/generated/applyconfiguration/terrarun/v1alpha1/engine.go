@@ -31,6 +31,10 @@ type EngineApplyConfiguration struct {
 	Binary *terrarunv1alpha1.EngineBinary `json:"binary,omitempty"`
 	// image is the executor container image used by the kubernetes executor.
 	Image *string `json:"image,omitempty"`
+	// imageDigest is the digest of image that the cluster policy's image
+	// verification checked when the run was created (sha256:<hex>); the
+	// stage Jobs run the image by it. Set by the server, never by a user.
+	ImageDigest *string `json:"imageDigest,omitempty"`
 }
 
 // EngineApplyConfiguration constructs a declarative configuration of the Engine type for use with
@@ -52,5 +56,13 @@ func (b *EngineApplyConfiguration) WithBinary(value terrarunv1alpha1.EngineBinar
 // If called multiple times, the Image field is set to the value of the last call.
 func (b *EngineApplyConfiguration) WithImage(value string) *EngineApplyConfiguration {
 	b.Image = &value
+	return b
+}
+
+// WithImageDigest sets the ImageDigest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ImageDigest field is set to the value of the last call.
+func (b *EngineApplyConfiguration) WithImageDigest(value string) *EngineApplyConfiguration {
+	b.ImageDigest = &value
 	return b
 }
