@@ -509,15 +509,17 @@ func (o *options) rerunCommand() *cobra.Command {
 
 // writeSource says what the plan was made from, for whoever approves it:
 // the source's revision, and for a Flux source which one, with the digest
-// of the artifact that the run pinned.
+// of the artifact that the run pinned; and the executor image, when the
+// cluster policy verified it and pinned its digest (which the apply runs).
 func writeSource(w io.Writer, run *v1alpha1.TerraformRun) {
-	st := run.Status.Source
-	if st == nil || st.Revision == "" {
-		return
+	if st := run.Status.Source; st != nil && st.Revision != "" {
+		if ref, a := run.Spec.Source.SourceRef, st.Artifact; ref != nil && a != nil {
+			fmt.Fprintf(w, "Source revision: %s (%s %s, artifact %s)\n", st.Revision, ref.Kind, ref.Name, a.Digest)
+		} else {
+			fmt.Fprintf(w, "Source revision: %s\n", st.Revision)
+		}
 	}
-	if ref, a := run.Spec.Source.SourceRef, st.Artifact; ref != nil && a != nil {
-		fmt.Fprintf(w, "Source revision: %s (%s %s, artifact %s)\n", st.Revision, ref.Kind, ref.Name, a.Digest)
-		return
+	if e := run.Spec.Engine; e.ImageDigest != "" {
+		fmt.Fprintf(w, "Executor image: %s (verified, runs as %s)\n", e.Image, e.ImageDigest)
 	}
-	fmt.Fprintf(w, "Source revision: %s\n", st.Revision)
 }

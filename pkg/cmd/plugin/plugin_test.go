@@ -196,6 +196,8 @@ func TestApprove(t *testing.T) {
 	fromFlux := awaiting.DeepCopy()
 	fromFlux.Spec.Source = v1alpha1.Source{SourceRef: &v1alpha1.SourceReference{Kind: v1alpha1.SourceKindGitRepository, Name: "infra"}}
 	fromFlux.Status.Source = &v1alpha1.SourceStatus{Revision: "main@sha1:0a1b2c3", Artifact: &v1alpha1.SourceArtifact{URL: "http://sc/x.tar.gz", Digest: testDigest}}
+	pinned := awaiting.DeepCopy()
+	pinned.Spec.Engine = v1alpha1.Engine{Binary: v1alpha1.EngineTofu, Image: "registry.example.com/executor:v1", ImageDigest: testDigest}
 	approved := newRun("web-1", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
 		run.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "carol", PlanDigest: testDigest}, {ApprovedBy: "bob", PlanDigest: testDigest}}
 	})
@@ -238,6 +240,14 @@ func TestApprove(t *testing.T) {
 			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(fromFlux), "POST /terraformruns/web-1/approve": object(approved)},
 			code:     ExitSucceeded,
 			stdout:   strings.Replace(shown, "Source revision: 0a1b2c3\n", "Source revision: main@sha1:0a1b2c3 (GitRepository infra, artifact "+testDigest+")\n", 1) + done,
+			approves: true,
+		},
+		{
+			name:     "a verified executor image names its digest",
+			args:     []string{"--yes"},
+			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(pinned), "POST /terraformruns/web-1/approve": object(approved)},
+			code:     ExitSucceeded,
+			stdout:   strings.Replace(shown, "Source revision: 0a1b2c3\n", "Source revision: 0a1b2c3\nExecutor image: registry.example.com/executor:v1 (verified, runs as "+testDigest+")\n", 1) + done,
 			approves: true,
 		},
 		{
