@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
@@ -88,7 +89,7 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 	if !iv.Covers(e.Image) || !v.cfg.ImageAllowed(e.Image) {
 		return nil
 	}
-	ref, err := name.ParseReference(e.Image, name.StrictValidation)
+	ref, err := name.ParseReference(e.Image)
 	if err != nil {
 		return apierrors.NewInvalid(terrarun.Kind("TerraformRun"), run.Name, field.ErrorList{field.Invalid(imagePath, e.Image, "not an image reference: "+err.Error())})
 	}
@@ -111,9 +112,9 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 				"the registry has no such image; push it, or name one that exists")})
 		case ociregistry.IsStatus(err, http.StatusUnauthorized) || ociregistry.IsStatus(err, http.StatusForbidden):
 			return apierrors.NewForbidden(terrarun.Resource("terraformruns"), run.Name, field.Forbidden(imagePath, fmt.Sprintf(
-				"the registry refuses the server's request for %s (%v): give the cluster policy's imageVerification.credentialsFile read access to it", e.Image, err)))
+				"the registry refuses the server's request for %s (%v): give the cluster policy's imageVerification.credentialsFile read access to it", e.Image, registryAnswer(err))))
 		}
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("verifying spec.engine.image %q: resolving its digest: %v; retry once the registry answers", e.Image, err))
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("verifying spec.engine.image %q: resolving its digest: %v; retry once the registry answers", e.Image, registryAnswer(err)))
 	}
 	pinned := ref.Context().String() + "@" + digest
 	if key, ok := v.verified.Get(pinned); ok {
@@ -130,7 +131,7 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 			warning.AddWarning(ctx, "", fmt.Sprintf("spec.engine.image %s (%s) is not signed by one of the policy's keys (%s): %s; it is admitted because imageVerification.refuseUnsigned is false",
 				e.Image, digest, v.keyIDs, serr.Reason))
 		case err != nil:
-			return apierrors.NewServiceUnavailable(fmt.Sprintf("verifying spec.engine.image %q (%s): %v; retry once the registry answers", e.Image, digest, err))
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("verifying spec.engine.image %q (%s): %v; retry once the registry answers", e.Image, digest, registryAnswer(err)))
 		default:
 			v.verified.Add(pinned, key)
 			_ = a.AddAnnotation(AnnotationVerifiedBy, key)
@@ -177,4 +178,15 @@ func (v *imageVerifier) resolve(ref name.Reference, opts []remote.Option) (strin
 		return "", fmt.Errorf("the registry gives digest %s; only sha256 is supported", desc.Digest)
 	}
 	return desc.Digest.String(), nil
+}
+
+// registryAnswer is what a refusal says of a registry's error: its HTTP
+// status, not the body it sent, so that a run cannot use the server to
+// read what some other host answers.
+func registryAnswer(err error) error {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		return fmt.Errorf("the registry answered %d %s", terr.StatusCode, http.StatusText(terr.StatusCode))
+	}
+	return err
 }

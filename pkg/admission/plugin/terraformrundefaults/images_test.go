@@ -2,7 +2,10 @@ package terraformrundefaults
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,4 +233,31 @@ func keyIDOf(t *testing.T, k ocitest.Key) string {
 		t.Fatal(err)
 	}
 	return v.keyIDs
+}
+
+// TestImageVerificationEchoesNoAnswer: a run whose image names a host that
+// answers with something else than a registry's error learns the status
+// code only, never the body: the server is no proxy to read other hosts.
+func TestImageVerificationEchoesNoAnswer(t *testing.T) {
+	const secret = "internal-page-9f2c"
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, secret, http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	key := ocitest.NewKey(t)
+	cfg := loadPolicy(t, fmt.Sprintf(`apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+imageVerification:
+  publicKeys: %q
+  caBundle: %q
+`, key.PublicPEM, ca))
+	_, err, _ := admitImage(t, clusterPlugin(t, cfg), host+"/executor:v1", nil)
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "500 Internal Server Error") {
+		t.Errorf("a host that fails: %v; want ServiceUnavailable with its status", err)
+	}
+	if err != nil && strings.Contains(err.Error(), secret) {
+		t.Errorf("the refusal echoes the host's answer: %v", err)
+	}
 }
