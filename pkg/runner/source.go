@@ -657,9 +657,16 @@ func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) 
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return "", err
 	}
+	var verify []oci.KeySet
+	if src.TrustedKeys != "" {
+		verify = append(verify, oci.KeySet{Keys: []byte(src.TrustedKeys), Name: "the cluster policy's trustedSourceKeys"})
+	}
+	if keys != nil {
+		verify = append(verify, oci.KeySet{Keys: keys, Name: "Secret " + src.KeysSecret})
+	}
 	art, err := oci.Fetch(ctx, oci.Source{
 		URL: src.URL, Tag: src.Tag, Semver: src.Semver, Digest: src.Digest, Insecure: src.Insecure,
-		DockerConfig: creds, CA: ca, Keys: keys, KeysName: "Secret " + src.KeysSecret,
+		DockerConfig: creds, CA: ca, Verify: verify,
 	}, dst, r.logf)
 	var verr *oci.VerificationError
 	if errors.As(err, &verr) {

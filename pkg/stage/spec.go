@@ -185,6 +185,10 @@ type OCISource struct {
 	// artifact is not verified.
 	KeysFile   string `json:"keysFile,omitempty"`
 	KeysSecret string `json:"keysSecret,omitempty"`
+	// TrustedKeys are the PEM public keys of the cluster policy
+	// (spec.source.oci.verify.trustedKeys, public): when set, the artifact
+	// must carry a signature by one of them too.
+	TrustedKeys string `json:"trustedKeys,omitempty"`
 }
 
 // GitSource is a repository to clone.

@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestOCISource(t *testing.T) {
 	for name, want := range map[string]struct{ reason, message string }{
 		"oci-unsigned":  {v1alpha1.ReasonVerificationFailed, reg.Host + "/infra/unsigned@" + unsigned},
 		"oci-other-key": {v1alpha1.ReasonVerificationFailed, "with the keys of Secret cosign-keys: none of its 1 signatures is by one of the 1 keys"},
-		"oci-tampered":  {v1alpha1.ReasonPlanFailed, "refusing to unpack it"},
+		"oci-tampered":  {v1alpha1.ReasonPlanFailed, "refusing to use it"},
 		"oci-anonymous": {v1alpha1.ReasonPlanFailed, "set spec.source.oci.credentialsSecret"},
 	} {
 		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
@@ -162,5 +163,67 @@ func TestOCIWorkspaceFollowsATag(t *testing.T) {
 	ws := e.workspace(t, "tracked")
 	if c := meta.FindStatusCondition(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("a new digest was reported as drift: %s", c.Message)
+	}
+}
+
+// TestOCITrustedSourceKeys runs the real server with a cluster policy that
+// requires verified sources and lists the platform's key: a run from an
+// artifact the platform signed applies, with no Secret of keys; a tenant who
+// signs an artifact with her own key and names it in verify.keysSecret is
+// refused VerificationFailed, naming the policy's keys; one who writes keys
+// into verify.trustedKeys herself is refused at create, naming the field.
+func TestOCITrustedSourceKeys(t *testing.T) {
+	platform, tenant := ocitest.NewKey(t), ocitest.NewKey(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.yaml"), fmt.Sprintf(`apiVersion: admission.terrarun.dev/v1alpha1
+kind: TerraformRunPolicy
+requireVerifiedSources: true
+trustedSourceKeys: %q
+`, platform.PublicPEM))
+	admissionConfig := filepath.Join(dir, "admission.yaml")
+	writeFile(t, admissionConfig, `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: TerraformRunDefaults
+  path: policy.yaml
+- name: TerraformRunPolicy
+  path: policy.yaml
+`)
+	e := newRunEnv(t, "--admission-control-config-file", admissionConfig)
+	reg := ocitest.Start(t, ocitest.Options{})
+	signed := reg.Push("infra/app", "v1", ocitest.Artifact{Layer: versionTF("platform")})
+	reg.Sign("infra/app", signed, platform.Signer)
+	own := reg.Push("infra/own", "v1", ocitest.Artifact{Layer: versionTF("tenant")})
+	reg.Sign("infra/own", own, tenant.Signer)
+	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
+	e.secret(t, "default", "tenant-keys", "cosign.pub", string(tenant.PublicPEM))
+	access := func(repo string) string {
+		return fmt.Sprintf("      url: %s\n      certSecret: registry-ca\n      ref:\n        tag: v1\n", reg.URL(repo))
+	}
+
+	e.create(t, runManifest("platform-signed", ociRun(access("infra/app"))))
+	e.create(t, runManifest("own-key", ociRun(access("infra/own")+"      verify:\n        keysSecret: tenant-keys\n")))
+	forged := filepath.Join(t.TempDir(), "forged.yaml")
+	writeFile(t, forged, runManifest("forged-keys", ociRun(access("infra/own")+fmt.Sprintf("      verify:\n        trustedKeys: %q\n", tenant.PublicPEM))))
+	if out, err := kubectl(t, e.Kubeconfig, "create", "-f", forged); err == nil ||
+		!strings.Contains(out, "spec.source.oci.verify.trustedKeys: Forbidden: is copied by the server from the cluster policy's trustedSourceKeys") {
+		t.Errorf("a run with trusted keys of its own: %v\n%s", err, out)
+	}
+
+	run := e.waitPhase(t, "platform-signed", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
+		t.Fatalf("platform-signed: %s: %s", run.Status.Phase, run.Status.Message)
+	}
+	if v := run.Spec.Source.OCI.Verify; v == nil || v.TrustedKeys != string(platform.PublicPEM) {
+		t.Errorf("spec.source.oci.verify %+v, want the policy's keys", v)
+	}
+	if log := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("platform-signed", "logs?stage=plan")); !strings.Contains(log, "of the cluster policy's trustedSourceKeys") {
+		t.Errorf("the plan log does not say the policy's keys verified it:\n%s", log)
+	}
+	run = e.waitPhase(t, "own-key", 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
+	c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionPlanned)
+	if run.Status.Phase != v1alpha1.RunPhaseFailed || c == nil || c.Reason != v1alpha1.ReasonVerificationFailed ||
+		!strings.Contains(run.Status.Message, "with the keys of the cluster policy's trustedSourceKeys") {
+		t.Errorf("own-key: %s, Planned %+v, message %q; want VerificationFailed naming the policy's keys", run.Status.Phase, c, run.Status.Message)
 	}
 }

@@ -184,6 +184,11 @@ func Validate(cfg *Config) error {
 			}
 		}
 	}
+	if k := cfg.TrustedSourceKeys; k != "" {
+		if _, err := ociregistry.ParseKeys([]byte(k)); err != nil {
+			add("trustedSourceKeys", "%v", err)
+		}
+	}
 	imagePatterns("allowedImages", cfg.AllowedImages)
 	if v := cfg.ImageVerification; v != nil {
 		for i, img := range v.Images {

@@ -12,6 +12,10 @@
 //	  timeouts: {plan: 30m, apply: 1h}
 //	  ttlSecondsAfterFinished: 2592000
 //	allowedGitHosts: ["github.com", "*.corp.example.com"]
+//	requireVerifiedSources: true
+//	trustedSourceKeys: |
+//	  -----BEGIN PUBLIC KEY-----
+//	  ...
 //	allowedImages: ["registry.example.com/terrarun-executor:*"]
 //	imageVerification:
 //	  images: ["registry.example.com/*"]
@@ -79,6 +83,17 @@ type Config struct {
 	// cannot tell whether source-controller verified it.
 	// +optional
 	RequireVerifiedSources bool `json:"requireVerifiedSources,omitempty"`
+
+	// TrustedSourceKeys holds PEM public keys (the content of cosign.pub
+	// files) that every OCI source (spec.source.oci) must be signed by:
+	// the server copies them into each new run's
+	// spec.source.oci.verify.trustedKeys, and the plan stage verifies the
+	// artifact's cosign signature against them before unpacking it (and
+	// against verify.keysSecret's too, when the run names one). A
+	// tenant's own keys then never suffice. It satisfies
+	// requireVerifiedSources.
+	// +optional
+	TrustedSourceKeys string `json:"trustedSourceKeys,omitempty"`
 
 	// AllowedImages lists the executor images (spec.engine.image, after
 	// defaults) a run may use. An entry matches an image exactly, or, when it

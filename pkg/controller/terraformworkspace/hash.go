@@ -24,12 +24,9 @@ import (
 // spec, its revision and the digest it was created with. Metadata and
 // status never change it.
 func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
-	spec = *spec.DeepCopy()
+	spec = withoutServerFields(spec)
 	spec.Operation = v1alpha1.OperationApply
 	spec.Creator, spec.RequestedBy = nil, nil
-	// Pinned by the server's image verification at each run's creation:
-	// what the workspace asks for is the image.
-	spec.Engine.ImageDigest = ""
 	if !movingSource(&spec.Source) {
 		revision = "" // an inline or ConfigMap source is in the spec
 	}
@@ -44,6 +41,22 @@ func Hash(spec v1alpha1.TerraformRunSpec, revision, configMaps string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:32]
+}
+
+// withoutServerFields is a copy of spec without what the server's admission
+// adds to each run a workspace makes, which the workspace did not ask for:
+// the image digest its verification pinned, and the cluster policy's
+// trusted keys in an OCI source.
+func withoutServerFields(spec v1alpha1.TerraformRunSpec) v1alpha1.TerraformRunSpec {
+	spec = *spec.DeepCopy()
+	spec.Engine.ImageDigest = ""
+	if o := spec.Source.OCI; o != nil && o.Verify != nil {
+		o.Verify.TrustedKeys = ""
+		if *o.Verify == (v1alpha1.OCIVerification{}) {
+			o.Verify = nil
+		}
+	}
+	return spec
 }
 
 // runHash is the hash of what run did, or does.
@@ -105,7 +118,7 @@ func revisionOf(run *v1alpha1.TerraformRun) string {
 
 // sameSource reports whether a run read the source that spec names.
 func sameSource(run *v1alpha1.TerraformRun, spec *v1alpha1.TerraformRunSpec) bool {
-	return apiequality.Semantic.DeepEqual(run.Spec.Source, spec.Source)
+	return apiequality.Semantic.DeepEqual(withoutServerFields(run.Spec).Source, spec.Source)
 }
 
 // runSpec is the spec of a run of ws with operation op

@@ -396,6 +396,7 @@ func (b *podBuilder) addSource(run *v1alpha1.TerraformRun, out *stage.Source) er
 		if v := o.Verify; v != nil {
 			out.OCI.KeysFile = b.mountKey(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
 			out.OCI.KeysSecret = v.KeysSecret
+			out.OCI.TrustedKeys = v.TrustedKeys
 		}
 	case src.SourceRef != nil:
 		a, err := executor.PinnedArtifact(run)

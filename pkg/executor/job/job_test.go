@@ -508,15 +508,16 @@ func TestGitSource(t *testing.T) {
 }
 
 // TestOCISource mounts one key of each Secret an OCI source names, each in
-// a directory of its own, and hands the stage their paths.
+// a directory of its own, and hands the stage their paths, and the cluster
+// policy's trusted keys.
 func TestOCISource(t *testing.T) {
 	run := testRun()
 	run.Spec.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/infra", Ref: &v1alpha1.OCIReference{Semver: "~1"}, Path: "envs/prod",
-		CredentialsSecret: "pull", CertSecret: "registry-ca", Verify: &v1alpha1.OCIVerification{KeysSecret: "cosign-keys"}}}
+		CredentialsSecret: "pull", CertSecret: "registry-ca", Verify: &v1alpha1.OCIVerification{KeysSecret: "cosign-keys", TrustedKeys: "policy keys"}}}
 	job, _, spec := build(t, run, v1alpha1.StagePlan, testOptions())
 	o := spec.Source.OCI
 	want := stage.OCISource{URL: "oci://registry.example/infra", Semver: "~1", Path: "envs/prod",
-		KeysFile: "/etc/terrarun/oci/oci-keys/cosign.pub", KeysSecret: "cosign-keys"}
+		KeysFile: "/etc/terrarun/oci/oci-keys/cosign.pub", KeysSecret: "cosign-keys", TrustedKeys: "policy keys"}
 	if o == nil || *o != want {
 		t.Fatalf("OCI source = %+v, want %+v", o, want)
 	}

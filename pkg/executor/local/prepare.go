@@ -325,6 +325,9 @@ func (e *Executor) writeOCISource(ctx context.Context, p *proc, ns string, o *v1
 		out.Tag, out.Semver, out.Digest = r.Tag, r.Semver, r.Digest
 	}
 	if v := o.Verify; v != nil {
+		out.TrustedKeys = v.TrustedKeys
+	}
+	if v := o.Verify; v != nil && v.KeysSecret != "" {
 		path, err := e.writeSecretKey(ctx, p, ns, "verification keys", v.KeysSecret, v1alpha1.OCICosignKeysKey)
 		if err != nil {
 			return stage.Source{}, err

@@ -993,14 +993,19 @@ func schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref common.ReferenceCallb
 					},
 					"keysSecret": {
 						SchemaProps: spec.SchemaProps{
-							Description: "keysSecret names a Secret in the run's namespace with the key \"cosign.pub\": one or more PEM public keys (ECDSA, Ed25519 or RSA); a valid signature by any of them verifies the artifact.",
-							Default:     "",
+							Description: "keysSecret names a Secret in the run's namespace with the key \"cosign.pub\": one or more PEM public keys (ECDSA, Ed25519 or RSA); a valid signature by any of them verifies the artifact. Required unless the cluster policy lists trusted keys (trustedKeys).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"trustedKeys": {
+						SchemaProps: spec.SchemaProps{
+							Description: "trustedKeys are the cluster policy's trustedSourceKeys (PEM public keys), copied when the run is created: the artifact must then carry a signature by one of them, and by one of keysSecret's when that is set too. Set by the server, never by a user.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 				},
-				Required: []string{"keysSecret"},
 			},
 		},
 	}

@@ -60,13 +60,19 @@ type Source struct {
 	DockerConfig []byte
 	// CA is PEM CA certificates trusted besides the system's, or nil.
 	CA []byte
-	// Keys is PEM public keys; when set, the artifact must carry a cosign
-	// signature by one of them. KeysName names where they come from, for
-	// errors.
-	Keys     []byte
-	KeysName string
+	// Verify lists the sets of keys that must each have signed the
+	// artifact: it must carry a cosign signature by one key of every set.
+	// None: the artifact is not verified.
+	Verify []KeySet
 	// Limits bound the layer; zero members take tarball.DefaultLimits.
 	Limits tarball.Limits
+}
+
+// KeySet is PEM public keys, one of which must have signed the artifact.
+type KeySet struct {
+	Keys []byte
+	// Name says where they come from, for messages ("Secret cosign-keys").
+	Name string
 }
 
 // Artifact is what was fetched.
@@ -76,9 +82,9 @@ type Artifact struct {
 	Digest string
 	// Tag is the tag that was resolved, "" for a digest.
 	Tag string
-	// Verified names the key that verified its signature, "" when none was
-	// asked for.
-	Verified string
+	// Verified names the key of each set of Source.Verify that verified
+	// its signature, in their order.
+	Verified []string
 }
 
 // Revision is how the artifact is recorded in a run's status:
@@ -175,18 +181,18 @@ func Fetch(ctx context.Context, src Source, dst string, logf func(format string,
 		return Artifact{}, fmt.Errorf("%s is a %s, not an artifact manifest: point spec.source.oci at one artifact, not an index", ref, desc.MediaType)
 	}
 
-	if src.Keys != nil {
+	for _, set := range src.Verify {
 		refStr := repo.String() + "@" + art.Digest
-		keys, err := ociregistry.ParseKeys(src.Keys)
+		keys, err := ociregistry.ParseKeys(set.Keys)
 		if err != nil {
-			return Artifact{}, &VerificationError{Ref: refStr, Keys: src.KeysName, Reason: `"cosign.pub" ` + err.Error()}
+			return Artifact{}, &VerificationError{Ref: refStr, Keys: set.Name, Reason: "the keys " + err.Error()}
 		}
 		key, err := ociregistry.Verify(repo, art.Digest, keys, opts)
 		if err != nil {
-			return Artifact{}, &VerificationError{Ref: refStr, Keys: src.KeysName, Reason: registryError(err).Error()}
+			return Artifact{}, &VerificationError{Ref: refStr, Keys: set.Name, Reason: registryError(err).Error()}
 		}
-		art.Verified = key
-		logf("terrarun: verified the cosign signature of %s with key %s of %s", refStr, key, src.KeysName)
+		art.Verified = append(art.Verified, key)
+		logf("terrarun: verified the cosign signature of %s with key %s of %s", refStr, key, set.Name)
 	}
 
 	m, err := v1.ParseManifest(bytes.NewReader(manifest))

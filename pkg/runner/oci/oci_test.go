@@ -125,13 +125,13 @@ func TestVerify(t *testing.T) {
 	keys := append(append([]byte{}, also.PublicPEM...), trusted.PublicPEM...)
 
 	src := func(repo string) oci.Source {
-		return oci.Source{URL: reg.URL(repo), Tag: "v1", CA: reg.CA, Keys: keys, KeysName: "Secret cosign-keys"}
+		return oci.Source{URL: reg.URL(repo), Tag: "v1", CA: reg.CA, Verify: []oci.KeySet{{Keys: keys, Name: "Secret cosign-keys"}}}
 	}
 	a, dir, err := fetch(t, src("infra/signed"))
 	if err != nil {
 		t.Fatalf("a signed artifact: %v", err)
 	}
-	if a.Verified == "" || len(unpacked(t, dir)) != 1 {
+	if len(a.Verified) != 1 || len(unpacked(t, dir)) != 1 {
 		t.Errorf("verified by %q, unpacked %v", a.Verified, unpacked(t, dir))
 	}
 	for repo, want := range map[string]string{
@@ -161,9 +161,20 @@ func TestVerify(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "signed "+signed+", not "+forged) {
 		t.Errorf("a trusted key's signature of another digest verified the artifact: %v", err)
 	}
+	// Every set must verify: the policy's keys and the Secret's.
+	two := src("infra/signed")
+	two.Verify = []oci.KeySet{{Keys: trusted.PublicPEM, Name: "the cluster policy's trustedSourceKeys"}, {Keys: other.PublicPEM, Name: "Secret cosign-keys"}}
+	if _, _, err := fetch(t, two); err == nil || !strings.Contains(err.Error(), "with the keys of Secret cosign-keys") {
+		t.Errorf("an artifact signed by a key of one set only: %v; want refused, naming the other set", err)
+	}
+	two.Verify[1].Keys = also.PublicPEM
+	reg.Sign("infra/signed", signed, also.Signer)
+	if a, _, err := fetch(t, two); err != nil || len(a.Verified) != 2 {
+		t.Errorf("an artifact signed by a key of each set: %+v %v", a, err)
+	}
 	if keysErr := func() error {
 		s := src("infra/signed")
-		s.Keys = []byte("not a key")
+		s.Verify[0].Keys = []byte("not a key")
 		_, _, err := fetch(t, s)
 		return err
 	}(); keysErr == nil || !strings.Contains(keysErr.Error(), "holds no PEM public key") {
@@ -190,7 +201,11 @@ func TestTamperedLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, keys := range [][]byte{nil, key.PublicPEM} {
-		_, dir, err := fetch(t, oci.Source{URL: reg.URL("infra/app"), Tag: "v1", CA: reg.CA, Keys: keys, KeysName: "Secret k"})
+		var verify []oci.KeySet
+		if keys != nil {
+			verify = []oci.KeySet{{Keys: keys, Name: "Secret k"}}
+		}
+		_, dir, err := fetch(t, oci.Source{URL: reg.URL("infra/app"), Tag: "v1", CA: reg.CA, Verify: verify})
 		if err == nil || !strings.Contains(err.Error(), "refusing to use it") {
 			t.Errorf("a tampered layer (keys %v): %v", keys != nil, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninitializer "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/client-go/informers"
@@ -40,7 +41,9 @@ func Register(plugins *admission.Plugins) {
 // the user left empty: spec.engine.binary, spec.engine.image,
 // spec.approval.mode, spec.approval.timeout, spec.timeouts.plan,
 // spec.timeouts.apply, and spec.ttlSecondsAfterFinished (by namespace). It never overwrites a value the user set, and ignores
-// every other resource, subresource and operation.
+// every other resource, subresource and operation. It copies the policy's
+// trustedSourceKeys into an OCI source's verify.trustedKeys, which no user
+// may set.
 //
 // In cluster mode, when the policy has an imageVerification, it then checks
 // the cosign signature of the run's executor image, resolved to a digest,
@@ -130,6 +133,9 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, o admission.
 	if err := p.defaultTTL(ctx, a.GetNamespace(), run); err != nil {
 		return err
 	}
+	if err := trustSourceKeys(p.cfg, run); err != nil {
+		return err
+	}
 	if p.images != nil {
 		return p.images.pin(ctx, a, run)
 	}
@@ -183,6 +189,29 @@ func ApplyDefaults(cfg *policy.Config, run *terrarun.TerraformRun) {
 	if s.Timeouts.Apply == nil {
 		s.Timeouts.Apply = copyDuration(d.Timeouts.Apply)
 	}
+}
+
+// trustSourceKeys copies the policy's trustedSourceKeys into the
+// verification of run's OCI source, which the plan stage then requires. A
+// run that sets spec.source.oci.verify.trustedKeys itself is refused: only
+// the policy chooses them.
+func trustSourceKeys(cfg *policy.Config, run *terrarun.TerraformRun) error {
+	o := run.Spec.Source.OCI
+	if o == nil {
+		return nil
+	}
+	if o.Verify != nil && o.Verify.TrustedKeys != "" {
+		return apierrors.NewForbidden(terrarun.Resource("terraformruns"), run.Name, field.Forbidden(field.NewPath("spec", "source", "oci", "verify", "trustedKeys"),
+			"is copied by the server from the cluster policy's trustedSourceKeys; remove it (to add keys of your own, name a Secret in verify.keysSecret)"))
+	}
+	if cfg.TrustedSourceKeys == "" {
+		return nil
+	}
+	if o.Verify == nil {
+		o.Verify = &terrarun.OCIVerification{}
+	}
+	o.Verify.TrustedKeys = cfg.TrustedSourceKeys
+	return nil
 }
 
 func copyDuration(d *metav1.Duration) *metav1.Duration {

@@ -313,3 +313,52 @@ func deref(p *int32) string {
 	}
 	return fmt.Sprint(*p)
 }
+
+// TestTrustedSourceKeys copies the policy's trustedSourceKeys into a new
+// run's OCI source, creating its verify, and refuses a run that sets them
+// itself; other sources and workspaces' templates are left alone.
+func TestTrustedSourceKeys(t *testing.T) {
+	const keys = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+	p := New(&policy.Config{TrustedSourceKeys: keys})
+	oci := func(verify *terrarun.OCIVerification) func(*terrarun.TerraformRun) {
+		return func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://registry.example.com/infra", Verify: verify}}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*terrarun.TerraformRun)
+		want    *terrarun.OCIVerification
+		wantErr string
+	}{
+		{name: "no verify", mutate: oci(nil), want: &terrarun.OCIVerification{TrustedKeys: keys}},
+		{name: "the tenant's keys too", mutate: oci(&terrarun.OCIVerification{KeysSecret: "mine"}), want: &terrarun.OCIVerification{KeysSecret: "mine", TrustedKeys: keys}},
+		{name: "keys of its own", mutate: oci(&terrarun.OCIVerification{TrustedKeys: "-----BEGIN PUBLIC KEY-----\n"}), wantErr: "spec.source.oci.verify.trustedKeys: Forbidden"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newRun(tc.mutate)
+			err := p.Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil)
+			if tc.wantErr != "" {
+				if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := run.Spec.Source.OCI.Verify; got == nil || *got != *tc.want {
+				t.Errorf("verify %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	inline := newRun(nil)
+	if err := p.Admit(context.Background(), attrs(inline, nil, runsGVR, "", admission.Create), nil); err != nil || inline.Spec.Source.OCI != nil {
+		t.Errorf("an inline run: %v %+v", err, inline.Spec.Source)
+	}
+	// Without trusted keys in the policy, a run still cannot set them.
+	run := newRun(oci(&terrarun.OCIVerification{KeysSecret: "mine", TrustedKeys: keys}))
+	if err := New(nil).Admit(context.Background(), attrs(run, nil, runsGVR, "", admission.Create), nil); !apierrors.IsForbidden(err) {
+		t.Errorf("a run with trusted keys of its own and no policy keys: %v, want Forbidden", err)
+	}
+}

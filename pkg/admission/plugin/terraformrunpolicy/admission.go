@@ -274,6 +274,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	// Of runs only, not of the runs a workspace would make: those are
 	// verified when they are made.
 	vs = append(vs, p.checkImageDigest(run)...)
+	vs = append(vs, p.checkTrustedKeys(run)...)
 	return deny(a, append(vs, p.checkRun(ctx, creator, namespace, run)...))
 }
 
@@ -396,10 +397,32 @@ func (p *Plugin) checkOCISource(run *terrarun.TerraformRun) []violation {
 	if !p.cfg.OCIRegistryAllowed(host) {
 		vs = append(vs, violation{path.Child("url"), fmt.Sprintf("registry %q is not allowed by the cluster policy; allowed registries: %s", host, listOrAny(p.cfg.AllowedOCIRegistries))})
 	}
-	if p.cfg.RequireVerifiedSources && o.Verify == nil {
+	if p.cfg.RequireVerifiedSources && o.Verify == nil && p.cfg.TrustedSourceKeys == "" {
 		vs = append(vs, violation{path.Child("verify"), "the cluster policy requires every OCI source to be verified (requireVerifiedSources): set verify.keysSecret to a Secret whose cosign.pub holds the signers' public keys"})
 	}
 	return vs
+}
+
+// checkTrustedKeys keeps an OCI source's verify.trustedKeys to what the
+// TerraformRunDefaults plugin copied from the policy's trustedSourceKeys:
+// exactly those keys, and none without them.
+func (p *Plugin) checkTrustedKeys(run *terrarun.TerraformRun) []violation {
+	o := run.Spec.Source.OCI
+	if o == nil {
+		return nil
+	}
+	got := ""
+	if o.Verify != nil {
+		got = o.Verify.TrustedKeys
+	}
+	if got == p.cfg.TrustedSourceKeys {
+		return nil
+	}
+	path := field.NewPath("spec", "source", "oci", "verify", "trustedKeys")
+	if got == "" {
+		return []violation{{path, "the cluster policy's trustedSourceKeys were not applied to the run: enable the TerraformRunDefaults admission plugin, which copies them"}}
+	}
+	return []violation{{path, "is copied by the server from the cluster policy's trustedSourceKeys, and these are not they; remove it"}}
 }
 
 // checkSourceRef refuses a Flux source in standalone mode, which has no

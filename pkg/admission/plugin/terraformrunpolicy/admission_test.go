@@ -3,6 +3,7 @@ package terraformrunpolicy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
 	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
+	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 )
 
 const testPolicy = `
@@ -168,6 +170,40 @@ func TestOCISources(t *testing.T) {
 			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://evil.example/infra"}}
 		})
 		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil))
+	})
+}
+
+// TestTrustedSourceKeys: with the policy's trustedSourceKeys, an OCI source
+// needs no keys Secret of its own to meet requireVerifiedSources, and must
+// carry exactly the policy's keys (which TerraformRunDefaults copies); a
+// workspace's would-be runs carry none yet and pass.
+func TestTrustedSourceKeys(t *testing.T) {
+	key := ocitest.NewKey(t)
+	p := newPlugin(t, minimalPolicy+fmt.Sprintf("requireVerifiedSources: true\ntrustedSourceKeys: %q\n", key.PublicPEM), clusterLabeler(t))
+	for _, tc := range []struct {
+		name    string
+		verify  *terrarun.OCIVerification
+		wantErr []string
+	}{
+		{name: "the policy's keys", verify: &terrarun.OCIVerification{TrustedKeys: string(key.PublicPEM)}},
+		{name: "the policy's keys and a Secret's", verify: &terrarun.OCIVerification{KeysSecret: "keys", TrustedKeys: string(key.PublicPEM)}},
+		{name: "not copied", wantErr: []string{"spec.source.oci.verify.trustedKeys: the cluster policy's trustedSourceKeys were not applied to the run"}},
+		{name: "other keys", verify: &terrarun.OCIVerification{TrustedKeys: string(ocitest.NewKey(t).PublicPEM)}, wantErr: []string{
+			"spec.source.oci.verify.trustedKeys: is copied by the server from the cluster policy's trustedSourceKeys, and these are not they"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newRun("dev", func(r *terrarun.TerraformRun) {
+				r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Verify: tc.verify}}
+			})
+			checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil), tc.wantErr...)
+		})
+	}
+	t.Run("keys without the policy's", func(t *testing.T) {
+		p := newPlugin(t, minimalPolicy, nil)
+		run := newRun("dev", func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Verify: &terrarun.OCIVerification{TrustedKeys: string(key.PublicPEM)}}}
+		})
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil), "spec.source.oci.verify.trustedKeys: is copied by the server")
 	})
 }
 

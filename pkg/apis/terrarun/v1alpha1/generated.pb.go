@@ -801,6 +801,11 @@ func (m *OCIVerification) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.TrustedKeys)
+	copy(dAtA[i:], m.TrustedKeys)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.TrustedKeys)))
+	i--
+	dAtA[i] = 0x1a
 	i -= len(m.KeysSecret)
 	copy(dAtA[i:], m.KeysSecret)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.KeysSecret)))
@@ -3831,6 +3836,8 @@ func (m *OCIVerification) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.KeysSecret)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.TrustedKeys)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5060,6 +5067,7 @@ func (this *OCIVerification) String() string {
 	s := strings.Join([]string{`&OCIVerification{`,
 		`Provider:` + fmt.Sprintf("%v", this.Provider) + `,`,
 		`KeysSecret:` + fmt.Sprintf("%v", this.KeysSecret) + `,`,
+		`TrustedKeys:` + fmt.Sprintf("%v", this.TrustedKeys) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -8126,6 +8134,38 @@ func (m *OCIVerification) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.KeysSecret = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TrustedKeys", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TrustedKeys = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -327,8 +327,16 @@ type OCIVerification struct {
 	Provider string `json:"provider,omitempty" protobuf:"bytes,1,opt,name=provider"`
 	// keysSecret names a Secret in the run's namespace with the key
 	// "cosign.pub": one or more PEM public keys (ECDSA, Ed25519 or RSA); a
-	// valid signature by any of them verifies the artifact.
-	KeysSecret string `json:"keysSecret" protobuf:"bytes,2,opt,name=keysSecret"`
+	// valid signature by any of them verifies the artifact. Required
+	// unless the cluster policy lists trusted keys (trustedKeys).
+	// +optional
+	KeysSecret string `json:"keysSecret,omitempty" protobuf:"bytes,2,opt,name=keysSecret"`
+	// trustedKeys are the cluster policy's trustedSourceKeys (PEM public
+	// keys), copied when the run is created: the artifact must then carry
+	// a signature by one of them, and by one of keysSecret's when that is
+	// set too. Set by the server, never by a user.
+	// +optional
+	TrustedKeys string `json:"trustedKeys,omitempty" protobuf:"bytes,3,opt,name=trustedKeys"`
 }
 
 // OCIVerificationProviderCosign is the one provider of spec.source.oci.verify.

@@ -448,10 +448,17 @@ func validateOCI(o *terrarun.OCISource, fldPath *field.Path) field.ErrorList {
 		if v.Provider != "" && v.Provider != terrarun.OCIVerificationProviderCosign {
 			allErrs = append(allErrs, field.NotSupported(vPath.Child("provider"), v.Provider, []string{terrarun.OCIVerificationProviderCosign}))
 		}
-		allErrs = append(allErrs, validateObjectName(v.KeysSecret, true, vPath.Child("keysSecret"))...)
+		allErrs = append(allErrs, validateObjectName(v.KeysSecret, v.TrustedKeys == "", vPath.Child("keysSecret"))...)
+		if len(v.TrustedKeys) > maxTrustedKeysLength {
+			allErrs = append(allErrs, field.TooLong(vPath.Child("trustedKeys"), "", maxTrustedKeysLength))
+		}
 	}
 	return allErrs
 }
+
+// maxTrustedKeysLength caps spec.source.oci.verify.trustedKeys, which the
+// server copies from the cluster policy.
+const maxTrustedKeysLength = 16 << 10
 
 // validateOCIURL accepts oci://host[:port]/path without a tag, a digest or
 // credentials.

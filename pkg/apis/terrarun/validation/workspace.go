@@ -80,6 +80,10 @@ func ValidateTerraformWorkspaceSpec(name string, spec *terrarun.TerraformWorkspa
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("engine", "imageDigest"),
 			"set by the server's image verification on each run; name a digest in spec.template.engine.image (image@sha256:...) instead"))
 	}
+	if o := t.Source.OCI; o != nil && o.Verify != nil && o.Verify.TrustedKeys != "" {
+		allErrs = append(allErrs, field.Forbidden(tPath.Child("source", "oci", "verify", "trustedKeys"),
+			"copied by the server from the cluster policy into each run; name your own keys in verify.keysSecret instead"))
+	}
 	if t.OutputsSecret != "" {
 		allErrs = append(allErrs, field.Forbidden(tPath.Child("outputsSecret"), "set it in spec.outputsSecret: the workspace, not each run, keeps the outputs of its last apply"))
 	}

@@ -39,6 +39,9 @@ func TestValidateTerraformWorkspace(t *testing.T) {
 		{"a template approval", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.Approval.Mode = terrarun.ApprovalModeAuto }, "spec.template.approval"},
 		{"a template outputsSecret", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.OutputsSecret = "out" }, "spec.template.outputsSecret"},
 		{"a template forceUnlock", func(ws *terrarun.TerraformWorkspace) { ws.Spec.Template.ForceUnlock = "5c1b2a5e" }, "spec.template.forceUnlock"},
+		{"template trusted keys", func(ws *terrarun.TerraformWorkspace) {
+			ws.Spec.Template.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://ghcr.io/org/infra", Verify: &terrarun.OCIVerification{TrustedKeys: "keys"}}}
+		}, "spec.template.source.oci.verify.trustedKeys"},
 		{"a template imageDigest", func(ws *terrarun.TerraformWorkspace) {
 			ws.Spec.Template.Engine.ImageDigest = "sha256:" + strings.Repeat("a", 64)
 		}, "spec.template.engine.imageDigest"},

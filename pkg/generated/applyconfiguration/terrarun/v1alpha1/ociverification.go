@@ -29,8 +29,14 @@ type OCIVerificationApplyConfiguration struct {
 	Provider *string `json:"provider,omitempty"`
 	// keysSecret names a Secret in the run's namespace with the key
 	// "cosign.pub": one or more PEM public keys (ECDSA, Ed25519 or RSA); a
-	// valid signature by any of them verifies the artifact.
+	// valid signature by any of them verifies the artifact. Required
+	// unless the cluster policy lists trusted keys (trustedKeys).
 	KeysSecret *string `json:"keysSecret,omitempty"`
+	// trustedKeys are the cluster policy's trustedSourceKeys (PEM public
+	// keys), copied when the run is created: the artifact must then carry
+	// a signature by one of them, and by one of keysSecret's when that is
+	// set too. Set by the server, never by a user.
+	TrustedKeys *string `json:"trustedKeys,omitempty"`
 }
 
 // OCIVerificationApplyConfiguration constructs a declarative configuration of the OCIVerification type for use with
@@ -52,5 +58,13 @@ func (b *OCIVerificationApplyConfiguration) WithProvider(value string) *OCIVerif
 // If called multiple times, the KeysSecret field is set to the value of the last call.
 func (b *OCIVerificationApplyConfiguration) WithKeysSecret(value string) *OCIVerificationApplyConfiguration {
 	b.KeysSecret = &value
+	return b
+}
+
+// WithTrustedKeys sets the TrustedKeys field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TrustedKeys field is set to the value of the last call.
+func (b *OCIVerificationApplyConfiguration) WithTrustedKeys(value string) *OCIVerificationApplyConfiguration {
+	b.TrustedKeys = &value
 	return b
 }
