@@ -213,9 +213,7 @@ func TestKubectlSecondUser(t *testing.T) {
 // configuration and checks defaults and a denial through kubectl.
 func TestKubectlAdmissionPolicy(t *testing.T) {
 	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	writeFile(t, policy, `apiVersion: admission.terrarun.dev/v1alpha1
-kind: TerraformRunPolicy
+	policyFlags := policyServerArgs(t, `kind: TerraformRunPolicy
 defaults:
   engine:
     binary: tofu
@@ -228,16 +226,7 @@ manualApprovalNamespaceSelector:
 maxTimeouts:
   plan: 30m
 `)
-	admissionConfig := filepath.Join(dir, "admission.yaml")
-	writeFile(t, admissionConfig, `apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: TerraformRunDefaults
-  path: policy.yaml
-- name: TerraformRunPolicy
-  path: policy.yaml
-`)
-	s := startBinary(t, filepath.Join(dir, "data"), "--admission-control-config-file", admissionConfig)
+	s := startBinary(t, filepath.Join(dir, "data"), policyFlags...)
 	kc := s.Kubeconfig
 
 	mustKubectl(t, kc, "apply", "-f", harness.RepoPath("artifacts", "examples", "inline-terraform-data.yaml"))
@@ -317,4 +306,23 @@ func TestYAMLActionBodies(t *testing.T) {
 	if out, err := kubectl(t, e.bob, "create", "--raw", raw("yaml-body", "approve"), "-f", approval); err == nil || !strings.Contains(out, "BadRequest") {
 		t.Errorf("a malformed body: %v\n%s", err, out)
 	}
+}
+
+// policyServerArgs writes a cluster policy (its text after apiVersion)
+// and an AdmissionConfiguration that points both of terrarun's plugins at
+// it, and returns the server flag that reads them.
+func policyServerArgs(t *testing.T, policy string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.yaml"), "apiVersion: admission.terrarun.dev/v1alpha1\n"+policy)
+	admissionConfig := filepath.Join(dir, "admission.yaml")
+	writeFile(t, admissionConfig, `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: TerraformRunDefaults
+  path: policy.yaml
+- name: TerraformRunPolicy
+  path: policy.yaml
+`)
+	return []string{"--admission-control-config-file", admissionConfig}
 }

@@ -174,22 +174,11 @@ func TestOCIWorkspaceFollowsATag(t *testing.T) {
 // into verify.trustedKeys herself is refused at create, naming the field.
 func TestOCITrustedSourceKeys(t *testing.T) {
 	platform, tenant := ocitest.NewKey(t), ocitest.NewKey(t)
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "policy.yaml"), fmt.Sprintf(`apiVersion: admission.terrarun.dev/v1alpha1
-kind: TerraformRunPolicy
+	flags := policyServerArgs(t, fmt.Sprintf(`kind: TerraformRunPolicy
 requireVerifiedSources: true
 trustedSourceKeys: %q
 `, platform.PublicPEM))
-	admissionConfig := filepath.Join(dir, "admission.yaml")
-	writeFile(t, admissionConfig, `apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: TerraformRunDefaults
-  path: policy.yaml
-- name: TerraformRunPolicy
-  path: policy.yaml
-`)
-	e := newRunEnv(t, "--admission-control-config-file", admissionConfig)
+	e := newRunEnv(t, flags...)
 	reg := ocitest.Start(t, ocitest.Options{})
 	signed := reg.Push("infra/app", "v1", ocitest.Artifact{Layer: versionTF("platform")})
 	reg.Sign("infra/app", signed, platform.Signer)
