@@ -605,7 +605,20 @@ func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
 	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"); err != nil {
 		return err
 	}
-	return nil
+	// kubectl validates what it creates against the aggregated OpenAPI,
+	// which kube-apiserver fetches from the new replicas a little later;
+	// until then a user who may not list CRDs cannot create a run.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, err := c.kubectlAs("admin", "explain", "terraformruns.spec.engine", "--api-version=terrarun.dev/v1alpha1")
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the aggregated OpenAPI has no TerraformRun 2 minutes after the APIService is available: %w", err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // helmTemplate renders charts/terrarun into terrarun-system.
