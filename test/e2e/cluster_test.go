@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -605,20 +606,42 @@ func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
 	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"); err != nil {
 		return err
 	}
-	// kubectl validates what it creates against the aggregated OpenAPI,
-	// which kube-apiserver fetches from the new replicas a little later;
-	// until then a user who may not list CRDs cannot create a run.
+	// The old replicas' pods are gone, so that a test that looks at where
+	// the replicas run sees only the new ones; and kubectl validates what it
+	// creates against the aggregated OpenAPI, which kube-apiserver fetches
+	// from the new replicas a little later (until then a user who may not
+	// list CRDs cannot create a run).
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, err := c.kubectlAs("admin", "explain", "terraformruns.spec.engine", "--api-version=terrarun.dev/v1alpha1")
+		err := c.rolledOut()
+		if err == nil {
+			_, err = c.kubectlAs("admin", "explain", "terraformruns.spec.engine", "--api-version=terrarun.dev/v1alpha1")
+		}
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the aggregated OpenAPI has no TerraformRun 2 minutes after the APIService is available: %w", err)
+			return fmt.Errorf("terrarun is not rolled out 2 minutes after its APIService is available: %w", err)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// rolledOut says why terrarun's Deployment has not only its replicas'
+// pods yet, or nil.
+func (c *cluster) rolledOut() error {
+	want, err := c.kubectlAs("admin", "-n", "terrarun-system", "get", "deployment", "terrarun-apiserver", "-o", "jsonpath={.spec.replicas}")
+	if err != nil {
+		return err
+	}
+	pods, err := c.kubectlAs("admin", "-n", "terrarun-system", "get", "pods", "--selector=app.kubernetes.io/name=terrarun-apiserver", "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		return err
+	}
+	if got := len(strings.Fields(pods)); strconv.Itoa(got) != strings.TrimSpace(want) {
+		return fmt.Errorf("%d pods of terrarun-apiserver, want its %s replicas: the old ones are still terminating", got, want)
+	}
+	return nil
 }
 
 // helmTemplate renders charts/terrarun into terrarun-system.
