@@ -606,22 +606,25 @@ func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
 	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"); err != nil {
 		return err
 	}
-	// The old replicas' pods are gone, so that a test that looks at where
-	// the replicas run sees only the new ones; and kubectl validates what it
-	// creates against the aggregated OpenAPI, which kube-apiserver fetches
-	// from the new replicas a little later (until then a user who may not
-	// list CRDs cannot create a run).
-	deadline := time.Now().Add(2 * time.Minute)
+	// kubectl validates what it creates against the aggregated OpenAPI,
+	// which kube-apiserver fetches from the new replicas a little later;
+	// until then a user who may not list CRDs cannot create a run.
+	return c.within(2*time.Minute, "the aggregated OpenAPI to have TerraformRun again", func() error {
+		_, err := c.kubectlAs("admin", "explain", "terraformruns.spec.engine", "--api-version=terrarun.dev/v1alpha1")
+		return err
+	})
+}
+
+// within retries check every second until it returns nil, for at most d.
+func (c *cluster) within(d time.Duration, what string, check func() error) error {
+	deadline := time.Now().Add(d)
 	for {
-		err := c.rolledOut()
-		if err == nil {
-			_, err = c.kubectlAs("admin", "explain", "terraformruns.spec.engine", "--api-version=terrarun.dev/v1alpha1")
-		}
+		err := check()
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("terrarun is not rolled out 2 minutes after its APIService is available: %w", err)
+			return fmt.Errorf("waited %s for %s: %w", d, what, err)
 		}
 		time.Sleep(time.Second)
 	}
