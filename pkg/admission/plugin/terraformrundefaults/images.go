@@ -37,8 +37,6 @@ type imageVerifier struct {
 	// verified maps a repository@digest to the ID of the key that
 	// verified it.
 	verified *lru.Cache
-	// readCredentials reads imageVerification.credentialsFile (os.ReadFile).
-	readCredentials func(string) ([]byte, error)
 }
 
 // newImageVerifier returns the verifier of cfg's imageVerification, or nil
@@ -62,16 +60,16 @@ func newImageVerifier(cfg *policy.Config) (*imageVerifier, error) {
 	}
 	return &imageVerifier{
 		cfg: cfg, keys: keys, keyIDs: strings.Join(ids, ", "), transport: rt,
-		verified: lru.New(verifiedCacheSize), readCredentials: os.ReadFile,
+		verified: lru.New(verifiedCacheSize),
 	}, nil
 }
 
 // imagePath is the field that names a run's image.
 var imagePath = field.NewPath("spec", "engine", "image")
 
-// AnnotationVerifiedBy is the audit annotation that names the key that
+// annotationVerifiedBy is the audit annotation that names the key that
 // verified a run's executor image.
-const AnnotationVerifiedBy = "imageverification.terrarun.dev/key"
+const annotationVerifiedBy = "imageverification.terrarun.dev/key"
 
 // pin verifies the image of run, when the policy covers it, and sets
 // spec.engine.imageDigest to the digest it verified. A run that sets
@@ -118,7 +116,7 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 	}
 	pinned := ref.Context().String() + "@" + digest
 	if key, ok := v.verified.Get(pinned); ok {
-		_ = a.AddAnnotation(AnnotationVerifiedBy, key.(string))
+		_ = a.AddAnnotation(annotationVerifiedBy, key.(string))
 	} else {
 		key, err := ociregistry.Verify(ref.Context(), digest, v.keys, opts)
 		var serr *ociregistry.SignatureError
@@ -134,7 +132,7 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 			return apierrors.NewServiceUnavailable(fmt.Sprintf("verifying spec.engine.image %q (%s): %v; retry once the registry answers", e.Image, digest, registryAnswer(err)))
 		default:
 			v.verified.Add(pinned, key)
-			_ = a.AddAnnotation(AnnotationVerifiedBy, key)
+			_ = a.AddAnnotation(annotationVerifiedBy, key)
 		}
 	}
 	e.ImageDigest = digest
@@ -146,7 +144,7 @@ func (v *imageVerifier) pin(ctx context.Context, a admission.Attributes, run *te
 func (v *imageVerifier) options(ctx context.Context, registry string) ([]remote.Option, error) {
 	auth := authn.Anonymous
 	if f := v.cfg.ImageVerification.CredentialsFile; f != "" {
-		b, err := v.readCredentials(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("reading imageVerification.credentialsFile: %w", err)
 		}
