@@ -100,6 +100,7 @@ func (r *runner) carryApply(parent, ctx context.Context, log *stageLog) error {
 		body, err := r.client.AwaitApply(waitCtx, c.file)
 		granted <- grant{body, err}
 	}()
+	log.settle()
 	if err := r.client.PutPlan(ctx, r.spec.Attempt, c.parts); err != nil {
 		stopWaiting()
 		if g := <-granted; g.body != nil {

@@ -14,13 +14,14 @@ import (
 // logSink feeds the stage's log stream without ever blocking the writer:
 // writes are queued and sent by a goroutine. When the stream fails, it is
 // opened again (the server appends); after too many failures, or when the
-// server answers 403, the log is dropped. A 403 also calls onForbidden.
+// server answers 403, the log is dropped. A 403 also calls onForbidden with
+// the sink.
 type logSink struct {
 	client      Client
 	stage       v1alpha1.StageName
 	attempt     int32
 	ctx         context.Context
-	onForbidden func(error)
+	onForbidden func(*logSink, error)
 
 	ch   chan []byte
 	done chan struct{}
@@ -38,7 +39,7 @@ const (
 	logBatchBytes = 64 << 10
 )
 
-func newLogSink(ctx context.Context, client Client, stageName v1alpha1.StageName, attempt int32, onForbidden func(error)) *logSink {
+func newLogSink(ctx context.Context, client Client, stageName v1alpha1.StageName, attempt int32, onForbidden func(*logSink, error)) *logSink {
 	s := &logSink{
 		client:      client,
 		stage:       stageName,
@@ -92,7 +93,7 @@ func (s *logSink) loop() {
 		if errors.Is(err, ErrForbidden) {
 			s.setErr(err)
 			if s.onForbidden != nil {
-				s.onForbidden(err)
+				s.onForbidden(s, err)
 			}
 			gaveUp = true
 			return
@@ -136,7 +137,7 @@ func (s *logSink) loop() {
 		if err := w.Close(); err != nil {
 			s.setErr(err)
 			if errors.Is(err, ErrForbidden) && s.onForbidden != nil {
-				s.onForbidden(err)
+				s.onForbidden(s, err)
 			}
 		}
 	}

@@ -122,7 +122,7 @@ func TestStageLogEndsOnItsOwnLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := &stageLog{open: func(s v1alpha1.StageName, a int32) *logSink {
-				return newLogSink(t.Context(), client, s, a, func(error) {})
+				return newLogSink(t.Context(), client, s, a, func(*logSink, error) {})
 			}}
 			l.start(v1alpha1.StagePlan, 1)
 			if _, err := l.Write([]byte(output)); err != nil {

@@ -135,9 +135,10 @@ func Run(ctx context.Context, spec stage.Spec, client Client, stdout io.Writer, 
 	// SIGINT must reach the server too.
 	logCtx, cancelLog := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelLog()
-	log := &stageLog{open: func(stageName v1alpha1.StageName, attempt int32) *logSink {
-		return newLogSink(logCtx, client, stageName, attempt, func(err error) { cancel(err) })
-	}}
+	log := &stageLog{stop: cancel}
+	log.open = func(stageName v1alpha1.StageName, attempt int32) *logSink {
+		return newLogSink(logCtx, client, stageName, attempt, log.refused)
+	}
 	log.start(spec.Stage, spec.Attempt)
 
 	r := &runner{
@@ -210,8 +211,14 @@ func (r *runner) end(parent, runCtx context.Context, log *stageLog, err error) e
 // then the apply's when the plan stage carries the apply.
 type stageLog struct {
 	open func(v1alpha1.StageName, int32) *logSink
+	// stop ends the execution when the server refuses the log of the stage
+	// it runs (refused).
+	stop func(error)
 	mu   sync.Mutex
 	sink *logSink
+	// settled is set once the current stage's outcome is on its way to the
+	// server (settle).
+	settled bool
 	// midLine is true when the stream's last byte was not a newline.
 	midLine bool
 }
@@ -220,7 +227,32 @@ func (l *stageLog) start(stageName v1alpha1.StageName, attempt int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sink = l.open(stageName, attempt)
+	l.settled = false
 	l.midLine = false
+}
+
+// settle says that the current stage's outcome is being uploaded: from now
+// on the upload's answer decides whether the execution goes on, not its
+// log's. A server refuses the log of a stage it has recorded as complete,
+// as a new leader does when the stream reconnects after the plan that
+// ends the stage reached it; that refusal must not stop the apply this
+// process carries.
+func (l *stageLog) settle() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.settled = true
+}
+
+// refused stops the execution when the server refused the log of the stage
+// it runs now and that stage has not settled; the log of a stage that has
+// ended or settled stops nothing.
+func (l *stageLog) refused(s *logSink, err error) {
+	l.mu.Lock()
+	stop := l.sink == s && !l.settled
+	l.mu.Unlock()
+	if stop {
+		l.stop(err)
+	}
 }
 
 // streaming says whether a stage's stream is open.

@@ -27,6 +27,8 @@ import (
 
 	tfjson "github.com/hashicorp/terraform-json"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runner/oci/ocitest"
 	"github.com/terrarun/terrarun/pkg/stage"
@@ -1184,5 +1186,103 @@ func TestOCIModules(t *testing.T) {
 				t.Errorf("the %s log holds the registry's password", st)
 			}
 		}
+	}
+}
+
+// TestApplyAfterPlanOutlivesItsPlanLog: the plan stage's log stream breaks
+// once the plan is recorded (the leader it reached went away), and the new
+// leader refuses the reconnected stream, as it refuses the log of every
+// stage it has recorded as complete. The refusal ends that log, not the
+// execution: the apply this process carries still runs, once.
+func TestApplyAfterPlanOutlivesItsPlanLog(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, map[string]string{"main.tf": `resource "terraform_data" "x" {
+  input = "v"
+}
+output "x" {
+  value = terraform_data.x.output
+}`})
+	plan := h.spec(v1alpha1.StagePlan, 1)
+	plan.ApplyAfterPlan = true
+	// The first plan log stream is cut when the plan goes up; the upload
+	// waits until it is.
+	var first atomic.Bool
+	cutNow, cutDone := make(chan struct{}), make(chan struct{})
+	var cutOnce, doneOnce sync.Once
+	var refusals atomic.Int32
+	h.srv.intercept = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodPost {
+			return false
+		}
+		if strings.HasSuffix(r.URL.Path, "/plan") {
+			cutOnce.Do(func() { close(cutNow) })
+			<-cutDone
+			return false
+		}
+		if !strings.HasSuffix(r.URL.Path, "/logs") || r.URL.Query().Get("stage") != string(v1alpha1.StagePlan) {
+			return false
+		}
+		if h.srv.part(v1alpha1.PlanPartResult) != nil {
+			refusals.Add(1)
+			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+				`terraformruns.terrarun.dev "run1" is forbidden: this executor runs stage apply attempt 1, which is not the run's current plan stage`)
+			return true
+		}
+		if !first.CompareAndSwap(false, true) {
+			return false
+		}
+		defer doneOnce.Do(func() { close(cutDone) })
+		read := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, r.Body)
+			close(read)
+		}()
+		select {
+		case <-read:
+			t.Error("the plan log ended before its plan went up")
+		case <-cutNow:
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "the server is shutting down")
+		}
+		return true
+	}
+	if err := h.run(context.Background(), plan); err != nil {
+		t.Fatalf("run: %v\n%s", err, h.stdout.String())
+	}
+	if refusals.Load() == 0 {
+		t.Fatal("the plan log never reconnected: the test did not reach the refusal it is about")
+	}
+	if log := h.srv.log(v1alpha1.StageApply, 1); strings.Count(log, "Apply complete! Resources: 1 added") != 1 || !strings.HasSuffix(log, "terrarun: stage apply attempt 1 succeeded\n") {
+		t.Errorf("apply log:\n%s", log)
+	}
+	if v := string(h.outputs()["x"].Value); v != `"v"` {
+		t.Errorf("output x = %s", v)
+	}
+}
+
+// TestStageLogRefusal: a refusal of the current stage's log stops the
+// execution until the stage settles (its outcome is going up, and the
+// upload's answer decides); a refusal of an ended stage's log never does.
+func TestStageLogRefusal(t *testing.T) {
+	var stopped []error
+	log := &stageLog{stop: func(err error) { stopped = append(stopped, err) }}
+	log.open = func(v1alpha1.StageName, int32) *logSink { return &logSink{} }
+	log.start(v1alpha1.StagePlan, 1)
+	plan := log.sink
+	refusal := errors.New("refused")
+
+	log.refused(plan, refusal)
+	if len(stopped) != 1 {
+		t.Fatalf("a refusal of the running stage's log stopped %d times, want once", len(stopped))
+	}
+	log.settle()
+	log.refused(plan, refusal)
+	log.start(v1alpha1.StageApply, 1)
+	log.refused(plan, refusal)
+	if len(stopped) != 1 {
+		t.Errorf("refusals of a settled or ended stage's log stopped the execution: %v", stopped)
+	}
+	log.refused(log.sink, refusal)
+	if len(stopped) != 2 {
+		t.Errorf("a refusal of the next stage's log did not stop the execution")
 	}
 }

@@ -576,7 +576,7 @@ func (c *cluster) deployTerrarun(cert, key string) error {
 
 // applyTerrarun renders the chart with the values of deployTerrarun, changed
 // by change when it is not nil, applies it, and waits until every replica
-// runs it and the APIService is available.
+// runs it, the old replicas' pods are gone and the APIService is available.
 func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
 	var values map[string]any
 	if err := json.Unmarshal(c.values, &values); err != nil {
@@ -601,6 +601,9 @@ func (c *cluster) applyTerrarun(change func(values map[string]any)) error {
 		return err
 	}
 	if _, err := c.kubectlAs("admin", "-n", "terrarun-system", "rollout", "status", "deployment/terrarun-apiserver", "--timeout=180s"); err != nil {
+		return err
+	}
+	if err := c.within(2*time.Minute, "the old replicas' pods to go", c.rolledOut); err != nil {
 		return err
 	}
 	if _, err := c.kubectlAs("admin", "wait", "apiservice/v1alpha1.terrarun.dev", "--for=condition=Available", "--timeout=180s"); err != nil {
