@@ -70,7 +70,7 @@ func (t *internTable) run(r *terrarun.TerraformRun) {
 			t.strs(&r.Tag, &r.Semver)
 		}
 		if v := o.Verify; v != nil {
-			t.strs(&v.Provider, &v.KeysSecret, &v.TrustedKeys)
+			t.strs(&v.Provider, &v.KeysSecret, &v.TrustedKeys, &v.TrustedRootSecret)
 		}
 	}
 	if f := s.Source.SourceRef; f != nil {

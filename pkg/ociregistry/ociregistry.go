@@ -2,7 +2,8 @@
 // without believing it: the credentials of a docker config, offered only to
 // the host they name; a transport that trusts an extra CA; blob reads that
 // are bounded by their descriptor and checked against its digest; and cosign
-// signature verification of a manifest digest against public keys.
+// signature verification of a manifest digest against public keys or, with
+// an offline Sigstore trusted root, keyless identities (keyless.go).
 //
 // Two callers use it: the OCI source of a run's configuration (package
 // runner/oci, in the executor) and the verification of executor images
@@ -188,9 +189,12 @@ type Key struct {
 	verifier signature.Verifier
 }
 
+// Keys are public keys, one of which must have signed a manifest.
+type Keys []Key
+
 // ParseKeys parses one or more PEM public keys (ECDSA, RSA or Ed25519).
-func ParseKeys(b []byte) ([]Key, error) {
-	var keys []Key
+func ParseKeys(b []byte) (Keys, error) {
+	var keys Keys
 	for {
 		block, rest := pem.Decode(b)
 		if block == nil {
@@ -218,9 +222,33 @@ func ParseKeys(b []byte) ([]Key, error) {
 	return keys, nil
 }
 
+func (ks Keys) signer(sig, body []byte, _ map[string]string) (string, error) {
+	for _, k := range ks {
+		if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(body)) == nil {
+			return "key " + k.ID, nil
+		}
+	}
+	return "", errNotBy
+}
+
+func (ks Keys) String() string { return fmt.Sprintf("one of the %d keys", len(ks)) }
+
+// Signers are who may have signed a manifest: Keys, or a Keyless's
+// identities.
+type Signers interface {
+	// signer returns who made sig over body, a layer of the signature
+	// image with annotations, or errNotBy, or why the layer cannot say.
+	signer(sig, body []byte, annotations map[string]string) (string, error)
+	// String says who they are, for messages.
+	String() string
+}
+
+// errNotBy says that a signature is by none of the signers.
+var errNotBy = errors.New("not by one of the signers")
+
 // SignatureError says that a manifest carries no signature by one of the
-// keys: none at all, or none that verifies. Any other error of Verify is
-// the registry's.
+// signers: none at all, or none that verifies. Any other error of Verify
+// is the registry's.
 type SignatureError struct {
 	Reason string
 }
@@ -228,15 +256,16 @@ type SignatureError struct {
 func (e *SignatureError) Error() string { return e.Reason }
 
 // Verify checks that the cosign signature image of digest in repo (the tag
-// sha256-<hex>.sig) holds a signature by one of keys over a cosign payload
-// that names digest. It returns the ID of the key that verified it. A
-// manifest that no key signed is a *SignatureError.
-func Verify(repo name.Repository, digest string, keys []Key, opts []remote.Option) (string, error) {
+// sha256-<hex>.sig) holds a signature by one of by over a cosign payload
+// that names digest. It returns who verified it ("key sha256:...", or a
+// keyless identity). A manifest that none of them signed is a
+// *SignatureError.
+func Verify(repo name.Repository, digest string, by Signers, opts []remote.Option) (string, error) {
 	sigTag := repo.Tag(strings.Replace(digest, ":", "-", 1) + ".sig")
 	desc, err := remote.Get(sigTag, opts...)
 	if err != nil {
 		if IsStatus(err, http.StatusNotFound) {
-			return "", &SignatureError{Reason: fmt.Sprintf("it has no cosign signature (no %s): sign it with cosign sign --key", sigTag.TagStr())}
+			return "", &SignatureError{Reason: fmt.Sprintf("it has no cosign signature (no %s): sign it with cosign sign", sigTag.TagStr())}
 		}
 		return "", fmt.Errorf("fetching the signatures %s: %w", sigTag, err)
 	}
@@ -268,26 +297,29 @@ func Verify(repo name.Repository, digest string, keys []Key, opts []remote.Optio
 			reasons = append(reasons, err.Error())
 			continue
 		}
-		for _, k := range keys {
-			if k.verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(body)) != nil {
-				continue
-			}
-			var p payload.SimpleContainerImage
-			if err := json.Unmarshal(body, &p); err != nil || p.Critical.Type != payload.CosignSignatureType {
-				reasons = append(reasons, "a payload signed by key "+k.ID+" is not a cosign container image signature")
-				continue
-			}
-			if p.Critical.Image.DockerManifestDigest != digest {
-				reasons = append(reasons, fmt.Sprintf("key %s signed %s, not %s", k.ID, p.Critical.Image.DockerManifestDigest, digest))
-				continue
-			}
-			return k.ID, nil
+		who, err := by.signer(sig, body, l.Annotations)
+		if errors.Is(err, errNotBy) {
+			continue
 		}
+		if err != nil {
+			reasons = append(reasons, err.Error())
+			continue
+		}
+		var p payload.SimpleContainerImage
+		if err := json.Unmarshal(body, &p); err != nil || p.Critical.Type != payload.CosignSignatureType {
+			reasons = append(reasons, "a payload signed by "+who+" is not a cosign container image signature")
+			continue
+		}
+		if p.Critical.Image.DockerManifestDigest != digest {
+			reasons = append(reasons, fmt.Sprintf("%s signed %s, not %s", who, p.Critical.Image.DockerManifestDigest, digest))
+			continue
+		}
+		return who, nil
 	}
 	if tried == 0 {
 		return "", &SignatureError{Reason: sigTag.TagStr() + " holds no cosign signature"}
 	}
-	msg := fmt.Sprintf("none of its %d signatures is by one of the %d keys", tried, len(keys))
+	msg := fmt.Sprintf("none of its %d signatures is by %s", tried, by)
 	if len(reasons) > 0 {
 		msg += " (" + strings.Join(reasons, "; ") + ")"
 	}

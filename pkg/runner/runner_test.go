@@ -1222,15 +1222,22 @@ output "x" {
 		if !strings.HasSuffix(r.URL.Path, "/logs") || r.URL.Query().Get("stage") != string(v1alpha1.StagePlan) {
 			return false
 		}
-		if h.srv.part(v1alpha1.PlanPartResult) != nil {
+		if first.Load() {
+			// A reconnect may race the plan's upload; it is refused once
+			// the plan is recorded, as the server refuses it then.
+			for h.srv.part(v1alpha1.PlanPartResult) == nil {
+				select {
+				case <-r.Context().Done():
+					return true
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
 			refusals.Add(1)
 			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 				`terraformruns.terrarun.dev "run1" is forbidden: this executor runs stage apply attempt 1, which is not the run's current plan stage`)
 			return true
 		}
-		if !first.CompareAndSwap(false, true) {
-			return false
-		}
+		first.Store(true)
 		defer doneOnce.Do(func() { close(cutDone) })
 		read := make(chan struct{})
 		go func() {

@@ -664,6 +664,23 @@ func (r *runner) pullOCI(ctx context.Context, src *stage.OCISource, dst string) 
 	if keys != nil {
 		verify = append(verify, oci.KeySet{Keys: keys, Name: "Secret " + src.KeysSecret})
 	}
+	if len(src.Identities) > 0 && src.TrustedRootFile == "" {
+		return "", fmt.Errorf("%w: the stage has keyless identities to verify %s with but no trusted root", ErrVerificationFailed, src.URL)
+	}
+	if src.TrustedRootFile != "" {
+		trustedRoot, err := read(src.TrustedRootFile, "trusted root")
+		if err != nil {
+			return "", err
+		}
+		ids := make([]ociregistry.Identity, len(src.Identities))
+		for i, id := range src.Identities {
+			ids[i] = ociregistry.Identity{Issuer: id.Issuer, Subject: id.Subject}
+		}
+		// An empty file is a trusted root that holds nothing, refused as
+		// such, never taken for keys.
+		verify = append(verify, oci.KeySet{TrustedRoot: append([]byte{}, trustedRoot...), Identities: ids,
+			Name: "spec.source.oci.verify.matchOIDCIdentity, trusted root of Secret " + src.TrustedRootSecret})
+	}
 	art, err := oci.Fetch(ctx, oci.Source{
 		URL: src.URL, Tag: src.Tag, Semver: src.Semver, Digest: src.Digest, Insecure: src.Insecure,
 		DockerConfig: creds, CA: ca, Verify: verify,

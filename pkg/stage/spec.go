@@ -189,6 +189,32 @@ type OCISource struct {
 	// (spec.source.oci.verify.trustedKeys, public): when set, the artifact
 	// must carry a signature by one of them too.
 	TrustedKeys string `json:"trustedKeys,omitempty"`
+	// TrustedRootFile holds the Sigstore trusted root of
+	// verify.trustedRootSecret, and TrustedRootSecret names that Secret:
+	// with them, the artifact must carry a keyless signature by one of
+	// Identities (verify.matchOIDCIdentity).
+	TrustedRootFile   string     `json:"trustedRootFile,omitempty"`
+	TrustedRootSecret string     `json:"trustedRootSecret,omitempty"`
+	Identities        []Identity `json:"identities,omitempty"`
+}
+
+// Identity is a keyless signer: regular expressions of its certificate's
+// OIDC issuer and subject.
+type Identity struct {
+	Issuer  string `json:"issuer"`
+	Subject string `json:"subject"`
+}
+
+// Identities are the stage's form of spec.source.oci.verify.matchOIDCIdentity.
+func Identities(ids []v1alpha1.OIDCIdentityMatch) []Identity {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]Identity, len(ids))
+	for i, id := range ids {
+		out[i] = Identity{Issuer: id.Issuer, Subject: id.Subject}
+	}
+	return out
 }
 
 // GitSource is a repository to clone.

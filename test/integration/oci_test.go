@@ -32,8 +32,10 @@ func ociRun(oci string) string {
 // artifact's digest as their revision and apply it; an unsigned artifact,
 // one signed by another key, and a tampered layer are refused before
 // anything is unpacked (VerificationFailed names the reference and the
-// Secret); without credentials the pull is refused, saying what to set;
-// the registry's password is in no log.
+// Secret); a keyless signature verifies against a trusted root of the
+// namespace's, and a key's signature does not pass for a keyless one;
+// without credentials the pull is refused, saying what to set; the
+// registry's password is in no log.
 func TestOCISource(t *testing.T) {
 	e := newRunEnv(t)
 	reg := ocitest.Start(t, ocitest.Options{Private: true})
@@ -44,6 +46,8 @@ func TestOCISource(t *testing.T) {
 	for _, d := range []string{v1, v11} {
 		reg.Sign("infra/app", d, trusted.Signer)
 	}
+	sigstore := ocitest.NewSigstore(t)
+	reg.SignKeyless("infra/app", v1, sigstore, "release@example.com", "https://issuer.example.com", true)
 	unsigned := reg.Push("infra/unsigned", "v1", ocitest.Artifact{Layer: versionTF("unsigned")})
 	reg.Sign("infra/other", reg.Push("infra/other", "v1", ocitest.Artifact{Layer: versionTF("other")}), other.Signer)
 	tampered := reg.Push("infra/tampered", "v1", ocitest.Artifact{Layer: versionTF("tampered")})
@@ -60,6 +64,7 @@ func TestOCISource(t *testing.T) {
 	e.secret(t, "default", "pull", ".dockerconfigjson", string(reg.DockerConfig()))
 	e.secret(t, "default", "registry-ca", "ca.crt", string(reg.CA))
 	e.secret(t, "default", "cosign-keys", "cosign.pub", string(trusted.PublicPEM))
+	e.secret(t, "default", "sigstore-root", "trusted_root.json", string(sigstore.TrustedRoot))
 	access := fmt.Sprintf("      url: %s\n      credentialsSecret: pull\n      certSecret: registry-ca\n", reg.URL("infra/app"))
 	verify := "      verify:\n        keysSecret: cosign-keys\n"
 	e.create(t, runManifest("oci-tag", ociRun(access+verify+"      ref:\n        tag: v1.0.0\n")))
@@ -67,13 +72,17 @@ func TestOCISource(t *testing.T) {
 	e.create(t, runManifest("oci-semver", ociRun(access+"      ref:\n        semver: \"~1\"\n")))
 	e.create(t, runManifest("oci-unsigned", ociRun(strings.Replace(access, "infra/app", "infra/unsigned", 1)+verify+"      ref:\n        tag: v1\n")))
 	e.create(t, runManifest("oci-other-key", ociRun(strings.Replace(access, "infra/app", "infra/other", 1)+verify+"      ref:\n        tag: v1\n")))
+	keyless := "      verify:\n        trustedRootSecret: sigstore-root\n        matchOIDCIdentity:\n        - issuer: https://issuer\\.example\\.com\n          subject: (release|deploy)@example\\.com\n"
+	e.create(t, runManifest("oci-keyless", ociRun(access+keyless+"      ref:\n        tag: v1.0.0\n")))
+	e.create(t, runManifest("oci-keyless-keyed", ociRun(strings.Replace(access, "infra/app", "infra/other", 1)+keyless+"      ref:\n        tag: v1\n")))
 	e.create(t, runManifest("oci-tampered", ociRun(strings.Replace(access, "infra/app", "infra/tampered", 1)+"      ref:\n        tag: v1\n")))
 	e.create(t, runManifest("oci-anonymous", ociRun(fmt.Sprintf("      url: %s\n      certSecret: registry-ca\n", reg.URL("infra/app")))))
 
 	for name, want := range map[string]struct{ revision, version string }{
-		"oci-tag":    {"v1.0.0@" + v1, `"1.0.0"`},
-		"oci-digest": {v11, `"1.1.0"`},
-		"oci-semver": {"v1.1.0@" + v11, `"1.1.0"`},
+		"oci-tag":     {"v1.0.0@" + v1, `"1.0.0"`},
+		"oci-digest":  {v11, `"1.1.0"`},
+		"oci-semver":  {"v1.1.0@" + v11, `"1.1.0"`},
+		"oci-keyless": {"v1.0.0@" + v1, `"1.0.0"`},
 	} {
 		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		if run.Status.Phase != v1alpha1.RunPhaseSucceeded {
@@ -91,12 +100,16 @@ func TestOCISource(t *testing.T) {
 	if !strings.Contains(logs, "verified the cosign signature of "+reg.Host+"/infra/app@"+v1) {
 		t.Errorf("the plan log does not say what was verified:\n%s", logs)
 	}
+	if logs := mustKubectl(t, e.Kubeconfig, "get", "--raw", raw("oci-keyless", "logs?stage=plan")); !strings.Contains(logs, "by identity release@example.com of https://issuer.example.com") {
+		t.Errorf("the keyless run's plan log does not say who signed:\n%s", logs)
+	}
 
 	for name, want := range map[string]struct{ reason, message string }{
-		"oci-unsigned":  {v1alpha1.ReasonVerificationFailed, reg.Host + "/infra/unsigned@" + unsigned},
-		"oci-other-key": {v1alpha1.ReasonVerificationFailed, "with the keys of Secret cosign-keys: none of its 1 signatures is by one of the 1 keys"},
-		"oci-tampered":  {v1alpha1.ReasonPlanFailed, "refusing to use it"},
-		"oci-anonymous": {v1alpha1.ReasonPlanFailed, "set spec.source.oci.credentialsSecret"},
+		"oci-unsigned":      {v1alpha1.ReasonVerificationFailed, reg.Host + "/infra/unsigned@" + unsigned},
+		"oci-other-key":     {v1alpha1.ReasonVerificationFailed, "with the keys of Secret cosign-keys: none of its 1 signatures is by one of the 1 keys"},
+		"oci-keyless-keyed": {v1alpha1.ReasonVerificationFailed, "with the keyless identities of spec.source.oci.verify.matchOIDCIdentity, trusted root of Secret sigstore-root: none of its 1 signatures is by one of the identities (release|deploy)@example\\.com of https://issuer\\.example\\.com (a signature carries no certificate"},
+		"oci-tampered":      {v1alpha1.ReasonPlanFailed, "refusing to use it"},
+		"oci-anonymous":     {v1alpha1.ReasonPlanFailed, "set spec.source.oci.credentialsSecret"},
 	} {
 		run := e.waitPhase(t, name, 3*time.Minute, v1alpha1.RunPhaseSucceeded, v1alpha1.RunPhaseFailed)
 		c := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionPlanned)

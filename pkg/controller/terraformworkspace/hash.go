@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"maps"
 	"slices"
 
@@ -52,7 +53,7 @@ func withoutServerFields(spec v1alpha1.TerraformRunSpec) v1alpha1.TerraformRunSp
 	spec.Engine.ImageDigest = ""
 	if o := spec.Source.OCI; o != nil && o.Verify != nil {
 		o.Verify.TrustedKeys = ""
-		if *o.Verify == (v1alpha1.OCIVerification{}) {
+		if equality.Semantic.DeepEqual(*o.Verify, v1alpha1.OCIVerification{}) {
 			o.Verify = nil
 		}
 	}

@@ -397,6 +397,9 @@ func (b *podBuilder) addSource(run *v1alpha1.TerraformRun, out *stage.Source) er
 			out.OCI.KeysFile = b.mountKey(volumeOCIKeys, v.KeysSecret, v1alpha1.OCICosignKeysKey)
 			out.OCI.KeysSecret = v.KeysSecret
 			out.OCI.TrustedKeys = v.TrustedKeys
+			out.OCI.TrustedRootFile = b.mountKey(volumeOCITrustedRoot, v.TrustedRootSecret, v1alpha1.OCITrustedRootKey)
+			out.OCI.TrustedRootSecret = v.TrustedRootSecret
+			out.OCI.Identities = stage.Identities(v.MatchOIDCIdentity)
 		}
 	case src.SourceRef != nil:
 		a, err := executor.PinnedArtifact(run)

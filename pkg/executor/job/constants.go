@@ -77,6 +77,7 @@ const (
 	volumeOCICredentials          = "oci-credentials"
 	volumeOCICA                   = "oci-ca"
 	volumeOCIKeys                 = "oci-keys"
+	volumeOCITrustedRoot          = "oci-trusted-root"
 	volumeBackend                 = "backend-config"
 	volumeWork                    = "work"
 	volumeTmp                     = "tmp"

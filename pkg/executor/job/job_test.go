@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -518,7 +519,7 @@ func TestOCISource(t *testing.T) {
 	o := spec.Source.OCI
 	want := stage.OCISource{URL: "oci://registry.example/infra", Semver: "~1", Path: "envs/prod",
 		KeysFile: "/etc/terrarun/oci/oci-keys/cosign.pub", KeysSecret: "cosign-keys", TrustedKeys: "policy keys"}
-	if o == nil || *o != want {
+	if o == nil || !reflect.DeepEqual(*o, want) {
 		t.Fatalf("OCI source = %+v, want %+v", o, want)
 	}
 	wantAccess := stage.RegistryAccess{CredentialsFile: "/etc/terrarun/oci/oci-credentials/.dockerconfigjson", CAFile: "/etc/terrarun/oci/oci-ca/ca.crt"}
@@ -537,6 +538,19 @@ func TestOCISource(t *testing.T) {
 		if vol.Secret == nil || vol.Secret.SecretName != secret || len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != vol.Secret.Items[0].Path {
 			t.Errorf("the volume at %s = %+v, want the one key of Secret %s", dir, vol.VolumeSource, secret)
 		}
+	}
+	// Keyless: the trusted root's one key, and the identities.
+	keyless := run.DeepCopy()
+	keyless.Spec.Source.OCI.Verify = &v1alpha1.OCIVerification{TrustedRootSecret: "sigstore",
+		MatchOIDCIdentity: []v1alpha1.OIDCIdentityMatch{{Issuer: "https://issuer", Subject: "ci@example\\.com"}}}
+	kjob, _, kspec := build(t, keyless, v1alpha1.StagePlan, testOptions())
+	if o := kspec.Source.OCI; o.KeysFile != "" || o.TrustedRootFile != "/etc/terrarun/oci/oci-trusted-root/trusted_root.json" || o.TrustedRootSecret != "sigstore" ||
+		!reflect.DeepEqual(o.Identities, []stage.Identity{{Issuer: "https://issuer", Subject: "ci@example\\.com"}}) {
+		t.Errorf("a keyless OCI source: %+v", o)
+	}
+	if vol := volumeAt(t, &kjob.Spec.Template.Spec, "/etc/terrarun/oci/oci-trusted-root"); vol.Secret == nil || vol.Secret.SecretName != "sigstore" ||
+		len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != "trusted_root.json" {
+		t.Errorf("the trusted root's volume = %+v", vol.VolumeSource)
 	}
 	// Without verify and Secrets, nothing is mounted and nothing verified.
 	run.Spec.Source = v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/infra"}}

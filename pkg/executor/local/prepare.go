@@ -317,8 +317,8 @@ func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.Terra
 	}
 }
 
-// writeOCISource returns the stage's OCI source, with its cosign keys in a
-// private file of the stage.
+// writeOCISource returns the stage's OCI source, with its cosign keys or
+// trusted root in a private file of the stage.
 func (e *Executor) writeOCISource(ctx context.Context, p *proc, ns string, o *v1alpha1.OCISource) (stage.Source, error) {
 	out := &stage.OCISource{URL: o.URL, Path: o.Path, Insecure: o.Insecure}
 	if r := o.Ref; r != nil {
@@ -333,6 +333,14 @@ func (e *Executor) writeOCISource(ctx context.Context, p *proc, ns string, o *v1
 			return stage.Source{}, err
 		}
 		out.KeysFile, out.KeysSecret = path, v.KeysSecret
+	}
+	if v := o.Verify; v != nil && v.TrustedRootSecret != "" {
+		path, err := e.writeSecretKey(ctx, p, ns, "trusted root", v.TrustedRootSecret, v1alpha1.OCITrustedRootKey)
+		if err != nil {
+			return stage.Source{}, err
+		}
+		out.TrustedRootFile, out.TrustedRootSecret = path, v.TrustedRootSecret
+		out.Identities = stage.Identities(v.MatchOIDCIdentity)
 	}
 	return stage.Source{OCI: out}, nil
 }

@@ -60,6 +60,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.OCISourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OCIVerification"):
 		return &terrarunv1alpha1.OCIVerificationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OIDCIdentityMatch"):
+		return &terrarunv1alpha1.OIDCIdentityMatchApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputSelector"):
 		return &terrarunv1alpha1.OutputSelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutputStatus"):

@@ -51,6 +51,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.OCIReference{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OCIReference(ref),
 		v1alpha1.OCISource{}.OpenAPIModelName():                          schema_pkg_apis_terrarun_v1alpha1_OCISource(ref),
 		v1alpha1.OCIVerification{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref),
+		v1alpha1.OIDCIdentityMatch{}.OpenAPIModelName():                  schema_pkg_apis_terrarun_v1alpha1_OIDCIdentityMatch(ref),
 		v1alpha1.OutputSelector{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_OutputSelector(ref),
 		v1alpha1.OutputStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OutputStatus(ref),
 		v1alpha1.PlanPartDigests{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_PlanPartDigests(ref),
@@ -993,7 +994,7 @@ func schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref common.ReferenceCallb
 					},
 					"keysSecret": {
 						SchemaProps: spec.SchemaProps{
-							Description: "keysSecret names a Secret in the run's namespace with the key \"cosign.pub\": one or more PEM public keys (ECDSA, Ed25519 or RSA); a valid signature by any of them verifies the artifact. Required unless the cluster policy lists trusted keys (trustedKeys).",
+							Description: "keysSecret names a Secret in the run's namespace with the key \"cosign.pub\": one or more PEM public keys (ECDSA, Ed25519 or RSA); a valid signature by any of them verifies the artifact. Required unless the cluster policy lists trusted keys (trustedKeys) or the verification is keyless (matchOIDCIdentity).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -1005,7 +1006,64 @@ func schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"matchOIDCIdentity": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "matchOIDCIdentity makes the verification keyless, as Flux's OCIRepository names it: the artifact must carry a cosign signature made with a Fulcio certificate of one of these identities and logged in Rekor, both checked against the trusted root of trustedRootSecret, offline (no Fulcio, Rekor or TUF server is asked). Mutually exclusive with keysSecret.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.OIDCIdentityMatch{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"trustedRootSecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "trustedRootSecret names a Secret in the run's namespace with the key \"trusted_root.json\": the Sigstore trusted root (Fulcio certificate authorities and Rekor logs) that keyless signatures are checked against, as cosign trusted-root create writes it or Sigstore's TUF repository serves it. Required with matchOIDCIdentity.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.OIDCIdentityMatch{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_OIDCIdentityMatch(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OIDCIdentityMatch is who may sign keylessly: the OIDC issuer and the subject of a signature's Fulcio certificate.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"issuer": {
+						SchemaProps: spec.SchemaProps{
+							Description: "issuer is a regular expression (RE2) that the certificate's OIDC issuer must match whole, such as https://token\\.actions\\.githubusercontent\\.com.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"subject": {
+						SchemaProps: spec.SchemaProps{
+							Description: "subject is a regular expression (RE2) that the certificate's subject (an email address or a URI, such as a workflow's) must match whole.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"issuer", "subject"},
 			},
 		},
 	}

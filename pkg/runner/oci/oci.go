@@ -60,19 +60,49 @@ type Source struct {
 	DockerConfig []byte
 	// CA is PEM CA certificates trusted besides the system's, or nil.
 	CA []byte
-	// Verify lists the sets of keys that must each have signed the
-	// artifact: it must carry a cosign signature by one key of every set.
-	// None: the artifact is not verified.
+	// Verify lists who must each have signed the artifact: it must carry a
+	// cosign signature by one signer of every set. None: the artifact is
+	// not verified.
 	Verify []KeySet
 	// Limits bound the layer; zero members take tarball.DefaultLimits.
 	Limits tarball.Limits
 }
 
-// KeySet is PEM public keys, one of which must have signed the artifact.
+// KeySet is who may have signed the artifact: PEM public keys, or, with
+// TrustedRoot, keyless identities.
 type KeySet struct {
 	Keys []byte
+	// TrustedRoot is a Sigstore trusted_root.json: when it is set, the
+	// signature must be a keyless one by one of Identities, checked
+	// against it, and Keys is not used.
+	TrustedRoot []byte
+	Identities  []ociregistry.Identity
 	// Name says where they come from, for messages ("Secret cosign-keys").
 	Name string
+}
+
+// signers parses the set, or says what is wrong with it.
+func (s KeySet) signers() (ociregistry.Signers, error) {
+	if s.TrustedRoot != nil {
+		k, err := ociregistry.ParseKeyless(s.TrustedRoot, s.Identities)
+		if err != nil {
+			return nil, fmt.Errorf("the trusted root %w", err)
+		}
+		return k, nil
+	}
+	keys, err := ociregistry.ParseKeys(s.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("the keys %w", err)
+	}
+	return keys, nil
+}
+
+// what says what the set is, for messages.
+func (s KeySet) what() string {
+	if s.TrustedRoot != nil {
+		return "the keyless identities of " + s.Name
+	}
+	return "the keys of " + s.Name
 }
 
 // Artifact is what was fetched.
@@ -82,8 +112,8 @@ type Artifact struct {
 	Digest string
 	// Tag is the tag that was resolved, "" for a digest.
 	Tag string
-	// Verified names the key of each set of Source.Verify that verified
-	// its signature, in their order.
+	// Verified names the key or identity of each set of Source.Verify
+	// that verified its signature, in their order.
 	Verified []string
 }
 
@@ -99,13 +129,14 @@ func (a Artifact) Revision() string {
 // VerificationError says that the artifact's signature did not verify:
 // nothing of it was unpacked.
 type VerificationError struct {
-	Ref    string
-	Keys   string
+	Ref string
+	// By is who may have signed it, such as "the keys of Secret cosign-keys".
+	By     string
 	Reason string
 }
 
 func (e *VerificationError) Error() string {
-	return fmt.Sprintf("verifying the signature of %s with the keys of %s: %s", e.Ref, e.Keys, e.Reason)
+	return fmt.Sprintf("verifying the signature of %s with %s: %s", e.Ref, e.By, e.Reason)
 }
 
 // repository parses an oci:// URL.
@@ -183,16 +214,16 @@ func Fetch(ctx context.Context, src Source, dst string, logf func(format string,
 
 	for _, set := range src.Verify {
 		refStr := repo.String() + "@" + art.Digest
-		keys, err := ociregistry.ParseKeys(set.Keys)
+		by, err := set.signers()
 		if err != nil {
-			return Artifact{}, &VerificationError{Ref: refStr, Keys: set.Name, Reason: "the keys " + err.Error()}
+			return Artifact{}, &VerificationError{Ref: refStr, By: set.what(), Reason: err.Error()}
 		}
-		key, err := ociregistry.Verify(repo, art.Digest, keys, opts)
+		who, err := ociregistry.Verify(repo, art.Digest, by, opts)
 		if err != nil {
-			return Artifact{}, &VerificationError{Ref: refStr, Keys: set.Name, Reason: registryError(err).Error()}
+			return Artifact{}, &VerificationError{Ref: refStr, By: set.what(), Reason: registryError(err).Error()}
 		}
-		art.Verified = append(art.Verified, key)
-		logf("terrarun: verified the cosign signature of %s with key %s of %s", refStr, key, set.Name)
+		art.Verified = append(art.Verified, who)
+		logf("terrarun: verified the cosign signature of %s: by %s, of %s", refStr, who, set.what())
 	}
 
 	m, err := v1.ParseManifest(bytes.NewReader(manifest))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -179,6 +180,83 @@ func TestVerify(t *testing.T) {
 		return err
 	}(); keysErr == nil || !strings.Contains(keysErr.Error(), "holds no PEM public key") {
 		t.Errorf("keys that are not PEM: %v", keysErr)
+	}
+}
+
+// TestVerifyKeyless verifies keyless signatures against an offline trusted
+// root: the identity, the issuer, the certificate's CA, the Rekor entry
+// and the digest signed must all be right, or nothing is unpacked.
+func TestVerifyKeyless(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{})
+	sigstore, other := ocitest.NewSigstore(t), ocitest.NewSigstore(t)
+	const issuer, subject = "https://token.actions.example.com", "release@example.com"
+	push := func(repo string) string {
+		return reg.Push(repo, "v1", ocitest.Artifact{Layer: ocitest.TarGz(map[string]string{"main.tf": mainTF + "# " + repo})})
+	}
+	signed := push("infra/signed")
+	reg.SignKeyless("infra/signed", signed, sigstore, subject, issuer, true)
+	wrongSubject := push("infra/wrongsubject")
+	reg.SignKeyless("infra/wrongsubject", wrongSubject, sigstore, "intruder@example.com", issuer, true)
+	wrongIssuer := push("infra/wrongissuer")
+	reg.SignKeyless("infra/wrongissuer", wrongIssuer, sigstore, subject, "https://accounts.example.net", true)
+	otherCA := push("infra/otherca")
+	reg.SignKeyless("infra/otherca", otherCA, other, subject, issuer, true)
+	unlogged := push("infra/unlogged")
+	reg.SignKeyless("infra/unlogged", unlogged, sigstore, subject, issuer, false)
+	keyed := push("infra/keyed")
+	reg.Sign("infra/keyed", keyed, ocitest.NewKey(t).Signer)
+	// The right identity's valid signature of signed, copied under the
+	// signature tag of another artifact.
+	forged := push("infra/forged")
+	body := []byte(`{"critical":{"identity":{"docker-reference":"` + reg.Host + `/infra/signed"},"image":{"docker-manifest-digest":"` + signed + `"},"type":"cosign container image signature"},"optional":null}`)
+	reg.AddKeylessSignature("infra/forged", forged, sigstore, subject, issuer, body, true)
+
+	src := func(repo string) oci.Source {
+		return oci.Source{URL: reg.URL(repo), Tag: "v1", CA: reg.CA, Verify: []oci.KeySet{{
+			TrustedRoot: sigstore.TrustedRoot, Identities: []ociregistry.Identity{{Issuer: regexp.QuoteMeta(issuer), Subject: `(release|deploy)@example\.com`}},
+			Name: "Secret sigstore-root"}}}
+	}
+	a, dir, err := fetch(t, src("infra/signed"))
+	if err != nil {
+		t.Fatalf("a keyless signature by the identity: %v", err)
+	}
+	if len(a.Verified) != 1 || a.Verified[0] != "identity "+subject+" of "+issuer || len(unpacked(t, dir)) != 1 {
+		t.Errorf("verified by %q, unpacked %v", a.Verified, unpacked(t, dir))
+	}
+	for repo, want := range map[string]string{
+		"infra/wrongsubject": "the signature of intruder@example.com does not verify",
+		"infra/wrongissuer":  "the signature of " + subject + " does not verify",
+		"infra/otherca":      "the signature of " + subject + " does not verify",
+		"infra/unlogged":     "the signature of " + subject + " was not logged",
+		"infra/keyed":        "carries no certificate (it was made with a key",
+		"infra/forged":       "identity " + subject + " of " + issuer + " signed " + signed + ", not " + forged,
+	} {
+		_, dir, err := fetch(t, src(repo))
+		var verr *oci.VerificationError
+		if !errors.As(err, &verr) || !strings.Contains(err.Error(), want) ||
+			!strings.Contains(err.Error(), "with the keyless identities of Secret sigstore-root") ||
+			!strings.Contains(err.Error(), reg.Host+"/"+repo+"@sha256:") {
+			t.Errorf("%s: %v, want a VerificationError naming the reference and the identities: %s", repo, err, want)
+		}
+		if files := unpacked(t, dir); len(files) > 0 {
+			t.Errorf("%s: unpacked %v before the signature verified", repo, files)
+		}
+	}
+	// An identity expression matches the whole subject, not a part of it.
+	partial := src("infra/signed")
+	partial.Verify[0].Identities[0].Subject = "release"
+	if _, _, err := fetch(t, partial); err == nil || !strings.Contains(err.Error(), "does not verify") {
+		t.Errorf("a subject expression that matches part of the subject: %v; want refused", err)
+	}
+	for what, set := range map[string]oci.KeySet{
+		"no trusted root": {TrustedRoot: []byte(`{}`), Identities: src("").Verify[0].Identities, Name: "Secret sigstore-root"},
+		"no identity":     {TrustedRoot: sigstore.TrustedRoot, Name: "Secret sigstore-root"},
+	} {
+		s := src("infra/signed")
+		s.Verify = []oci.KeySet{set}
+		if _, _, err := fetch(t, s); err == nil || !strings.Contains(err.Error(), "the trusted root") {
+			t.Errorf("%s: %v; want refused, naming the trusted root", what, err)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package terraformrundefaults
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -347,7 +348,7 @@ func TestTrustedSourceKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := run.Spec.Source.OCI.Verify; got == nil || *got != *tc.want {
+			if got := run.Spec.Source.OCI.Verify; got == nil || !reflect.DeepEqual(*got, *tc.want) {
 				t.Errorf("verify %+v, want %+v", got, tc.want)
 			}
 		})

@@ -31,7 +31,7 @@ const verifiedCacheSize = 1024
 // policy's imageVerification and pins the run to the digest it checked.
 type imageVerifier struct {
 	cfg       *policy.Config
-	keys      []ociregistry.Key
+	keys      ociregistry.Keys
 	keyIDs    string
 	transport http.RoundTripper
 	// verified maps a repository@digest to the ID of the key that

@@ -398,7 +398,7 @@ func (p *Plugin) checkOCISource(run *terrarun.TerraformRun) []violation {
 		vs = append(vs, violation{path.Child("url"), fmt.Sprintf("registry %q is not allowed by the cluster policy; allowed registries: %s", host, listOrAny(p.cfg.AllowedOCIRegistries))})
 	}
 	if p.cfg.RequireVerifiedSources && o.Verify == nil && p.cfg.TrustedSourceKeys == "" {
-		vs = append(vs, violation{path.Child("verify"), "the cluster policy requires every OCI source to be verified (requireVerifiedSources): set verify.keysSecret to a Secret whose cosign.pub holds the signers' public keys"})
+		vs = append(vs, violation{path.Child("verify"), "the cluster policy requires every OCI source to be verified (requireVerifiedSources): set verify.keysSecret to a Secret whose cosign.pub holds the signers' public keys, or verify.matchOIDCIdentity and verify.trustedRootSecret for keyless signatures"})
 	}
 	return vs
 }

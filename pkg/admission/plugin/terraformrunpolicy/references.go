@@ -72,6 +72,9 @@ func references(run *terrarun.TerraformRun) []reference {
 		if v := o.Verify; v != nil && v.KeysSecret != "" {
 			secret(oci.Child("verify", "keysSecret"), v.KeysSecret, "get")
 		}
+		if v := o.Verify; v != nil && v.TrustedRootSecret != "" {
+			secret(oci.Child("verify", "trustedRootSecret"), v.TrustedRootSecret, "get")
+		}
 	}
 	if f := run.Spec.Source.SourceRef; f != nil && fluxsource.Resource(f.Kind) != "" {
 		refs = append(refs, reference{path: spec.Child("source", "sourceRef"), verb: "get", group: terrarun.FluxSourceGroup,

@@ -129,6 +129,18 @@ func TestCreatorMayUseWhatTheRunReferences(t *testing.T) {
 		}
 	})
 
+	t.Run("a keyless OCI source's trusted root", func(t *testing.T) {
+		g := &grants{allowed: map[string]bool{}}
+		p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+		p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+		run := newRun("dev", func(r *terrarun.TerraformRun) {
+			r.Spec.Source = terrarun.Source{OCI: &terrarun.OCISource{URL: "oci://ghcr.io/org/infra",
+				Verify: &terrarun.OCIVerification{TrustedRootSecret: "sigstore", MatchOIDCIdentity: []terrarun.OIDCIdentityMatch{{Issuer: "i", Subject: "s"}}}}}
+		})
+		checkResult(t, p.Validate(context.Background(), createAttrs(run, alice), nil),
+			`spec.source.oci.verify.trustedRootSecret: user "alice" may not get secrets "sigstore"`)
+	})
+
 	t.Run("a Flux source", func(t *testing.T) {
 		fromSource := func(kind string) func(*terrarun.TerraformRun) {
 			return func(r *terrarun.TerraformRun) {

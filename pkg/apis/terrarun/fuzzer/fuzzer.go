@@ -83,8 +83,11 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				s.OCI.Path = optional(c, func(c randfill.Continue) string { return "envs/" + name(c) })
 				s.OCI.CredentialsSecret = optional(c, name)
 				s.OCI.CertSecret = optional(c, name)
-				if c.Bool() {
+				switch c.Intn(3) {
+				case 1:
 					s.OCI.Verify = &terrarun.OCIVerification{Provider: terrarun.OCIVerificationProviderCosign, KeysSecret: name(c)}
+				case 2:
+					s.OCI.Verify = &terrarun.OCIVerification{Provider: terrarun.OCIVerificationProviderCosign, TrustedRootSecret: name(c), MatchOIDCIdentity: []terrarun.OIDCIdentityMatch{{Issuer: "https://" + name(c), Subject: name(c) + "@.*"}}}
 				}
 			case 0:
 				s.Inline = map[string]string{

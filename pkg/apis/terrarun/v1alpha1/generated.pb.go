@@ -63,6 +63,8 @@ func (m *OCISource) Reset() { *m = OCISource{} }
 
 func (m *OCIVerification) Reset() { *m = OCIVerification{} }
 
+func (m *OIDCIdentityMatch) Reset() { *m = OIDCIdentityMatch{} }
+
 func (m *OutputSelector) Reset() { *m = OutputSelector{} }
 
 func (m *OutputStatus) Reset() { *m = OutputStatus{} }
@@ -801,6 +803,25 @@ func (m *OCIVerification) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.TrustedRootSecret)
+	copy(dAtA[i:], m.TrustedRootSecret)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.TrustedRootSecret)))
+	i--
+	dAtA[i] = 0x2a
+	if len(m.MatchOIDCIdentity) > 0 {
+		for iNdEx := len(m.MatchOIDCIdentity) - 1; iNdEx >= 0; iNdEx-- {
+			{
+				size, err := m.MatchOIDCIdentity[iNdEx].MarshalToSizedBuffer(dAtA[:i])
+				if err != nil {
+					return 0, err
+				}
+				i -= size
+				i = encodeVarintGenerated(dAtA, i, uint64(size))
+			}
+			i--
+			dAtA[i] = 0x22
+		}
+	}
 	i -= len(m.TrustedKeys)
 	copy(dAtA[i:], m.TrustedKeys)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.TrustedKeys)))
@@ -814,6 +835,39 @@ func (m *OCIVerification) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	i -= len(m.Provider)
 	copy(dAtA[i:], m.Provider)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Provider)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
+func (m *OIDCIdentityMatch) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *OIDCIdentityMatch) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *OIDCIdentityMatch) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.Subject)
+	copy(dAtA[i:], m.Subject)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Subject)))
+	i--
+	dAtA[i] = 0x12
+	i -= len(m.Issuer)
+	copy(dAtA[i:], m.Issuer)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Issuer)))
 	i--
 	dAtA[i] = 0xa
 	return len(dAtA) - i, nil
@@ -3838,6 +3892,27 @@ func (m *OCIVerification) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.TrustedKeys)
 	n += 1 + l + sovGenerated(uint64(l))
+	if len(m.MatchOIDCIdentity) > 0 {
+		for _, e := range m.MatchOIDCIdentity {
+			l = e.Size()
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
+	l = len(m.TrustedRootSecret)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
+func (m *OIDCIdentityMatch) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Issuer)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Subject)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5064,10 +5139,28 @@ func (this *OCIVerification) String() string {
 	if this == nil {
 		return "nil"
 	}
+	repeatedStringForMatchOIDCIdentity := "[]OIDCIdentityMatch{"
+	for _, f := range this.MatchOIDCIdentity {
+		repeatedStringForMatchOIDCIdentity += strings.Replace(strings.Replace(f.String(), "OIDCIdentityMatch", "OIDCIdentityMatch", 1), `&`, ``, 1) + ","
+	}
+	repeatedStringForMatchOIDCIdentity += "}"
 	s := strings.Join([]string{`&OCIVerification{`,
 		`Provider:` + fmt.Sprintf("%v", this.Provider) + `,`,
 		`KeysSecret:` + fmt.Sprintf("%v", this.KeysSecret) + `,`,
 		`TrustedKeys:` + fmt.Sprintf("%v", this.TrustedKeys) + `,`,
+		`MatchOIDCIdentity:` + repeatedStringForMatchOIDCIdentity + `,`,
+		`TrustedRootSecret:` + fmt.Sprintf("%v", this.TrustedRootSecret) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *OIDCIdentityMatch) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&OIDCIdentityMatch{`,
+		`Issuer:` + fmt.Sprintf("%v", this.Issuer) + `,`,
+		`Subject:` + fmt.Sprintf("%v", this.Subject) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -8166,6 +8259,186 @@ func (m *OCIVerification) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.TrustedKeys = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MatchOIDCIdentity", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.MatchOIDCIdentity = append(m.MatchOIDCIdentity, OIDCIdentityMatch{})
+			if err := m.MatchOIDCIdentity[len(m.MatchOIDCIdentity)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TrustedRootSecret", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.TrustedRootSecret = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *OIDCIdentityMatch) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: OIDCIdentityMatch: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: OIDCIdentityMatch: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Issuer", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Issuer = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Subject", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Subject = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -328,7 +328,8 @@ type OCIVerification struct {
 	// keysSecret names a Secret in the run's namespace with the key
 	// "cosign.pub": one or more PEM public keys (ECDSA, Ed25519 or RSA); a
 	// valid signature by any of them verifies the artifact. Required
-	// unless the cluster policy lists trusted keys (trustedKeys).
+	// unless the cluster policy lists trusted keys (trustedKeys) or the
+	// verification is keyless (matchOIDCIdentity).
 	// +optional
 	KeysSecret string `json:"keysSecret,omitempty" protobuf:"bytes,2,opt,name=keysSecret"`
 	// trustedKeys are the cluster policy's trustedSourceKeys (PEM public
@@ -337,6 +338,34 @@ type OCIVerification struct {
 	// set too. Set by the server, never by a user.
 	// +optional
 	TrustedKeys string `json:"trustedKeys,omitempty" protobuf:"bytes,3,opt,name=trustedKeys"`
+	// matchOIDCIdentity makes the verification keyless, as Flux's
+	// OCIRepository names it: the artifact must carry a cosign signature
+	// made with a Fulcio certificate of one of these identities and logged
+	// in Rekor, both checked against the trusted root of
+	// trustedRootSecret, offline (no Fulcio, Rekor or TUF server is
+	// asked). Mutually exclusive with keysSecret.
+	// +optional
+	// +listType=atomic
+	MatchOIDCIdentity []OIDCIdentityMatch `json:"matchOIDCIdentity,omitempty" protobuf:"bytes,4,rep,name=matchOIDCIdentity"`
+	// trustedRootSecret names a Secret in the run's namespace with the key
+	// "trusted_root.json": the Sigstore trusted root (Fulcio certificate
+	// authorities and Rekor logs) that keyless signatures are checked
+	// against, as cosign trusted-root create writes it or Sigstore's TUF
+	// repository serves it. Required with matchOIDCIdentity.
+	// +optional
+	TrustedRootSecret string `json:"trustedRootSecret,omitempty" protobuf:"bytes,5,opt,name=trustedRootSecret"`
+}
+
+// OIDCIdentityMatch is who may sign keylessly: the OIDC issuer and the
+// subject of a signature's Fulcio certificate.
+type OIDCIdentityMatch struct {
+	// issuer is a regular expression (RE2) that the certificate's OIDC
+	// issuer must match whole, such as
+	// https://token\.actions\.githubusercontent\.com.
+	Issuer string `json:"issuer" protobuf:"bytes,1,opt,name=issuer"`
+	// subject is a regular expression (RE2) that the certificate's subject
+	// (an email address or a URI, such as a workflow's) must match whole.
+	Subject string `json:"subject" protobuf:"bytes,2,opt,name=subject"`
 }
 
 // OCIVerificationProviderCosign is the one provider of spec.source.oci.verify.
@@ -346,6 +375,8 @@ const OCIVerificationProviderCosign = "cosign"
 const (
 	// OCICosignKeysKey is the key of spec.source.oci.verify.keysSecret.
 	OCICosignKeysKey = "cosign.pub"
+	// OCITrustedRootKey is the key of spec.source.oci.verify.trustedRootSecret.
+	OCITrustedRootKey = "trusted_root.json"
 	// OCICAKey is the key of spec.source.oci.certSecret.
 	OCICAKey = "ca.crt"
 )

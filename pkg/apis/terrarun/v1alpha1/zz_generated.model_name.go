@@ -97,6 +97,11 @@ func (in OCIVerification) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OIDCIdentityMatch) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.OIDCIdentityMatch"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OutputSelector) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.OutputSelector"
 }

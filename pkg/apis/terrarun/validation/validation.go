@@ -448,13 +448,55 @@ func validateOCI(o *terrarun.OCISource, fldPath *field.Path) field.ErrorList {
 		if v.Provider != "" && v.Provider != terrarun.OCIVerificationProviderCosign {
 			allErrs = append(allErrs, field.NotSupported(vPath.Child("provider"), v.Provider, []string{terrarun.OCIVerificationProviderCosign}))
 		}
-		allErrs = append(allErrs, validateObjectName(v.KeysSecret, v.TrustedKeys == "", vPath.Child("keysSecret"))...)
+		if keyless := len(v.MatchOIDCIdentity) > 0 || v.TrustedRootSecret != ""; keyless {
+			if v.KeysSecret != "" {
+				allErrs = append(allErrs, field.Forbidden(vPath.Child("keysSecret"), "set keysSecret (signatures made with a key) or matchOIDCIdentity with trustedRootSecret (keyless signatures), not both"))
+			}
+			allErrs = append(allErrs, validateObjectName(v.TrustedRootSecret, true, vPath.Child("trustedRootSecret"))...)
+			allErrs = append(allErrs, validateOIDCIdentities(v.MatchOIDCIdentity, vPath.Child("matchOIDCIdentity"))...)
+		} else {
+			allErrs = append(allErrs, validateObjectName(v.KeysSecret, v.TrustedKeys == "", vPath.Child("keysSecret"))...)
+		}
 		if len(v.TrustedKeys) > maxTrustedKeysLength {
 			allErrs = append(allErrs, field.TooLong(vPath.Child("trustedKeys"), "", maxTrustedKeysLength))
 		}
 	}
 	return allErrs
 }
+
+// validateOIDCIdentities requires at least one identity, each with an
+// issuer and a subject that are regular expressions.
+func validateOIDCIdentities(ids []terrarun.OIDCIdentityMatch, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(ids) == 0 {
+		return field.ErrorList{field.Required(fldPath, "list who may sign, such as {issuer: https://token\\.actions\\.githubusercontent\\.com, subject: https://github\\.com/org/infra/.*}; keyless verification needs at least one identity")}
+	}
+	if len(ids) > maxOIDCIdentities {
+		allErrs = append(allErrs, field.TooMany(fldPath, len(ids), maxOIDCIdentities))
+	}
+	for i, id := range ids {
+		for _, f := range []struct{ name, expr string }{{"issuer", id.Issuer}, {"subject", id.Subject}} {
+			name, expr := f.name, f.expr
+			p := fldPath.Index(i).Child(name)
+			switch _, err := regexp.Compile(expr); {
+			case expr == "":
+				allErrs = append(allErrs, field.Required(p, "a regular expression that the certificate's "+name+" must match whole"))
+			case len(expr) > maxOIDCIdentityLength:
+				allErrs = append(allErrs, field.TooLong(p, "", maxOIDCIdentityLength))
+			case err != nil:
+				allErrs = append(allErrs, field.Invalid(p, expr, "must be a regular expression (RE2): "+err.Error()))
+			}
+		}
+	}
+	return allErrs
+}
+
+// maxOIDCIdentities and maxOIDCIdentityLength cap
+// spec.source.oci.verify.matchOIDCIdentity.
+const (
+	maxOIDCIdentities     = 16
+	maxOIDCIdentityLength = 1024
+)
 
 // maxTrustedKeysLength caps spec.source.oci.verify.trustedKeys, which the
 // server copies from the cluster policy.

@@ -344,6 +344,18 @@ func TestValidateOCI(t *testing.T) {
 			o.Verify = &terrarun.OCIVerification{Provider: "cosign", KeysSecret: "keys"}
 		})},
 		{name: "verify without keys", mutate: withOCI(func(o *terrarun.OCISource) { o.Verify = &terrarun.OCIVerification{} }), want: []string{required("spec.source.oci.verify.keysSecret")}},
+		{name: "keyless", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{TrustedRootSecret: "sigstore", MatchOIDCIdentity: []terrarun.OIDCIdentityMatch{{Issuer: `https://token\.actions\.githubusercontent\.com`, Subject: `https://github\.com/org/infra/.*`}}}
+		})},
+		{name: "keyless without a trusted root or identities", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{MatchOIDCIdentity: []terrarun.OIDCIdentityMatch{{Issuer: "(", Subject: ""}}}
+		}), want: []string{required("spec.source.oci.verify.trustedRootSecret"), invalid("spec.source.oci.verify.matchOIDCIdentity[0].issuer"), required("spec.source.oci.verify.matchOIDCIdentity[0].subject")}},
+		{name: "a trusted root without identities", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{TrustedRootSecret: "sigstore"}
+		}), want: []string{required("spec.source.oci.verify.matchOIDCIdentity")}, detail: "at least one identity"},
+		{name: "keys and keyless", mutate: withOCI(func(o *terrarun.OCISource) {
+			o.Verify = &terrarun.OCIVerification{KeysSecret: "keys", TrustedRootSecret: "sigstore", MatchOIDCIdentity: []terrarun.OIDCIdentityMatch{{Issuer: "i", Subject: "s"}}}
+		}), want: []string{forbidden("spec.source.oci.verify.keysSecret")}, detail: "not both"},
 		{name: "verify with notation", mutate: withOCI(func(o *terrarun.OCISource) {
 			o.Verify = &terrarun.OCIVerification{Provider: "notation", KeysSecret: "k"}
 		}), want: []string{notSupported("spec.source.oci.verify.provider")}},

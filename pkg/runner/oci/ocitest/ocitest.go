@@ -47,6 +47,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/testing/ca"
+	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
@@ -260,7 +263,7 @@ func (r *Registry) Sign(repo, digest string, signer signature.Signer) {
 // the signatures of digest, for forged and mismatched signatures.
 func (r *Registry) AddSignature(repo, digest string, body, sig []byte) {
 	r.t.Helper()
-	if err := addSignature(r.Host+"/"+repo+"@"+digest, body, sig, r.Insecure, r.options()...); err != nil {
+	if err := addSignature(r.Host+"/"+repo+"@"+digest, body, sig, nil, r.Insecure, r.options()...); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -314,7 +317,7 @@ func Sign(ref string, signer signature.Signer, insecure bool, opts ...remote.Opt
 	if err != nil {
 		return err
 	}
-	return addSignature(ref, body, sig, insecure, opts...)
+	return addSignature(ref, body, sig, nil, insecure, opts...)
 }
 
 func nameOptions(insecure bool) []name.Option {
@@ -324,7 +327,9 @@ func nameOptions(insecure bool) []name.Option {
 	return []name.Option{name.StrictValidation}
 }
 
-func addSignature(ref string, body, sig []byte, insecure bool, opts ...remote.Option) error {
+// addSignature appends the layer of payload body, with signature sig and
+// annotations besides it, to the signatures of ref.
+func addSignature(ref string, body, sig []byte, annotations map[string]string, insecure bool, opts ...remote.Option) error {
 	d, err := name.NewDigest(ref, nameOptions(insecure)...)
 	if err != nil {
 		return err
@@ -335,10 +340,9 @@ func addSignature(ref string, body, sig []byte, insecure bool, opts ...remote.Op
 	if existing, err := remote.Image(tag, opts...); err == nil {
 		base = existing
 	}
-	img, err := mutate.Append(base, mutate.Addendum{
-		Layer:       static.NewLayer(body, simpleSigningMediaType),
-		Annotations: map[string]string{ociregistry.SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
-	})
+	ann := map[string]string{ociregistry.SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)}
+	maps.Copy(ann, annotations)
+	img, err := mutate.Append(base, mutate.Addendum{Layer: static.NewLayer(body, simpleSigningMediaType), Annotations: ann})
 	if err != nil {
 		return err
 	}
@@ -371,6 +375,120 @@ func (r *Registry) LayerDigest(repo, digest string) string {
 		r.t.Fatal(err)
 	}
 	return m.Layers[0].Digest.String()
+}
+
+// Sigstore is a Fulcio CA and a Rekor log of the test's own, made by
+// sigstore-go's VirtualSigstore, and the trusted_root.json that trusts
+// them. No Fulcio or Rekor server runs (a real keyless signing needs an
+// OIDC provider and a Trillian log): what the verifier checks of a keyless
+// signature, offline, is the certificate chain, the Rekor entry's signed
+// entry timestamp and body, and the identity, and those are real.
+type Sigstore struct {
+	vs          *ca.VirtualSigstore
+	TrustedRoot []byte
+}
+
+// NewSigstore makes a Sigstore.
+func NewSigstore(t testing.TB) *Sigstore {
+	t.Helper()
+	vs, err := ca.NewVirtualSigstore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Rekor log is keyed by its ID's bytes, as a trusted root lists
+	// it (VirtualSigstore's own map keys it by its hex).
+	logs := map[string]*root.TransparencyLog{}
+	for id, l := range vs.RekorLogs() {
+		raw, err := hex.DecodeString(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *l
+		c.ID = raw
+		logs[id] = &c
+	}
+	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, vs.FulcioCertificateAuthorities(), vs.CTLogs(), vs.TimestampingAuthorities(), logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tr.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Sigstore{vs: vs, TrustedRoot: b}
+}
+
+// SignKeyless signs digest of repo as keyless `cosign sign` (cosign 2's
+// format) does: with a Fulcio certificate for subject (an email) of
+// issuer, in the certificate annotation, and, when logged, the Rekor
+// entry of the signature in the bundle annotation.
+func (r *Registry) SignKeyless(repo, digest string, s *Sigstore, subject, issuer string, logged bool) {
+	r.t.Helper()
+	ref, err := name.NewDigest(r.Host+"/"+repo+"@"+digest, nameOptions(r.Insecure)...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	body, err := json.Marshal(payload.Cosign{Image: ref})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.AddKeylessSignature(repo, digest, s, subject, issuer, body, logged)
+}
+
+// AddKeylessSignature appends a keyless signature of body, for forged and
+// mismatched signatures (see SignKeyless).
+func (r *Registry) AddKeylessSignature(repo, digest string, s *Sigstore, subject, issuer string, body []byte, logged bool) {
+	r.t.Helper()
+	cert, priv, err := s.vs.GenerateLeafCert(subject, issuer)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	signer, err := signature.LoadSigner(priv, crypto.SHA256)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	sig, err := signer.SignMessage(bytes.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	certPEM, err := cryptoutils.MarshalCertificateToPEM(cert)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ann := map[string]string{ociregistry.CertificateAnnotation: string(certPEM)}
+	if logged {
+		sum := sha256.Sum256(body)
+		entry, err := json.Marshal(map[string]any{
+			"apiVersion": "0.0.1", "kind": "hashedrekord",
+			"spec": map[string]any{
+				"data":      map[string]any{"hash": map[string]string{"algorithm": "sha256", "value": hex.EncodeToString(sum[:])}},
+				"signature": map[string]any{"content": sig, "publicKey": map[string]any{"content": certPEM}},
+			},
+		})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		logID, err := s.vs.RekorLogID()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		// Logged a minute after the certificate was made, within its ten
+		// minutes.
+		p := tlog.RekorPayload{Body: base64.StdEncoding.EncodeToString(entry), IntegratedTime: time.Now().Add(time.Minute).Unix(), LogIndex: 1000, LogID: logID}
+		set, err := s.vs.RekorSignPayload(p)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		b, err := json.Marshal(map[string]any{"SignedEntryTimestamp": set, "Payload": map[string]any{
+			"body": entry, "integratedTime": p.IntegratedTime, "logIndex": p.LogIndex, "logID": p.LogID}})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		ann[ociregistry.BundleAnnotation] = string(b)
+	}
+	if err := addSignature(r.Host+"/"+repo+"@"+digest, body, sig, ann, r.Insecure, r.options()...); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // Key is a cosign key pair: its signer and its public key's PEM.

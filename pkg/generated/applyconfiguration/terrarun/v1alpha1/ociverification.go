@@ -30,13 +30,27 @@ type OCIVerificationApplyConfiguration struct {
 	// keysSecret names a Secret in the run's namespace with the key
 	// "cosign.pub": one or more PEM public keys (ECDSA, Ed25519 or RSA); a
 	// valid signature by any of them verifies the artifact. Required
-	// unless the cluster policy lists trusted keys (trustedKeys).
+	// unless the cluster policy lists trusted keys (trustedKeys) or the
+	// verification is keyless (matchOIDCIdentity).
 	KeysSecret *string `json:"keysSecret,omitempty"`
 	// trustedKeys are the cluster policy's trustedSourceKeys (PEM public
 	// keys), copied when the run is created: the artifact must then carry
 	// a signature by one of them, and by one of keysSecret's when that is
 	// set too. Set by the server, never by a user.
 	TrustedKeys *string `json:"trustedKeys,omitempty"`
+	// matchOIDCIdentity makes the verification keyless, as Flux's
+	// OCIRepository names it: the artifact must carry a cosign signature
+	// made with a Fulcio certificate of one of these identities and logged
+	// in Rekor, both checked against the trusted root of
+	// trustedRootSecret, offline (no Fulcio, Rekor or TUF server is
+	// asked). Mutually exclusive with keysSecret.
+	MatchOIDCIdentity []OIDCIdentityMatchApplyConfiguration `json:"matchOIDCIdentity,omitempty"`
+	// trustedRootSecret names a Secret in the run's namespace with the key
+	// "trusted_root.json": the Sigstore trusted root (Fulcio certificate
+	// authorities and Rekor logs) that keyless signatures are checked
+	// against, as cosign trusted-root create writes it or Sigstore's TUF
+	// repository serves it. Required with matchOIDCIdentity.
+	TrustedRootSecret *string `json:"trustedRootSecret,omitempty"`
 }
 
 // OCIVerificationApplyConfiguration constructs a declarative configuration of the OCIVerification type for use with
@@ -66,5 +80,26 @@ func (b *OCIVerificationApplyConfiguration) WithKeysSecret(value string) *OCIVer
 // If called multiple times, the TrustedKeys field is set to the value of the last call.
 func (b *OCIVerificationApplyConfiguration) WithTrustedKeys(value string) *OCIVerificationApplyConfiguration {
 	b.TrustedKeys = &value
+	return b
+}
+
+// WithMatchOIDCIdentity adds the given value to the MatchOIDCIdentity field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the MatchOIDCIdentity field.
+func (b *OCIVerificationApplyConfiguration) WithMatchOIDCIdentity(values ...*OIDCIdentityMatchApplyConfiguration) *OCIVerificationApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithMatchOIDCIdentity")
+		}
+		b.MatchOIDCIdentity = append(b.MatchOIDCIdentity, *values[i])
+	}
+	return b
+}
+
+// WithTrustedRootSecret sets the TrustedRootSecret field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TrustedRootSecret field is set to the value of the last call.
+func (b *OCIVerificationApplyConfiguration) WithTrustedRootSecret(value string) *OCIVerificationApplyConfiguration {
+	b.TrustedRootSecret = &value
 	return b
 }
