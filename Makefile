@@ -28,29 +28,32 @@ REQUIREMENTS := run codegen verify unit integration images e2e test
 $(addprefix requirements-,$(REQUIREMENTS)): requirements-%:
 	@hack/requirements.sh $*
 
-# cold_build_notice prints $(2) before a build when it will take minutes: when
-# the module cache lacks terrarun's dependencies (go then prints each module
-# it downloads), or the build cache lacks them compiled as `$(1)`, a go list
-# with the build's environment and flags, compiles them. It asks about
-# k8s.io/apiserver, the bulk of them.
-cold_build_notice = if [[ -z "$$($(GO) list -m -f '{{.Dir}}' k8s.io/apiserver 2>/dev/null)" || \
-	  "$$($(1) -f '{{.Stale}}' k8s.io/apiserver/pkg/server 2>/dev/null)" != false ]]; then echo "$(2)"; fi
+# cold_build runs the go build $(3), whose dependencies `$(1)` (a go list with
+# the build's environment and flags) lists. When it will take minutes (the
+# module cache lacks terrarun's dependencies, or the build cache lacks them
+# compiled so; k8s.io/apiserver, the bulk of them, is asked about), it says
+# $(2) first, builds with -v so that each package compiled shows, and says
+# how long it took.
+cold_build = cold=; if [[ -z "$$($(GO) list -m -f '{{.Dir}}' k8s.io/apiserver 2>/dev/null)" || \
+	  "$$($(1) -f '{{.Stale}}' k8s.io/apiserver/pkg/server 2>/dev/null)" != false ]]; then cold=-v; echo "$(2)"; fi; \
+	start=$$SECONDS; echo "$(3)"; GOFLAGS="$${GOFLAGS:-} $$cold" $(3) && if [[ -n $$cold ]]; then echo "built in $$((SECONDS - start)) s"; fi
 
 .PHONY: build
 build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin into bin/.
-	@$(call cold_build_notice,$(GO) list,building terrarun into bin/ (the first build downloads and compiles the Go modules: a few minutes))
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	@$(call cold_build,$(GO) list,building terrarun into bin/ (the first build downloads and compiles the Go modules: a few minutes; each package shows as it compiles),$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...)
 
 IMAGES    ?= $(BIN)/images
 REGISTRY  ?= ghcr.io/terrarun
+# IMAGE_TAG is the images' tag: by default the chart's appVersion, the tag
+# the chart installs, so that helm install runs what make images built.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *//p' charts/terrarun/Chart.yaml)
 TERRAFORM ?=
 
 .PHONY: images
-images: requirements-images ## Build the terrarun-apiserver and terrarun-executor images (OCI layouts and tarballs in bin/images) without a container runtime; TERRAFORM=path adds terraform to the executor image.
-	@$(call cold_build_notice,CGO_ENABLED=0 $(GO) list -trimpath,building the static binaries for the images (a first static build compiles the Go modules again: a few minutes))
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(IMAGES)/static/ ./cmd/terrarun-apiserver ./cmd/terrarun-executor
+images: requirements-images ## Build the terrarun-apiserver and terrarun-executor images (OCI layouts and tarballs in bin/images, tagged IMAGE_TAG: the chart's appVersion) without a container runtime; TERRAFORM=path adds terraform to the executor image.
+	@$(call cold_build,CGO_ENABLED=0 $(GO) list -trimpath,building the static binaries for the images (a first static build compiles the Go modules again: a few minutes),CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(IMAGES)/static/ ./cmd/terrarun-apiserver ./cmd/terrarun-executor)
 	tofu=$$(hack/engine.sh --build) && \
-	  $(GO) run ./hack/images -out $(IMAGES) -version $(VERSION) -registry $(REGISTRY) \
+	  $(GO) run ./hack/images -out $(IMAGES) -version $(IMAGE_TAG) -registry $(REGISTRY) \
 	    -apiserver $(IMAGES)/static/terrarun-apiserver -executor $(IMAGES)/static/terrarun-executor -tofu "$$tofu" -terraform '$(TERRAFORM)'
 
 .PHONY: engine

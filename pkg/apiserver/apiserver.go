@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/dynamic"
@@ -75,6 +76,9 @@ type ExtraConfig struct {
 	Storage     StorageConfig
 	Executor    ExecutorConfig
 	Controllers ControllerConfig
+	// Rules lists what a user may do, for SelfSubjectRulesReviews
+	// (standalone mode; behind a cluster, kube-apiserver answers them).
+	Rules authorizer.RuleResolver
 
 	// applying names the executions that apply now, while this replica's
 	// run controller runs; the shutdown gives them time to end.
@@ -121,9 +125,9 @@ type StorageConfig struct {
 type ExecutorConfig struct {
 	// Executor runs the runs' stages.
 	Executor executor.Executor
-	// DefaultEngine is spec.engine.binary when neither the run nor the
-	// cluster policy sets it; terraform when empty.
-	DefaultEngine terrarun.EngineBinary
+	// Defaults fill a run's spec.engine where neither the run nor the
+	// cluster policy sets it.
+	Defaults terrarun.ServerDefaults
 }
 
 // ControllerConfig configures the run and workspace controllers, which run
@@ -217,7 +221,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		RunsOnState:       own.runsOnState,
 		CheckPolicy:       own.policyCheck(extra.Controllers.Kube),
 		States:            extra.Storage.States,
-		DefaultEngine:     extra.Executor.DefaultEngine,
+		Defaults:          extra.Executor.Defaults,
 		NoHostCluster:     extra.Controllers.Kube == nil,
 		MaxFollowsPerUser: extra.Storage.MaxFollowsPerUser,
 		OnDelete: func(ctx context.Context, namespace, name, uid string) {
@@ -237,7 +241,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		extra.Storage.Runs.Bind(runs.Run)
 	}
 
-	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.Executor.DefaultEngine, extra.Controllers.Kube == nil, runs.Run)
+	workspaces, err := terraformworkspace.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter, extra.Executor.Defaults, extra.Controllers.Kube == nil, runs.Run)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +284,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)
 	}
 	if extra.Controllers.Kube == nil {
-		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, extra.Storage.MediaType, c.GenericConfig.Authorization.Authorizer); err != nil {
+		if err := installStandaloneAPIs(generic, c.GenericConfig.RESTOptionsGetter, extra.Storage.MediaType, c.GenericConfig.Authorization.Authorizer, extra.Rules); err != nil {
 			return nil, err
 		}
 	}

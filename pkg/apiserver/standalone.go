@@ -28,7 +28,7 @@ import (
 // its own internal version: the server stores and serves them as they are.
 var standaloneTypes = map[schema.GroupVersion][]runtime.Object{
 	corev1.SchemeGroupVersion:           {&corev1.Event{}, &corev1.EventList{}},
-	authorizationv1.SchemeGroupVersion:  {&authorizationv1.SelfSubjectAccessReview{}},
+	authorizationv1.SchemeGroupVersion:  {&authorizationv1.SelfSubjectAccessReview{}, &authorizationv1.SelfSubjectRulesReview{}},
 	authenticationv1.SchemeGroupVersion: {&authenticationv1.SelfSubjectReview{}},
 }
 
@@ -47,8 +47,8 @@ func addStandaloneTypes(scheme *runtime.Scheme) error {
 }
 
 // installStandaloneAPIs installs the standalone types' storage, stored as
-// mediaType; authz answers access reviews.
-func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter generic.RESTOptionsGetter, mediaType string, authz authorizer.Authorizer) error {
+// mediaType; authz answers access reviews, and rules rules reviews.
+func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter generic.RESTOptionsGetter, mediaType string, authz authorizer.Authorizer, rules authorizer.RuleResolver) error {
 	codec, err := StorageCodec(mediaType, corev1.SchemeGroupVersion)
 	if err != nil {
 		return err
@@ -63,7 +63,10 @@ func installStandaloneAPIs(s *genericapiserver.GenericAPIServer, optsGetter gene
 		return fmt.Errorf("installing core/v1 events: %w", err)
 	}
 	authzGroup := genericapiserver.NewDefaultAPIGroupInfo(authorizationv1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
-	authzGroup.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"selfsubjectaccessreviews": selfsubject.NewAccessReviewREST(authz)}
+	authzGroup.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
+		"selfsubjectaccessreviews": selfsubject.NewAccessReviewREST(authz),
+		"selfsubjectrulesreviews":  selfsubject.NewRulesReviewREST(rules),
+	}
 	authnGroup := genericapiserver.NewDefaultAPIGroupInfo(authenticationv1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	authnGroup.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{"selfsubjectreviews": selfsubject.ReviewREST{}}
 	if err := s.InstallAPIGroups(&authzGroup, &authnGroup); err != nil {

@@ -54,7 +54,7 @@ var discovery = rbacv1.PolicyRule{Verbs: []string{"get"}, NonResourceURLs: []str
 // Kubernetes' system:basic-user role allows: `kubectl auth can-i` and
 // `kubectl auth whoami`.
 var selfReviews = []rbacv1.PolicyRule{
-	{Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews"}},
+	{Verbs: []string{"create"}, APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"selfsubjectaccessreviews", "selfsubjectrulesreviews"}},
 	{Verbs: []string{"create"}, APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}},
 }
 
@@ -63,13 +63,28 @@ var selfReviews = []rbacv1.PolicyRule{
 // decide who reads Events.
 var readEvents = rbacv1.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{""}, Resources: []string{"events"}}
 
-// NewAuthorizer returns standalone mode's authorizer: the roles of
+// Authorizer is standalone mode's authorizer: the roles of
 // charts/terrarun/files/roles.yaml, bound to the groups above, with reading
 // Events; self reviews and discovery for every authenticated user; and
-// everything for system:masters. Everybody else, and everything else, is denied: status
-// writes, impersonation and the executors' writes among them (executors are
-// authorized apart, by pkg/executor/auth).
-func NewAuthorizer() (authorizer.Authorizer, error) {
+// everything for system:masters. Everybody else, and everything else, is
+// denied: status writes, impersonation and the executors' writes among them
+// (executors are authorized apart, by pkg/executor/auth). It also lists
+// what a user may (`kubectl auth can-i --list`).
+type Authorizer struct {
+	// AuthorizerFunc is authorize, with the conditions-aware methods of a
+	// conditions-unaware authorizer.
+	authorizer.AuthorizerFunc
+	// rules are the rules each group grants.
+	rules map[string][]rbacv1.PolicyRule
+}
+
+var (
+	_ authorizer.Authorizer   = &Authorizer{}
+	_ authorizer.RuleResolver = &Authorizer{}
+)
+
+// NewAuthorizer returns standalone mode's authorizer.
+func NewAuthorizer() (*Authorizer, error) {
 	roles, err := clusterRoles(chart.Roles)
 	if err != nil {
 		return nil, err
@@ -85,24 +100,55 @@ func NewAuthorizer() (authorizer.Authorizer, error) {
 			rules[group] = append(rules[group], role.Rules...)
 		}
 	}
-	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		u := a.GetUser()
-		if u == nil {
-			return authorizer.DecisionNoOpinion, "no user", nil
+	z := &Authorizer{rules: rules}
+	z.AuthorizerFunc = z.authorize
+	return z, nil
+}
+
+// authorize decides a by the groups of its user.
+func (z *Authorizer) authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := a.GetUser()
+	if u == nil {
+		return authorizer.DecisionNoOpinion, "no user", nil
+	}
+	groups := u.GetGroups()
+	if slices.Contains(groups, user.SystemPrivilegedGroup) {
+		return authorizer.DecisionAllow, "system:masters", nil
+	}
+	request := requestRule(a)
+	for _, g := range groups {
+		if covered, _ := rbacvalidation.Covers(z.rules[g], []rbacv1.PolicyRule{request}); covered && len(z.rules[g]) > 0 {
+			return authorizer.DecisionAllow, fmt.Sprintf("group %s may", g), nil
 		}
-		groups := u.GetGroups()
-		if slices.Contains(groups, user.SystemPrivilegedGroup) {
-			return authorizer.DecisionAllow, "system:masters", nil
+	}
+	return authorizer.DecisionNoOpinion, fmt.Sprintf("no group of %q grants this; the groups %s, %s, %s, %s and %s grant terrarun's roles in standalone mode",
+		u.GetName(), ViewersGroup, EditorsGroup, ApproversGroup, OverridersGroup, PolicyAdminsGroup), nil
+}
+
+// RulesFor implements authorizer.RuleResolver: the rules of u's groups, the
+// same in every namespace (the roles are bound cluster-wide); everything for
+// system:masters.
+func (z *Authorizer) RulesFor(_ context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	var rules []rbacv1.PolicyRule
+	if slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup) {
+		rules = []rbacv1.PolicyRule{
+			{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}},
+			{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}},
 		}
-		request := requestRule(a)
-		for _, g := range groups {
-			if covered, _ := rbacvalidation.Covers(rules[g], []rbacv1.PolicyRule{request}); covered && len(rules[g]) > 0 {
-				return authorizer.DecisionAllow, fmt.Sprintf("group %s may", g), nil
-			}
+	}
+	for _, g := range u.GetGroups() {
+		rules = append(rules, z.rules[g]...)
+	}
+	var resource []authorizer.ResourceRuleInfo
+	var nonResource []authorizer.NonResourceRuleInfo
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 {
+			nonResource = append(nonResource, &authorizer.DefaultNonResourceRuleInfo{Verbs: r.Verbs, NonResourceURLs: r.NonResourceURLs})
+			continue
 		}
-		return authorizer.DecisionNoOpinion, fmt.Sprintf("no group of %q grants this; the groups %s, %s, %s, %s and %s grant terrarun's roles in standalone mode",
-			u.GetName(), ViewersGroup, EditorsGroup, ApproversGroup, OverridersGroup, PolicyAdminsGroup), nil
-	}), nil
+		resource = append(resource, &authorizer.DefaultResourceRuleInfo{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames})
+	}
+	return resource, nonResource, false, nil
 }
 
 // requestRule is the policy rule that allows exactly the request a.

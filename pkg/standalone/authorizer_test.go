@@ -2,6 +2,8 @@ package standalone
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -63,5 +65,43 @@ func TestAuthorizer(t *testing.T) {
 				t.Errorf("Authorize = %v (%s, %v), want %v", got, reason, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRulesFor: the rules listed for a user are what Authorize allows her
+// (`kubectl auth can-i --list` says what `can-i` answers): each rule
+// listed is allowed, and a verb nothing lists is not.
+func TestRulesFor(t *testing.T) {
+	a, err := NewAuthorizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := &user.DefaultInfo{Name: "vic", Groups: []string{ViewersGroup, user.AllAuthenticated}}
+	resource, nonResource, incomplete, err := a.RulesFor(context.Background(), viewer, "team-a")
+	if err != nil || incomplete || len(resource) == 0 || len(nonResource) == 0 {
+		t.Fatalf("rules %v %v incomplete %v: %v", resource, nonResource, incomplete, err)
+	}
+	lists := func(verb, res string) bool {
+		for _, r := range resource {
+			if slices.Contains(r.GetVerbs(), verb) && slices.Contains(r.GetResources(), res) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range resource {
+		res, sub, _ := strings.Cut(r.GetResources()[0], "/")
+		attr := authorizer.AttributesRecord{User: viewer, Verb: r.GetVerbs()[0], Namespace: "team-a", APIGroup: r.GetAPIGroups()[0],
+			Resource: res, Subresource: sub, ResourceRequest: true}
+		if d, _, _ := a.Authorize(context.Background(), attr); d != authorizer.DecisionAllow {
+			t.Errorf("listed %v, but %s %s is not allowed", r, attr.Verb, r.GetResources()[0])
+		}
+	}
+	if !lists("get", "terraformruns/plan") || lists("create", "terraformruns/approve") || lists("get", "terraformruns/outputs") {
+		t.Errorf("a viewer's rules: %v", resource)
+	}
+	admin := &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup}}
+	if resource, _, _, _ := a.RulesFor(context.Background(), admin, "team-a"); len(resource) == 0 || resource[0].GetVerbs()[0] != "*" {
+		t.Errorf("the admin's rules: %v", resource)
 	}
 }

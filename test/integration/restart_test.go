@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,4 +379,21 @@ func TestSecondServerOnTheDataDir(t *testing.T) {
 		}
 	}
 	mustKubectl(t, e.Kubeconfig, "get", "tfr")
+}
+
+// TestPortTaken: a second server on a port that is taken stops at
+// start-up, naming the port and the flag that picks another.
+func TestPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, apiserverBinary, "--standalone", "--data-dir", t.TempDir(), "--secure-port", strconv.Itoa(port)).CombinedOutput()
+	if want := fmt.Sprintf("port %d is taken", port); err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "--secure-port") {
+		t.Fatalf("a server on a taken port: %v, want it to stop saying %q and the flag\n%s", err, want, out)
+	}
 }

@@ -335,7 +335,7 @@ func TestApprovalRules(t *testing.T) {
 
 	stale := "sha256:" + strings.Repeat("0", 64)
 	_, err := runs.Approve(ctx, "manual", &v1alpha1.TerraformRunApproval{PlanDigest: stale}, metav1.CreateOptions{})
-	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "stale plan digest") {
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "plan digest mismatch: you approved "+stale) {
 		t.Fatalf("stale digest: %v, want 409 naming the stale digest", err)
 	}
 	// A follow of the apply log, which a discarded run never writes, ends

@@ -70,6 +70,16 @@ func TestStandaloneKubectl(t *testing.T) {
 	canI(nobody, "no", "get", "terraformruns")
 	canI(e.Kubeconfig, "yes", "delete", "terraformruns")
 
+	// can-i --list says what can-i answers.
+	list := mustKubectl(t, editor, "auth", "can-i", "--list", "-n", "default")
+	row := regexp.MustCompile(`(?m)^terraformruns\.terrarun\.dev\s+\[\]\s+\[\]\s+\[([^\]]*)\]`).FindStringSubmatch(list)
+	if row == nil || !strings.Contains(row[1], "create") || strings.Contains(list, "terraformruns.terrarun.dev/approve") {
+		t.Errorf("auth can-i --list as eve:\n%s", list)
+	}
+	if list := mustKubectl(t, e.bob, "auth", "can-i", "--list"); !strings.Contains(list, "terraformruns.terrarun.dev/approve") {
+		t.Errorf("auth can-i --list as bob lists no approve:\n%s", list)
+	}
+
 	if out := mustKubectl(t, editor, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}"); !strings.Contains(out, "eve") || !strings.Contains(out, "terrarun:editors") {
 		t.Errorf("auth whoami as eve: %q", out)
 	}

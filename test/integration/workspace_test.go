@@ -552,6 +552,9 @@ output "seen" {
 	if s := seen(got.Status.LastAppliedRun); !strings.HasPrefix(s, "10.1.0.0/16 ") {
 		t.Errorf("app-2 saw %q, want the new cidr", s)
 	}
+	if why := mustKubectl(t, e.Kubeconfig, "get", "tfr", "app-2", "-o", `jsonpath={.metadata.annotations.terrarun\.dev/trigger}`); why != string(v1alpha1.TriggerUpstreamChanged) {
+		t.Errorf("app-2 was started by %q, want UpstreamChanged", why)
+	}
 
 	// A cycle is refused, naming the field.
 	out, err := kubectl(t, e.Kubeconfig, "patch", "tfws", "network", "--type=merge", "-p", `{"spec":{"dependsOn":[{"name":"app"}]}}`)

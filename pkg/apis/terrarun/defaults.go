@@ -17,11 +17,22 @@ const (
 	DefaultApprovalTimeout = 24 * time.Hour
 )
 
+// ServerDefaults are the defaults of a run's spec that depend on the server.
+// +k8s:deepcopy-gen=false
+type ServerDefaults struct {
+	// Engine is the default engine (terraform when empty).
+	Engine EngineBinary
+	// Image is the default executor image: DefaultExecutorImage where stages
+	// run in Jobs; empty with the local executor, which runs no image.
+	Image string
+}
+
 // SetBuiltinDefaults fills every defaultable field of spec that is still empty
-// with its built-in default; engine is the server's default engine
-// (terraform when empty). The registry strategy calls it after admission has
-// applied the cluster policy, so the defaults hold even with admission off.
-func SetBuiltinDefaults(spec *TerraformRunSpec, engine EngineBinary) {
+// with its built-in default, d's where they depend on the server. The
+// registry strategy calls it after admission has applied the cluster
+// policy, so the defaults hold even with admission off.
+func SetBuiltinDefaults(spec *TerraformRunSpec, d ServerDefaults) {
+	engine := d.Engine
 	if engine == "" {
 		engine = EngineTerraform
 	}
@@ -44,7 +55,7 @@ func SetBuiltinDefaults(spec *TerraformRunSpec, engine EngineBinary) {
 		spec.Engine.Binary = engine
 	}
 	if spec.Engine.Image == "" {
-		spec.Engine.Image = DefaultExecutorImage
+		spec.Engine.Image = d.Image
 	}
 	if spec.Timeouts.Plan == nil {
 		spec.Timeouts.Plan = &metav1.Duration{Duration: DefaultStageTimeout}

@@ -77,7 +77,7 @@ type TerraformRunSpec struct {
 	Operation Operation `json:"operation,omitempty"`
 
 	// source is where the Terraform configuration comes from. Exactly one of
-	// inline, configMap and git must be set.
+	// inline, configMap, git, oci and sourceRef must be set.
 	Source Source `json:"source"`
 
 	// variables are the input variables passed to Terraform. Values that come from
@@ -383,7 +383,8 @@ const (
 type Variable struct {
 	// name of the variable: a Terraform identifier.
 	Name string `json:"name"`
-	// value is the literal value. Mutually exclusive with valueFrom.
+	// value is the literal value. Exactly one of value and valueFrom is set
+	// (an empty string is value: '""' with hcl: true).
 	// +optional
 	Value string `json:"value,omitempty"`
 	// valueFrom reads the value from a Secret or ConfigMap key. Mutually exclusive
@@ -470,7 +471,9 @@ type Engine struct {
 	// binary is terraform (the default) or tofu.
 	// +optional
 	Binary EngineBinary `json:"binary,omitempty"`
-	// image is the executor container image used by the kubernetes executor.
+	// image is the executor container image used by the kubernetes executor
+	// (the cluster policy's default, else ghcr.io/terrarun/terrarun-executor
+	// at this release). The local executor runs no image; its runs have none.
 	// +optional
 	Image string `json:"image,omitempty"`
 	// imageDigest is the digest of image that the cluster policy's image

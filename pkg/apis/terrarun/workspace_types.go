@@ -262,6 +262,9 @@ const (
 	// TriggerNewRevision: the spec is the one applied, and the git ref
 	// resolved to another commit.
 	TriggerNewRevision Trigger = "NewRevision"
+	// TriggerUpstreamChanged: the spec is the one applied, and a workspace
+	// of spec.dependsOn whose outputs it reads applied again since.
+	TriggerUpstreamChanged Trigger = "UpstreamChanged"
 	// TriggerRerun: the rerun subresource asked for a run.
 	TriggerRerun Trigger = "Rerun"
 	// TriggerDriftCheck: the interval has passed; a plan-only run.

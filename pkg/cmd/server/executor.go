@@ -457,6 +457,35 @@ func (o *ExecutorOptions) defaultEngine() terrarun.EngineBinary {
 	return terrarun.EngineTerraform
 }
 
+// serverDefaults are the defaults of a run's spec.engine: the default
+// engine, and the executor image where stages run in Jobs (the local
+// executor runs none, and a run there shows none).
+func (o *ExecutorOptions) serverDefaults() terrarun.ServerDefaults {
+	d := terrarun.ServerDefaults{Engine: o.defaultEngine()}
+	if o.Kind != "local" {
+		d.Image = terrarun.DefaultExecutorImage
+	}
+	return d
+}
+
+// missingEngine says how to fix a local executor whose runs' default
+// engine is not on PATH, where every run would fail; "" when it is there
+// (or stages run in Jobs, whose image has it).
+func (o *ExecutorOptions) missingEngine() string {
+	if o.Kind != "local" {
+		return ""
+	}
+	engine := string(o.defaultEngine())
+	if _, err := exec.LookPath(engine); err == nil {
+		return ""
+	}
+	if o.DefaultEngine != "" {
+		return fmt.Sprintf("--default-engine=%s, but %s is not on PATH: runs that do not name spec.engine.binary will fail; install it, or put it on PATH", engine, engine)
+	}
+	return "neither terraform nor tofu is on PATH: every run will fail until one is; install one and put it on PATH, " +
+		"or start the server with make run, which builds OpenTofu into .cache/engine (hack/engine.sh) and puts it on PATH"
+}
+
 // secretValue reads a key of a Secret where the executor reads Secrets: the
 // host cluster's for Jobs, the data directory's files for the local
 // executor.

@@ -14,7 +14,9 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -31,6 +34,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/klog/v2"
 
 	tradmission "github.com/terrarun/terrarun/pkg/admission"
 	"github.com/terrarun/terrarun/pkg/admission/initializer"
@@ -258,10 +262,11 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 
 	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
-	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	definitions := withoutRepeatedDescriptions(generatedopenapi.GetOpenAPIDefinitions)
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(definitions, namer)
 	config.OpenAPIConfig.Info.Title = "terrarun"
 	config.OpenAPIConfig.Info.Version = "v1alpha1"
-	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(definitions, namer)
 	config.OpenAPIV3Config.Info.Title = "terrarun"
 	config.OpenAPIV3Config.Info.Version = "v1alpha1"
 	config.FeatureGate = utilfeature.DefaultFeatureGate
@@ -270,14 +275,17 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	}
 	config.EffectiveVersion = serverVersion{compatibility.DefaultBuildEffectiveVersion()}
 	setLongRunning(config)
+	port := recommended.SecureServing.BindPort // ApplyTo zeroes it when the listener fails
 	if err := recommended.ApplyTo(config); err != nil {
-		return nil, cleanup, fmt.Errorf("applying options: %w", err)
+		return nil, cleanup, portInUse(fmt.Errorf("applying options: %w", err), port)
 	}
 
 	executorServer := o.Executor.ServerURL
 	executorCA := o.Executor.CAFile
+	var rules authorizer.RuleResolver
 	if sa != nil {
-		kubeconfig, err := o.applyStandalone(config, sa, runs)
+		var kubeconfig string
+		kubeconfig, rules, err = o.applyStandalone(config, sa, runs)
 		if err != nil {
 			return nil, cleanup, err
 		}
@@ -339,6 +347,9 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	if err != nil {
 		return nil, cleanup, err
 	}
+	if msg := o.Executor.missingEngine(); msg != "" {
+		klog.Warning("The local executor has no engine: " + msg)
+	}
 	if err := applyExecutorAuth(config, creds, runs); err != nil {
 		return nil, cleanup, err
 	}
@@ -351,6 +362,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 	return &apiserver.Config{
 		GenericConfig: config,
 		ExtraConfig: apiserver.ExtraConfig{
+			Rules: rules,
 			Storage: apiserver.StorageConfig{
 				Artifacts:         store,
 				States:            states,
@@ -360,8 +372,8 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				MaxFollowsPerUser: o.MaxFollowsPerUser,
 			},
 			Executor: apiserver.ExecutorConfig{
-				Executor:      exec,
-				DefaultEngine: o.Executor.defaultEngine(),
+				Executor: exec,
+				Defaults: o.Executor.serverDefaults(),
 			},
 			Controllers: apiserver.ControllerConfig{
 				Enabled:               o.Executor.RunController,
@@ -396,4 +408,14 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// portInUse adds the fix to err when it says that port is taken: the
+// generic server reports the listener's error as text only.
+func portInUse(err error, port int) error {
+	if !strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w: port %d is taken (is another terrarun running?); stop what listens there, or choose another port with --secure-port (make run RUN_FLAGS=--secure-port=%d)",
+		err, port, port+1)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,5 +232,56 @@ func TestStorageMediaType(t *testing.T) {
 	}
 	if err := o.Complete(fs); err == nil || !strings.Contains(err.Error(), "--storage-media-type") {
 		t.Errorf("--storage-media-type=application/cbor: %v, want an error naming the flag", err)
+	}
+}
+
+// TestMissingEngine: a local executor without the engine its runs use says
+// so, with the fix; Jobs (whose image has the engine) never do.
+func TestMissingEngine(t *testing.T) {
+	empty, both := t.TempDir(), t.TempDir()
+	for _, name := range []string{"terraform", "tofu"} {
+		if err := os.WriteFile(filepath.Join(both, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, path string
+		args       []string
+		want       string // "" for no warning
+	}{
+		{name: "neither", path: empty, want: "neither terraform nor tofu is on PATH"},
+		{name: "terraform and tofu", path: both},
+		{name: "tofu chosen, missing", path: empty, args: []string{"--default-engine=tofu"}, want: "--default-engine=tofu, but tofu is not on PATH"},
+		{name: "jobs", path: empty, args: []string{"--executor=kubernetes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PATH", tc.path)
+			got := parse(t, tc.args...).Executor.missingEngine()
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("missingEngine() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPortInUse: a taken port is reported with the flag that picks another.
+func TestPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = net.Listen("tcp", l.Addr().String())
+	if err == nil {
+		t.Fatal("a second listener on a taken port")
+	}
+	// As the generic server reports it: text only.
+	err = portInUse(fmt.Errorf("applying options: failed to create listener: %v", err), port)
+	if want := fmt.Sprintf("port %d is taken", port); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--secure-port") {
+		t.Errorf("%v, want %q and the flag", err, want)
+	}
+	if other := errors.New("applying options: no such file"); portInUse(other, port) != other {
+		t.Errorf("another error changed: %v", portInUse(other, port))
 	}
 }

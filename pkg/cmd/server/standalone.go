@@ -15,6 +15,7 @@ import (
 	apiserverconfig "k8s.io/apiserver/pkg/apis/apiserver"
 	apiserverinstall "k8s.io/apiserver/pkg/apis/apiserver/install"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -120,29 +121,32 @@ func (o *Options) standaloneOptions(e *standalone.Etcd) *genericoptions.Recommen
 // applyStandalone authenticates client certificates signed by the data
 // directory's CA, authorizes them by their groups with terrarun's roles
 // (standalone.NewAuthorizer), builds the admission
-// chain, and writes the admin kubeconfig. It returns the kubeconfig's path.
-func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig, runs initializer.RunGetter) (string, error) {
+// chain, and writes the admin kubeconfig. It returns the kubeconfig's path,
+// and what lists a user's rules (`kubectl auth can-i --list`).
+func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa *standaloneConfig, runs initializer.RunGetter) (string, authorizer.RuleResolver, error) {
 	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", sa.pki.CAFile())
 	if err != nil {
-		return "", fmt.Errorf("loading the standalone CA: %w", err)
+		return "", nil, fmt.Errorf("loading the standalone CA: %w", err)
 	}
 	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
 		Anonymous:                          &apiserverconfig.AnonymousAuthConfig{Enabled: false},
 		ClientCertificateCAContentProvider: ca,
 	}.New()
 	if err != nil {
-		return "", fmt.Errorf("building the client-certificate authenticator: %w", err)
+		return "", nil, fmt.Errorf("building the client-certificate authenticator: %w", err)
 	}
 	config.Authentication.Authenticator = authn
 	if err := config.Authentication.ApplyClientCert(ca, config.SecureServing); err != nil {
-		return "", fmt.Errorf("requesting client certificates: %w", err)
+		return "", nil, fmt.Errorf("requesting client certificates: %w", err)
 	}
-	if config.Authorization.Authorizer, err = standalone.NewAuthorizer(); err != nil {
-		return "", err
+	authz, err := standalone.NewAuthorizer()
+	if err != nil {
+		return "", nil, err
 	}
+	config.Authorization.Authorizer = authz
 
 	if err := applyStandaloneAdmission(config, o.Recommended.Admission, o.AdmissionPolicyDir, runs); err != nil {
-		return "", err
+		return "", nil, err
 	}
 
 	addr := config.SecureServing.Listener.Addr().(*net.TCPAddr)
@@ -153,9 +157,9 @@ func (o *Options) applyStandalone(config *genericapiserver.RecommendedConfig, sa
 	server := "https://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
 	path := filepath.Join(o.DataDir, standalone.AdminKubeconfigFile)
 	if err := sa.pki.WriteKubeconfig(path, server, standalone.AdminUser, standalone.AdminGroups); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return path, nil
+	return path, authz, nil
 }
 
 // admissionConfigScheme decodes AdmissionConfiguration files.

@@ -13,13 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/controller/reconcile"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
@@ -84,67 +84,43 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
 		return fmt.Errorf("the runs' cache did not sync")
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
+	reconcile.Start(ctx, c.queue, workers, c.sync, "Deleting a run whose time after finishing is up", "run")
 	<-ctx.Done()
 	return nil
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for c.next(ctx) {
-	}
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Deleting a run whose time after finishing is up", "run", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
-}
-
-// sync deletes the run of key once its time is up, or queues it for then.
-func (c *Controller) sync(ctx context.Context, key string) error {
+// sync deletes the run of key once its time is up, or asks for it again then.
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
-		return nil
+		return 0, nil
 	}
 	run, err := c.lister.TerraformRuns(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !expires(run) {
-		return nil
+		return 0, nil
 	}
 	if left := c.timeLeft(run); left > 0 {
-		c.queue.AddAfter(key, left)
-		return nil
+		return left, nil
 	}
 	// The cache may be behind a raised TTL: the API says.
 	fresh, err := c.client.TerrarunV1alpha1().TerraformRuns(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !expires(fresh) {
-		return nil
+		return 0, nil
 	}
 	if left := c.timeLeft(fresh); left > 0 {
-		c.queue.AddAfter(key, left)
-		return nil
+		return left, nil
 	}
 	policy := metav1.DeletePropagationBackground
 	err = c.client.TerrarunV1alpha1().TerraformRuns(namespace).Delete(ctx, name, metav1.DeleteOptions{
@@ -153,11 +129,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		// Gone, or changed since: a change comes back through the informer.
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	klog.FromContext(ctx).Info("Deleted a run whose time after finishing was up", "run", klog.KObj(fresh), "ttlSecondsAfterFinished", *fresh.Spec.TTLSecondsAfterFinished)
-	return nil
+	return 0, nil
 }

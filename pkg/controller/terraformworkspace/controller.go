@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+	"github.com/terrarun/terrarun/pkg/controller/reconcile"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 	informers "github.com/terrarun/terrarun/pkg/generated/informers/externalversions/terrarun/v1alpha1"
 	listers "github.com/terrarun/terrarun/pkg/generated/listers/terrarun/v1alpha1"
@@ -46,16 +46,19 @@ const (
 
 // Reasons of the workspace's conditions.
 const (
-	ReasonApplied         = "Applied"
-	ReasonRunning         = "RunInProgress"
-	ReasonWaiting         = "WaitingForRun"
-	ReasonRunFailed       = "RunFailed"
-	ReasonSuspended       = "Suspended"
-	ReasonNoChanges       = "NoChanges"
-	ReasonChangesFound    = "ChangesFound"
-	ReasonSuperseded      = "Superseded"
-	ReasonDestroyRunning  = "DestroyInProgress"
-	ReasonDestroyFailed   = "DestroyFailed"
+	ReasonApplied        = "Applied"
+	ReasonRunning        = "RunInProgress"
+	ReasonWaiting        = "WaitingForRun"
+	ReasonRunFailed      = "RunFailed"
+	ReasonSuspended      = "Suspended"
+	ReasonNoChanges      = "NoChanges"
+	ReasonChangesFound   = "ChangesFound"
+	ReasonSuperseded     = "Superseded"
+	ReasonDestroyRunning = "DestroyInProgress"
+	ReasonDestroyFailed  = "DestroyFailed"
+	// ReasonDeleting: Ready is False while a deleted workspace destroys
+	// what it manages (see the Destroying condition).
+	ReasonDeleting        = "Deleting"
 	ReasonRunCreateFailed = "RunCreateFailed"
 	// ReasonRunNameTaken: the workspace's next run name is another's run.
 	ReasonRunNameTaken = "RunNameTaken"
@@ -265,35 +268,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync("terraformworkspaces", ctx.Done(), c.synced...) {
 		return fmt.Errorf("the terraformworkspaces and terraformruns caches did not sync")
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.processNext(ctx) {
-			}
-		}, time.Second)
-	}
+	reconcile.Start(ctx, c.queue, workers, c.sync, "Reconciling workspace", "workspace")
 	<-ctx.Done()
 	logger.Info("Stopping the workspace controller")
 	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	after, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
-		utilruntime.HandleErrorWithContext(ctx, err, "Reconciling workspace", "workspace", key)
-		c.queue.AddRateLimited(key)
-	case after > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, after)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 // history is a workspace's runs, oldest first.
@@ -512,6 +490,8 @@ func (r *reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 			// The same spec at another revision: the git ref or the
 			// OCI tag moved.
 			why = v1alpha1.TriggerNewRevision
+		} else if r.upstreamChangedOnly(digest) {
+			why = v1alpha1.TriggerUpstreamChanged
 		}
 	case ws.Spec.DriftPolicy == v1alpha1.DriftPolicyApply && lastDrift != nil && lastDrift == newest && hasChanges(lastDrift):
 		op, why = v1alpha1.OperationApply, v1alpha1.TriggerDriftRepair
@@ -661,6 +641,32 @@ func (r *reconciler) lastApplied(name string) string {
 		return ""
 	}
 	return dep.Status.LastAppliedRun
+}
+
+// upstreamChangedOnly says whether the workspace's spec is the one its last
+// applied run applied but for the runs of spec.dependsOn it reads outputs
+// of: those workspaces applied again since.
+func (r *reconciler) upstreamChangedOnly(configMaps string) bool {
+	ws, st := r.ws, &r.ws.Status
+	prev := r.h.newest(func(run *v1alpha1.TerraformRun) bool { return run.Name == st.LastAppliedRun })
+	if prev == nil {
+		return false
+	}
+	// The upstream run the last applied run read for each workspace.
+	read := map[string]string{}
+	for i, v := range ws.Spec.Template.Variables {
+		if v.ValueFrom == nil || v.ValueFrom.WorkspaceOutput == nil || i >= len(prev.Spec.Variables) {
+			continue
+		}
+		if p := prev.Spec.Variables[i]; p.Name == v.Name && p.ValueFrom != nil && p.ValueFrom.RunOutput != nil {
+			read[v.ValueFrom.WorkspaceOutput.Name] = p.ValueFrom.RunOutput.Name
+		}
+	}
+	if len(read) == 0 {
+		return false
+	}
+	spec := runSpec(ws, v1alpha1.OperationApply, func(name string) string { return read[name] })
+	return Hash(spec, r.observedRevision(&spec), configMaps) == st.LastAppliedHash
 }
 
 // dependenciesPending says which dependency keeps the workspace from
@@ -862,6 +868,8 @@ func (r *reconciler) reconcileDeletion(ctx context.Context) (time.Duration, erro
 		r.c.opts.Recorder.Eventf(ws, "Warning", "Abandoned", "Deleted without destroying its resources (%s)", v1alpha1.AnnotationAbandonResources)
 		return 0, r.removeFinalizer(ctx)
 	}
+	r.setCondition(v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonDeleting,
+		"The workspace is being deleted: it destroys what it manages (see the Destroying condition), then goes.")
 	if active := r.h.active(); active != nil && trigger(active) != v1alpha1.TriggerDestroy {
 		ws.Status.CurrentRun = active.Name
 		if active.Status.Phase == v1alpha1.RunPhaseAwaitingApproval {

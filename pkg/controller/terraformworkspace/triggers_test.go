@@ -783,7 +783,11 @@ func TestDestroy(t *testing.T) {
 		runs: []*v1alpha1.TerraformRun{applied},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, objects(newWorkspace(testWS, tc.mutate...), tc.runs...)...)
+			// It was Ready before its deletion.
+			ready := func(ws *v1alpha1.TerraformWorkspace) {
+				meta.SetStatusCondition(&ws.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkspaceConditionReady, Status: metav1.ConditionTrue, Reason: ReasonApplied})
+			}
+			h := newHarness(t, objects(newWorkspace(testWS, append([]func(*v1alpha1.TerraformWorkspace){ready}, tc.mutate...)...), tc.runs...)...)
 			if tc.react != nil {
 				tc.react(h)
 			}
@@ -828,6 +832,10 @@ func TestDestroy(t *testing.T) {
 				expectNoCondition(t, got, v1alpha1.WorkspaceConditionDestroying)
 			} else {
 				expectConditions(t, got, *tc.wantCond)
+			}
+			if tc.wantCond != nil && !tc.wantReleased {
+				// Never Ready beside Destroying.
+				expectConditions(t, got, cond{v1alpha1.WorkspaceConditionReady, metav1.ConditionFalse, ReasonDeleting})
 			}
 			if tc.wantEvent != "" {
 				h.expectEvent(tc.wantEvent)
@@ -929,6 +937,55 @@ func TestDependencyPending(t *testing.T) {
 				t.Errorf("variable vpc_id reads %+v / %+v, want runOutput %+v", vf.WorkspaceOutput, vf.RunOutput, want)
 			}
 			expectConditions(t, got, reconciling)
+		})
+	}
+}
+
+// TestUpstreamChanged: a workspace whose spec is the one applied, but whose
+// dependency applied again since (new outputs to read), runs with trigger
+// UpstreamChanged; with its own spec changed too, SpecChange.
+func TestUpstreamChanged(t *testing.T) {
+	reads := func(ws *v1alpha1.TerraformWorkspace) {
+		ws.Spec.DependsOn = []v1alpha1.WorkspaceReference{{Name: "net"}}
+		ws.Spec.Template.Variables = []v1alpha1.Variable{{Name: "vpc_id", ValueFrom: &v1alpha1.VariableSource{
+			WorkspaceOutput: &v1alpha1.OutputSelector{Name: "net", Output: "vpc_id"},
+		}}}
+	}
+	app := newWorkspace("app", reads)
+	// app-1 applied what net-4 output.
+	applied := newRun(app, 1, v1alpha1.OperationApply, v1alpha1.TriggerSpecChange, succeeded(t0.Add(-30*time.Minute)))
+	applied.Spec = runSpec(app, v1alpha1.OperationApply, func(string) string { return "net-4" })
+	for _, tc := range []struct {
+		name    string
+		netRun  string // net's last applied run
+		mutate  func(*v1alpha1.TerraformWorkspace)
+		wantWhy v1alpha1.Trigger // "" for no run
+	}{
+		{name: "net applied again", netRun: "net-5", wantWhy: v1alpha1.TriggerUpstreamChanged},
+		{name: "net applied again and the spec changed", netRun: "net-5", mutate: func(ws *v1alpha1.TerraformWorkspace) {
+			ws.Generation = 2
+			ws.Spec.Template.Parallelism = ptr.To[int32](3)
+		}, wantWhy: v1alpha1.TriggerSpecChange},
+		{name: "nothing changed", netRun: "net-4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := app.DeepCopy()
+			if tc.mutate != nil {
+				tc.mutate(ws)
+			}
+			ws.Status.LastAppliedRun, ws.Status.LastAppliedHash = applied.Name, runHash(applied)
+			net := newWorkspace("net", readyWorkspace, func(ws *v1alpha1.TerraformWorkspace) { ws.Status.LastAppliedRun = tc.netRun })
+			h := newHarness(t, ws, net, applied.DeepCopy())
+			h.mustSync("app")
+			if tc.wantWhy == "" {
+				h.expectNoRun()
+				return
+			}
+			run := h.createdOne()
+			expectRun(t, run, h.ws("app"), "app-2", v1alpha1.OperationApply, tc.wantWhy)
+			if got := run.Spec.Variables[0].ValueFrom.RunOutput; got == nil || got.Name != tc.netRun {
+				t.Errorf("the run reads %+v, want %s's outputs", got, tc.netRun)
+			}
 		})
 	}
 }

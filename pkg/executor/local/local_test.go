@@ -1435,3 +1435,23 @@ func TestForgetSparesTheNextRunOfTheName(t *testing.T) {
 		t.Fatalf("the new run's stage after the old one was forgotten: %+v, %v; want it running", st, err)
 	}
 }
+
+// TestGitCredentialsSecretMissing: a git credentials Secret that does not
+// exist is "not found", with where to create it; one without any of the
+// keys says which keys.
+func TestGitCredentialsSecretMissing(t *testing.T) {
+	v := newTestEnv(t)
+	e := v.executor()
+	v.writeSecret("ns", "unrelated", "token", "x")
+	for _, tc := range []struct{ secret, want string }{
+		{"absent", `git credentials (spec.source.git.credentialsSecret): secret "absent" not found: in standalone mode create the directory`},
+		{"unrelated", `git credentials: secret "unrelated" has none of the keys host, username, password`},
+	} {
+		run := newRun("ns", "git-"+tc.secret)
+		run.Spec.Source = v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example.com/infra.git", CredentialsSecret: tc.secret}}
+		_, err := e.Start(context.Background(), plan(run))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("secret %s: %v, want %q", tc.secret, err, tc.want)
+		}
+	}
+}

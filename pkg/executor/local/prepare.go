@@ -293,12 +293,18 @@ func (e *Executor) writeSource(ctx context.Context, p *proc, run *v1alpha1.Terra
 				found++
 			}
 			if found == 0 {
-				hint := ""
-				if fv, ok := e.values.(FileValues); ok {
-					hint = ": in standalone mode create files in " + filepath.Dir(fv.SecretPath(run.Namespace, src.Git.CredentialsSecret, "x"))
+				keys := strings.Join(gitCredentialKeys, ", ")
+				fv, ok := e.values.(FileValues)
+				if !ok {
+					return stage.Source{}, fmt.Errorf("git credentials: secret %q has none of the keys %s", src.Git.CredentialsSecret, keys)
 				}
-				return stage.Source{}, fmt.Errorf("git credentials: secret %q has none of the keys %s%s",
-					src.Git.CredentialsSecret, strings.Join(gitCredentialKeys, ", "), hint)
+				dir := filepath.Dir(fv.SecretPath(run.Namespace, src.Git.CredentialsSecret, "x"))
+				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+					return stage.Source{}, fmt.Errorf("git credentials (spec.source.git.credentialsSecret): %w", &NotFoundError{Kind: "secret", Namespace: run.Namespace,
+						Name: src.Git.CredentialsSecret, Hint: "in standalone mode create the directory " + dir + " with a file per key (" + keys + ")"})
+				}
+				return stage.Source{}, fmt.Errorf("git credentials: secret %q has none of the keys %s: in standalone mode create files in %s",
+					src.Git.CredentialsSecret, keys, dir)
 			}
 			g.CredentialsDir = credDir
 		}

@@ -687,7 +687,7 @@ func schema_pkg_apis_terrarun_v1alpha1_Engine(ref common.ReferenceCallback) comm
 					},
 					"image": {
 						SchemaProps: spec.SchemaProps{
-							Description: "image is the executor container image used by the kubernetes executor.",
+							Description: "image is the executor container image used by the kubernetes executor (the cluster policy's default, else ghcr.io/terrarun/terrarun-executor at this release). The local executor runs no image; its runs have none.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2730,7 +2730,7 @@ func schema_pkg_apis_terrarun_v1alpha1_TerraformRunSpec(ref common.ReferenceCall
 					},
 					"source": {
 						SchemaProps: spec.SchemaProps{
-							Description: "source is where the Terraform configuration comes from. Exactly one of inline, configMap and git must be set.",
+							Description: "source is where the Terraform configuration comes from. Exactly one of inline, configMap, git, oci and sourceRef must be set.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.Source{}.OpenAPIModelName()),
 						},
@@ -3707,7 +3707,7 @@ func schema_pkg_apis_terrarun_v1alpha1_Variable(ref common.ReferenceCallback) co
 					},
 					"value": {
 						SchemaProps: spec.SchemaProps{
-							Description: "value is the literal value. Mutually exclusive with valueFrom.",
+							Description: "value is the literal value. Exactly one of value and valueFrom is set (an empty string is value: '\"\"' with hcl: true).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

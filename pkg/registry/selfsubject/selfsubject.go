@@ -1,7 +1,8 @@
 // Package selfsubject serves, in standalone mode, the reviews kubectl asks
 // about its own user: SelfSubjectAccessReview (`kubectl auth can-i`),
-// answered by the server's own authorizer, and SelfSubjectReview (`kubectl
-// auth whoami`). Behind a cluster, kube-apiserver serves both.
+// answered by the server's own authorizer, SelfSubjectRulesReview (`kubectl
+// auth can-i --list`), from its rules, and SelfSubjectReview (`kubectl auth
+// whoami`). Behind a cluster, kube-apiserver serves them.
 package selfsubject
 
 import (
@@ -83,6 +84,68 @@ func (r *AccessReviewREST) Create(ctx context.Context, obj runtime.Object, creat
 		Allowed: decision == authorizer.DecisionAllow,
 		Denied:  decision == authorizer.DecisionDeny,
 		Reason:  reason,
+	}
+	if err != nil {
+		review.Status.EvaluationError = err.Error()
+	}
+	return review, nil
+}
+
+// RulesReviewREST serves selfsubjectrulesreviews.
+type RulesReviewREST struct {
+	rules authorizer.RuleResolver
+}
+
+var (
+	_ rest.Creater              = &RulesReviewREST{}
+	_ rest.Scoper               = &RulesReviewREST{}
+	_ rest.SingularNameProvider = &RulesReviewREST{}
+)
+
+// NewRulesReviewREST answers rules reviews with rules, the rules of the
+// authorizer every request to the server goes through.
+func NewRulesReviewREST(rules authorizer.RuleResolver) *RulesReviewREST {
+	return &RulesReviewREST{rules: rules}
+}
+
+// New returns an empty review.
+func (r *RulesReviewREST) New() runtime.Object { return &authorizationv1.SelfSubjectRulesReview{} }
+
+// Destroy does nothing.
+func (r *RulesReviewREST) Destroy() {}
+
+// NamespaceScoped is false.
+func (r *RulesReviewREST) NamespaceScoped() bool { return false }
+
+// GetSingularName is the resource's singular name.
+func (r *RulesReviewREST) GetSingularName() string { return "selfsubjectrulesreview" }
+
+// Create lists what the requesting user may do in the review's namespace,
+// as kube-apiserver's selfsubjectrulesreviews does.
+func (r *RulesReviewREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+	review, ok := obj.(*authorizationv1.SelfSubjectRulesReview)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a SelfSubjectRulesReview, got %T", obj))
+	}
+	if review.Spec.Namespace == "" {
+		return nil, apierrors.NewInvalid(authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectRulesReview").GroupKind(), "",
+			field.ErrorList{field.Required(field.NewPath("spec", "namespace"), "name the namespace to list your rules in")})
+	}
+	u, err := requester(ctx, review, createValidation)
+	if err != nil {
+		return nil, err
+	}
+	resource, nonResource, incomplete, err := r.rules.RulesFor(ctx, u, review.Spec.Namespace)
+	review.Status = authorizationv1.SubjectRulesReviewStatus{Incomplete: incomplete}
+	for _, rule := range resource {
+		review.Status.ResourceRules = append(review.Status.ResourceRules, authorizationv1.ResourceRule{
+			Verbs: rule.GetVerbs(), APIGroups: rule.GetAPIGroups(), Resources: rule.GetResources(), ResourceNames: rule.GetResourceNames(),
+		})
+	}
+	for _, rule := range nonResource {
+		review.Status.NonResourceRules = append(review.Status.NonResourceRules, authorizationv1.NonResourceRule{
+			Verbs: rule.GetVerbs(), NonResourceURLs: rule.GetNonResourceURLs(),
+		})
 	}
 	if err != nil {
 		review.Status.EvaluationError = err.Error()

@@ -71,3 +71,37 @@ func TestReview(t *testing.T) {
 		t.Errorf("user info %+v", u)
 	}
 }
+
+// rulesOf lists, for a user, the rules its table gives her name.
+type rulesOf map[string][]authorizer.ResourceRuleInfo
+
+func (r rulesOf) RulesFor(_ context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	return r[u.GetName()], []authorizer.NonResourceRuleInfo{&authorizer.DefaultNonResourceRuleInfo{Verbs: []string{"get"}, NonResourceURLs: []string{"/version"}}}, false, nil
+}
+
+// TestRulesReview: the review lists the requesting user's rules, never
+// those of one the body names; a review without a namespace is refused
+// naming the field.
+func TestRulesReview(t *testing.T) {
+	r := NewRulesReviewREST(rulesOf{"bob": {&authorizer.DefaultResourceRuleInfo{Verbs: []string{"create"}, APIGroups: []string{"terrarun.dev"}, Resources: []string{"terraformruns/approve"}}}})
+	as := func(name string) context.Context {
+		return genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: name})
+	}
+	review := func(ctx context.Context, ns string) (*authorizationv1.SelfSubjectRulesReview, error) {
+		obj, err := r.Create(ctx, &authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: ns}}, nil, &metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*authorizationv1.SelfSubjectRulesReview), nil
+	}
+	got, err := review(as("bob"), "default")
+	if err != nil || len(got.Status.ResourceRules) != 1 || got.Status.ResourceRules[0].Resources[0] != "terraformruns/approve" || len(got.Status.NonResourceRules) != 1 {
+		t.Errorf("bob: %+v, %v", got, err)
+	}
+	if got, err := review(as("eve"), "default"); err != nil || len(got.Status.ResourceRules) != 0 {
+		t.Errorf("eve: %+v, %v", got, err)
+	}
+	if _, err := review(as("eve"), ""); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.namespace") {
+		t.Errorf("no namespace: %v", err)
+	}
+}

@@ -128,11 +128,10 @@ func currentPlan(run *terrarun.TerraformRun, digest, did, what string) error {
 	if run.Status.Plan != nil && run.Status.Plan.Digest == digest {
 		return nil
 	}
-	current := "none"
-	if run.Status.Plan != nil {
-		current = run.Status.Plan.Digest
+	if run.Status.Plan == nil || run.Status.Plan.Digest == "" {
+		return conflict(run.Name, "the run has no plan yet, so %s is no plan of it; %s once status.plan.digest is set", digest, what)
 	}
-	return conflict(run.Name, "stale plan digest: you %s %s but the run's plan is %s; %s", did, digest, current, what)
+	return conflict(run.Name, "plan digest mismatch: you %s %s but the run's plan is %s; %s", did, digest, run.Status.Plan.Digest, what)
 }
 
 // orNobody is users, or "nobody yet" when it is empty.

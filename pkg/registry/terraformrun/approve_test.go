@@ -51,7 +51,7 @@ func TestApprove(t *testing.T) {
 	t.Run("stale digest", func(t *testing.T) {
 		env.createRun(t, "stale", awaitingApproval)
 		_, err := approve(alice, "stale", &terrarun.TerraformRunApproval{PlanDigest: otherDigest})
-		expectAPIError(t, err, http.StatusConflict, "stale plan digest: you approved "+otherDigest+" but the run's plan is "+testDigest)
+		expectAPIError(t, err, http.StatusConflict, "plan digest mismatch: you approved "+otherDigest+" but the run's plan is "+testDigest)
 		if run := env.getRun(t, "stale"); run.Status.Approval != nil {
 			t.Errorf("a stale approval was recorded: %+v", run.Status.Approval)
 		}

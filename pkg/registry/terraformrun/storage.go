@@ -73,9 +73,9 @@ type Artifacts interface {
 type Deps struct {
 	// Artifacts stores plans, logs and outputs.
 	Artifacts Artifacts
-	// DefaultEngine is spec.engine.binary when neither the run nor the
-	// cluster policy sets it; terraform when empty.
-	DefaultEngine terrarun.EngineBinary
+	// Defaults fill spec.engine where neither the run nor the cluster
+	// policy sets it.
+	Defaults terrarun.ServerDefaults
 	// OnDelete, when set, is called after a run is deleted, for example to stop
 	// its executions. Artifacts are removed by the storage itself.
 	OnDelete func(ctx context.Context, namespace, name, uid string)
@@ -128,7 +128,7 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 // NewStorage builds the store of terraformruns and the storage of every
 // subresource. The store uses the watch cache whenever optsGetter enables it.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps Deps) (*Storage, error) {
-	strategy := NewStrategy(scheme, deps.DefaultEngine)
+	strategy := NewStrategy(scheme, deps.Defaults)
 	strategy.noHostCluster = deps.NoHostCluster
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &terrarun.TerraformRun{} },

@@ -30,16 +30,16 @@ import (
 type runStrategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
-	// engine is the server's default engine.
-	engine terrarun.EngineBinary
+	// defaults are the server's defaults of a run's spec.
+	defaults terrarun.ServerDefaults
 	// noHostCluster refuses spec.outputsSecret (Deps.NoHostCluster).
 	noHostCluster bool
 }
 
-// NewStrategy returns the strategy of the terraformruns resource; engine is the
-// default of spec.engine.binary (terraform when empty).
-func NewStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) runStrategy {
-	return runStrategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, engine: engine}
+// NewStrategy returns the strategy of the terraformruns resource; defaults
+// are the server's defaults of spec.engine.
+func NewStrategy(typer runtime.ObjectTyper, defaults terrarun.ServerDefaults) runStrategy {
+	return runStrategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, defaults: defaults}
 }
 
 // NamespaceScoped is true: runs live in namespaces.
@@ -72,7 +72,7 @@ func (s runStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 		}
 		run.Annotations[terrarun.AnnotationLabelsAtCreation] = string(snapshot)
 	}
-	terrarun.SetBuiltinDefaults(&run.Spec, s.engine)
+	terrarun.SetBuiltinDefaults(&run.Spec, s.defaults)
 }
 
 // CreatorFrom returns the authenticated user of the request. A client-supplied
@@ -113,7 +113,7 @@ func (s runStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obje
 	} else {
 		delete(newRun.Annotations, terrarun.AnnotationLabelsAtCreation)
 	}
-	terrarun.SetBuiltinDefaults(&newRun.Spec, s.engine)
+	terrarun.SetBuiltinDefaults(&newRun.Spec, s.defaults)
 	newRun.Generation = oldRun.Generation
 	if !terrarun.SameRunSpec(&newRun.Spec, &oldRun.Spec) {
 		newRun.Generation = oldRun.Generation + 1

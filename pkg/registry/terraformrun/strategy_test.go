@@ -29,7 +29,7 @@ func userCtx(name string, groups ...string) context.Context {
 }
 
 func TestPrepareForCreateDefaultsAndRecordsCreator(t *testing.T) {
-	s := NewStrategy(nil, "")
+	s := NewStrategy(nil, jobDefaults)
 	run := newRun()
 	run.Spec.Creator = &terrarun.Creator{Username: "mallory"}
 	run.Status.Phase = terrarun.RunPhaseSucceeded
@@ -64,7 +64,7 @@ func TestBuiltinDefaultsKeepUserValues(t *testing.T) {
 	run.Spec.Approval.Mode = terrarun.ApprovalModeAuto
 	run.Spec.Engine.Binary = terrarun.EngineTofu
 	run.Spec.Timeouts.Plan = &metav1.Duration{Duration: 5 * time.Minute}
-	NewStrategy(nil, "").PrepareForCreate(userCtx("alice"), run)
+	NewStrategy(nil, jobDefaults).PrepareForCreate(userCtx("alice"), run)
 	if run.Spec.Operation != terrarun.OperationPlan || run.Spec.Approval.Mode != terrarun.ApprovalModeAuto ||
 		run.Spec.Engine.Binary != terrarun.EngineTofu || run.Spec.Timeouts.Plan.Duration != 5*time.Minute {
 		t.Errorf("user values were overwritten: %+v", run.Spec)
@@ -74,12 +74,12 @@ func TestBuiltinDefaultsKeepUserValues(t *testing.T) {
 func created(t *testing.T) *terrarun.TerraformRun {
 	t.Helper()
 	run := newRun()
-	NewStrategy(nil, "").PrepareForCreate(userCtx("alice"), run)
+	NewStrategy(nil, jobDefaults).PrepareForCreate(userCtx("alice"), run)
 	return run
 }
 
 func TestSpecIsImmutable(t *testing.T) {
-	s := NewStrategy(nil, "")
+	s := NewStrategy(nil, jobDefaults)
 	mutations := map[string]func(*terrarun.TerraformRun){
 		"operation":  func(r *terrarun.TerraformRun) { r.Spec.Operation = terrarun.OperationDestroy },
 		"source":     func(r *terrarun.TerraformRun) { r.Spec.Source.Inline["main.tf"] = "# changed" },
@@ -126,7 +126,7 @@ func TestSpecIsImmutable(t *testing.T) {
 }
 
 func TestMainResourceIgnoresStatus(t *testing.T) {
-	s := NewStrategy(nil, "")
+	s := NewStrategy(nil, jobDefaults)
 	old := created(t)
 	updated := old.DeepCopy()
 	updated.Status.Phase = terrarun.RunPhaseSucceeded
@@ -138,7 +138,7 @@ func TestMainResourceIgnoresStatus(t *testing.T) {
 }
 
 func TestStatusSubresourceIgnoresSpec(t *testing.T) {
-	s := NewStatusStrategy(NewStrategy(nil, ""))
+	s := NewStatusStrategy(NewStrategy(nil, jobDefaults))
 	old := created(t)
 	updated := old.DeepCopy()
 	updated.Spec.Operation = terrarun.OperationDestroy
@@ -179,11 +179,34 @@ func hasError(errs field.ErrorList, path string, typ field.ErrorType) bool {
 	return false
 }
 
+// jobDefaults are the server's defaults where stages run in Jobs.
+var jobDefaults = terrarun.ServerDefaults{Image: terrarun.DefaultExecutorImage}
+
 func TestServerDefaultEngine(t *testing.T) {
 	run := newRun()
-	NewStrategy(nil, terrarun.EngineTofu).PrepareForCreate(userCtx("alice"), run)
+	NewStrategy(nil, terrarun.ServerDefaults{Engine: terrarun.EngineTofu, Image: terrarun.DefaultExecutorImage}).PrepareForCreate(userCtx("alice"), run)
 	if run.Spec.Engine.Binary != terrarun.EngineTofu {
 		t.Errorf("engine = %q, want the server default tofu", run.Spec.Engine.Binary)
+	}
+}
+
+// TestLocalExecutorNoImage: with the local executor, which runs no image, a
+// run shows none, and is valid so; an image the user names stays.
+func TestLocalExecutorNoImage(t *testing.T) {
+	s := NewStrategy(nil, terrarun.ServerDefaults{})
+	run := newRun()
+	s.PrepareForCreate(userCtx("alice"), run)
+	if run.Spec.Engine.Image != "" {
+		t.Errorf("image = %q, want none", run.Spec.Engine.Image)
+	}
+	if errs := s.Validate(context.Background(), run); len(errs) != 0 {
+		t.Errorf("a run without an image is invalid: %v", errs)
+	}
+	named := newRun()
+	named.Spec.Engine.Image = "registry.example.com/exec:v1"
+	s.PrepareForCreate(userCtx("alice"), named)
+	if named.Spec.Engine.Image != "registry.example.com/exec:v1" {
+		t.Errorf("image = %q, want the user's", named.Spec.Engine.Image)
 	}
 }
 
@@ -192,10 +215,10 @@ func TestServerDefaultEngine(t *testing.T) {
 func TestOutputsSecretNeedsAHostCluster(t *testing.T) {
 	run := created(t)
 	run.Spec.OutputsSecret = "infra-outputs"
-	if errs := NewStrategy(nil, "").Validate(context.Background(), run); len(errs) != 0 {
+	if errs := NewStrategy(nil, jobDefaults).Validate(context.Background(), run); len(errs) != 0 {
 		t.Errorf("with a host cluster: %v", errs)
 	}
-	s := NewStrategy(nil, "")
+	s := NewStrategy(nil, jobDefaults)
 	s.noHostCluster = true
 	errs := s.Validate(context.Background(), run)
 	if !hasError(errs, "spec.outputsSecret", field.ErrorTypeForbidden) || !strings.Contains(errs.ToAggregate().Error(), "read them from the outputs subresource") {
@@ -211,7 +234,7 @@ func TestOutputsSecretNeedsAHostCluster(t *testing.T) {
 // by the server (a client's value is replaced), kept across an update that
 // does not send them, and cannot be changed.
 func TestLabelsAtCreationAreTheServers(t *testing.T) {
-	s := NewStrategy(nil, "")
+	s := NewStrategy(nil, jobDefaults)
 	ctx := userCtx("alice")
 	run := newRun()
 	run.Labels = map[string]string{"team": "payments"}

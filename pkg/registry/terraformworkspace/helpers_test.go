@@ -114,7 +114,7 @@ func newTestEnvWith(t *testing.T, decorator generic.StorageDecorator) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(runs.Run.Destroy)
-	workspaces, err := NewStorage(testScheme, opts, "", false, runs.Run)
+	workspaces, err := NewStorage(testScheme, opts, terrarun.ServerDefaults{Image: terrarun.DefaultExecutorImage}, false, runs.Run)
 	if err != nil {
 		t.Fatal(err)
 	}

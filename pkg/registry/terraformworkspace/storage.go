@@ -83,8 +83,8 @@ func (r *REST) Categories() []string { return []string{"terraform"} }
 // NewStorage builds the store of terraformworkspaces and its subresources.
 // runs lists the runs that a rerun waits for.
 // Without a host cluster (noHostCluster), spec.outputsSecret is refused.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, engine terrarun.EngineBinary, noHostCluster bool, runs rest.Watcher) (*Storage, error) {
-	s := newStrategy(scheme, engine)
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, defaults terrarun.ServerDefaults, noHostCluster bool, runs rest.Watcher) (*Storage, error) {
+	s := newStrategy(scheme, defaults)
 	s.noHostCluster = noHostCluster
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &terrarun.TerraformWorkspace{} },

@@ -28,14 +28,15 @@ const DestroyFinalizer = "terrarun.dev/destroy"
 type strategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
-	engine terrarun.EngineBinary
-	deps   *dependencies
+	// defaults are the server's defaults of the runs' spec.engine.
+	defaults terrarun.ServerDefaults
+	deps     *dependencies
 	// noHostCluster refuses spec.outputsSecret: no cluster holds Secrets.
 	noHostCluster bool
 }
 
-func newStrategy(typer runtime.ObjectTyper, engine terrarun.EngineBinary) strategy {
-	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, engine: engine, deps: &dependencies{}}
+func newStrategy(typer runtime.ObjectTyper, defaults terrarun.ServerDefaults) strategy {
+	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, defaults: defaults, deps: &dependencies{}}
 }
 
 // NamespaceScoped is true: workspaces live in namespaces.
@@ -84,7 +85,7 @@ func (s strategy) setDefaults(spec *terrarun.TerraformWorkspaceSpec) {
 		return // refused by validation
 	}
 	run := terrarun.RunTemplate(spec)
-	terrarun.SetBuiltinDefaults(&run, s.engine)
+	terrarun.SetBuiltinDefaults(&run, s.defaults)
 	terrarun.SetRunTemplate(spec, run)
 	if spec.DriftPolicy == "" {
 		spec.DriftPolicy = terrarun.DriftPolicyReport

@@ -85,7 +85,7 @@ type TerraformRunSpec struct {
 	Operation Operation `json:"operation,omitempty" protobuf:"bytes,1,opt,name=operation,casttype=Operation"`
 
 	// source is where the Terraform configuration comes from. Exactly one of
-	// inline, configMap and git must be set.
+	// inline, configMap, git, oci and sourceRef must be set.
 	Source Source `json:"source" protobuf:"bytes,2,opt,name=source"`
 
 	// variables are the input variables passed to Terraform. Values that come from
@@ -385,7 +385,8 @@ const (
 type Variable struct {
 	// name of the variable: a Terraform identifier.
 	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
-	// value is the literal value. Mutually exclusive with valueFrom.
+	// value is the literal value. Exactly one of value and valueFrom is set
+	// (an empty string is value: '""' with hcl: true).
 	// +optional
 	Value string `json:"value,omitempty" protobuf:"bytes,2,opt,name=value"`
 	// valueFrom reads the value from a Secret or ConfigMap key. Mutually exclusive
@@ -472,7 +473,9 @@ type Engine struct {
 	// binary is terraform (the default) or tofu.
 	// +optional
 	Binary EngineBinary `json:"binary,omitempty" protobuf:"bytes,1,opt,name=binary,casttype=EngineBinary"`
-	// image is the executor container image used by the kubernetes executor.
+	// image is the executor container image used by the kubernetes executor
+	// (the cluster policy's default, else ghcr.io/terrarun/terrarun-executor
+	// at this release). The local executor runs no image; its runs have none.
 	// +optional
 	Image string `json:"image,omitempty" protobuf:"bytes,2,opt,name=image"`
 	// imageDigest is the digest of image that the cluster policy's image

@@ -119,7 +119,7 @@ func validateMatchConstraints(m *terrarun.PolicyMatchConstraints, path *field.Pa
 	}
 	allErrs = append(allErrs, validateSet(m.Operations, []terrarun.Operation{terrarun.OperationApply, terrarun.OperationDestroy, terrarun.OperationPlan},
 		path.Child("operations"))...)
-	allErrs = append(allErrs, validateSet(m.Triggers, []terrarun.Trigger{terrarun.TriggerDirect, terrarun.TriggerSpecChange, terrarun.TriggerNewRevision,
+	allErrs = append(allErrs, validateSet(m.Triggers, []terrarun.Trigger{terrarun.TriggerDirect, terrarun.TriggerSpecChange, terrarun.TriggerNewRevision, terrarun.TriggerUpstreamChanged,
 		terrarun.TriggerRerun, terrarun.TriggerDriftCheck, terrarun.TriggerDriftRepair, terrarun.TriggerDestroy}, path.Child("triggers"))...)
 	return allErrs
 }

@@ -622,8 +622,12 @@ func validateVariables(vars []terrarun.Variable, fldPath *field.Path) field.Erro
 		}
 		seen[v.Name] = true
 
-		if v.Value != "" && v.ValueFrom != nil {
+		switch {
+		case v.Value != "" && v.ValueFrom != nil:
 			allErrs = append(allErrs, field.Forbidden(idxPath, "value and valueFrom are mutually exclusive; set only one of them"))
+		case v.Value == "" && v.ValueFrom == nil:
+			allErrs = append(allErrs, field.Required(idxPath.Child("value"),
+				`set value or valueFrom (for an empty string, set value: '""' with hcl: true)`))
 		}
 		if v.ValueFrom != nil {
 			allErrs = append(allErrs, validateVariableSource(v.ValueFrom, idxPath.Child("valueFrom"))...)
@@ -820,10 +824,10 @@ func validateEngine(e *terrarun.Engine, fldPath *field.Path) field.ErrorList {
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("binary"), e.Binary, supportedBinaries))
 	}
 
+	// An empty image is the local executor's: it runs none (the server
+	// defaults it where stages run in Jobs).
 	imagePath := fldPath.Child("image")
 	switch {
-	case e.Image == "":
-		allErrs = append(allErrs, field.Required(imagePath, "set the executor image, such as ghcr.io/terrarun/terrarun-executor:v0.1.0"))
 	case len(e.Image) > maxImageLength:
 		allErrs = append(allErrs, withHint(field.TooLong(imagePath, "", maxImageLength), "use a shorter image reference"))
 	case hasSpaceOrControl(e.Image):

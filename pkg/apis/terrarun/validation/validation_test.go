@@ -51,7 +51,7 @@ func fullRun() *terrarun.TerraformRun {
 			{Name: "instance_count", Value: "3", HCL: true},
 			{Name: "db-password", ValueFrom: &terrarun.VariableSource{SecretKeyRef: &terrarun.KeySelector{Name: "db", Key: "password"}}},
 			{Name: "_tags", ValueFrom: &terrarun.VariableSource{ConfigMapKeyRef: &terrarun.KeySelector{Name: "tags.v1", Key: "tags.json"}}},
-			{Name: "empty"},
+			{Name: "empty", Value: `""`, HCL: true},
 		},
 		Backend: &terrarun.Backend{
 			Type:         "s3",
@@ -377,12 +377,15 @@ func TestValidateVariables(t *testing.T) {
 		return &terrarun.VariableSource{ConfigMapKeyRef: &terrarun.KeySelector{Name: name, Key: key}}
 	}
 	runSpecCases(t, []specCase{
-		{name: "valid", mutate: vars(terrarun.Variable{Name: "a"}, terrarun.Variable{Name: "b", ValueFrom: cmRef("cm", "KEY_1")})},
+		{name: "valid", mutate: vars(terrarun.Variable{Name: "a", Value: "x"}, terrarun.Variable{Name: "b", ValueFrom: cmRef("cm", "KEY_1")},
+			terrarun.Variable{Name: "empty", Value: `""`, HCL: true})},
+		{name: "neither value nor valueFrom", mutate: vars(terrarun.Variable{Name: "a", Value: "x"}, terrarun.Variable{Name: "b"}),
+			want: []string{required("spec.variables[1].value")}, detail: "set value or valueFrom"},
 		{name: "missing name", mutate: vars(terrarun.Variable{Value: "x"}), want: []string{required("spec.variables[0].name")}},
-		{name: "name starts with digit", mutate: vars(terrarun.Variable{Name: "a"}, terrarun.Variable{Name: "1a"}), want: []string{invalid("spec.variables[1].name")}, detail: "Terraform identifier"},
-		{name: "name with dot", mutate: vars(terrarun.Variable{Name: "a.b"}), want: []string{invalid("spec.variables[0].name")}},
-		{name: "name with space", mutate: vars(terrarun.Variable{Name: "a b"}), want: []string{invalid("spec.variables[0].name")}},
-		{name: "duplicate name", mutate: vars(terrarun.Variable{Name: "a"}, terrarun.Variable{Name: "b"}, terrarun.Variable{Name: "a"}), want: []string{duplicate("spec.variables[2].name")}},
+		{name: "name starts with digit", mutate: vars(terrarun.Variable{Name: "a", Value: "x"}, terrarun.Variable{Name: "1a", Value: "x"}), want: []string{invalid("spec.variables[1].name")}, detail: "Terraform identifier"},
+		{name: "name with dot", mutate: vars(terrarun.Variable{Name: "a.b", Value: "x"}), want: []string{invalid("spec.variables[0].name")}},
+		{name: "name with space", mutate: vars(terrarun.Variable{Name: "a b", Value: "x"}), want: []string{invalid("spec.variables[0].name")}},
+		{name: "duplicate name", mutate: vars(terrarun.Variable{Name: "a", Value: "x"}, terrarun.Variable{Name: "b", Value: "x"}, terrarun.Variable{Name: "a", Value: "x"}), want: []string{duplicate("spec.variables[2].name")}},
 		{name: "value and valueFrom", mutate: vars(terrarun.Variable{Name: "a", Value: "x", ValueFrom: secretRef("s", "k")}),
 			want: []string{forbidden("spec.variables[0]")}, detail: "value and valueFrom are mutually exclusive"},
 		{name: "empty valueFrom", mutate: vars(terrarun.Variable{Name: "a", ValueFrom: &terrarun.VariableSource{}}),
@@ -520,7 +523,7 @@ func TestValidateApprovalAndEngine(t *testing.T) {
 		{name: "tofu", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = terrarun.EngineTofu }},
 		{name: "missing binary", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = "" }, want: []string{required("spec.engine.binary")}},
 		{name: "unknown binary", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Binary = "opentofu" }, want: []string{notSupported("spec.engine.binary")}, detail: `"terraform", "tofu"`},
-		{name: "missing image", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "" }, want: []string{required("spec.engine.image")}},
+		{name: "no image (the local executor's)", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "" }},
 		{name: "image with space", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "busybox latest" }, want: []string{invalid("spec.engine.image")}},
 		{name: "image with newline", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = "busybox\n" }, want: []string{invalid("spec.engine.image")}},
 		{name: "image at max length", mutate: func(r *terrarun.TerraformRun) { r.Spec.Engine.Image = strings.Repeat("i", 512) }},
@@ -657,7 +660,7 @@ func TestValidateTerraformRunUpdate(t *testing.T) {
 		"source":         func(r *terrarun.TerraformRun) { r.Spec.Source.Git.Ref = "v2" },
 		"variable value": func(r *terrarun.TerraformRun) { r.Spec.Variables[0].Value = "us-east-1" },
 		"variable added": func(r *terrarun.TerraformRun) {
-			r.Spec.Variables = append(r.Spec.Variables, terrarun.Variable{Name: "x"})
+			r.Spec.Variables = append(r.Spec.Variables, terrarun.Variable{Name: "x", Value: "y"})
 		},
 		"backend config": func(r *terrarun.TerraformRun) { r.Spec.Backend.Config["bucket"] = "other" },
 		"workspace":      func(r *terrarun.TerraformRun) { r.Spec.Workspace = "staging" },

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -38,9 +39,14 @@ func ValidateTerraformWorkspace(ws *terrarun.TerraformWorkspace) field.ErrorList
 }
 
 // ValidateTerraformWorkspaceUpdate validates an update of the main resource:
-// unlike a run's, the spec may change.
+// unlike a run's, the spec may change. An unchanged spec is not validated
+// again: a rule tightened after the workspace was created must not block
+// metadata updates such as removing its finalizer.
 func ValidateTerraformWorkspaceUpdate(newWS, oldWS *terrarun.TerraformWorkspace) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newWS.ObjectMeta, &oldWS.ObjectMeta, field.NewPath("metadata"))
+	if equality.Semantic.DeepEqual(newWS.Spec, oldWS.Spec) {
+		return allErrs
+	}
 	return append(allErrs, ValidateTerraformWorkspaceSpec(newWS.Name, &newWS.Spec, field.NewPath("spec"))...)
 }
 

@@ -19,7 +19,7 @@ func validWorkspace() *terrarun.TerraformWorkspace {
 			Approval: terrarun.Approval{Mode: terrarun.ApprovalModeManual},
 		},
 	}
-	terrarun.SetBuiltinDefaults(&ws.Spec.Template, "")
+	terrarun.SetBuiltinDefaults(&ws.Spec.Template, terrarun.ServerDefaults{Image: terrarun.DefaultExecutorImage})
 	ws.Spec.Template.Approval = terrarun.Approval{}
 	return ws
 }
@@ -60,6 +60,24 @@ func TestValidateTerraformWorkspace(t *testing.T) {
 				t.Errorf("errors %v, want one at %s", errs, tc.want)
 			}
 		})
+	}
+}
+
+// TestValidateTerraformWorkspaceUpdate: a changed spec is validated again;
+// an unchanged one is not, so a rule tightened after the workspace was
+// stored never blocks the removal of its finalizer.
+func TestValidateTerraformWorkspaceUpdate(t *testing.T) {
+	old := validWorkspace()
+	old.ResourceVersion = "7"
+	old.Spec.Template.Variables = []terrarun.Variable{{Name: "stored_before_the_rule"}}
+	ws := old.DeepCopy()
+	ws.Finalizers = nil
+	if errs := ValidateTerraformWorkspaceUpdate(ws, old); len(errs) > 0 {
+		t.Errorf("a metadata update of a stored workspace: %v", errs)
+	}
+	ws.Spec.Interval = &metav1.Duration{Duration: time.Hour}
+	if errs := ValidateTerraformWorkspaceUpdate(ws, old); len(errs) != 1 || errs[0].Field != "spec.template.variables[0].value" {
+		t.Errorf("a spec update: %v, want the variable refused", errs)
 	}
 }
 

@@ -29,7 +29,9 @@ import (
 type EngineApplyConfiguration struct {
 	// binary is terraform (the default) or tofu.
 	Binary *terrarunv1alpha1.EngineBinary `json:"binary,omitempty"`
-	// image is the executor container image used by the kubernetes executor.
+	// image is the executor container image used by the kubernetes executor
+	// (the cluster policy's default, else ghcr.io/terrarun/terrarun-executor
+	// at this release). The local executor runs no image; its runs have none.
 	Image *string `json:"image,omitempty"`
 	// imageDigest is the digest of image that the cluster policy's image
 	// verification checked when the run was created (sha256:<hex>); the

@@ -31,7 +31,7 @@ type TerraformRunSpecApplyConfiguration struct {
 	// or Plan (a speculative plan that is never applied).
 	Operation *terrarunv1alpha1.Operation `json:"operation,omitempty"`
 	// source is where the Terraform configuration comes from. Exactly one of
-	// inline, configMap and git must be set.
+	// inline, configMap, git, oci and sourceRef must be set.
 	Source *SourceApplyConfiguration `json:"source,omitempty"`
 	// variables are the input variables passed to Terraform. Values that come from
 	// Secrets are written to a var-file that is never logged.

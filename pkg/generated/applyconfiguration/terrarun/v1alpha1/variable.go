@@ -25,7 +25,8 @@ package v1alpha1
 type VariableApplyConfiguration struct {
 	// name of the variable: a Terraform identifier.
 	Name *string `json:"name,omitempty"`
-	// value is the literal value. Mutually exclusive with valueFrom.
+	// value is the literal value. Exactly one of value and valueFrom is set
+	// (an empty string is value: '""' with hcl: true).
 	Value *string `json:"value,omitempty"`
 	// valueFrom reads the value from a Secret or ConfigMap key. Mutually exclusive
 	// with value.
