@@ -61,9 +61,15 @@ output "secret" {
 	}
 	e.waitPhase(t, "review", time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 
-	// The creator may not approve; bob is asked, and only "yes" approves.
-	if out, code := plugin(t, e.Kubeconfig, "", "approve", "review", "--yes"); code == 0 || !strings.Contains(out, "separation of duties") {
+	// The creator may not approve, nor may a viewer: each is told so before
+	// being asked; bob is asked, and only "yes" approves (the server's dry
+	// run before the question records nothing).
+	if out, code := plugin(t, e.Kubeconfig, "yes\n", "approve", "review"); code == 0 || !strings.Contains(out, "separation of duties") || strings.Contains(out, "Approve this plan?") {
 		t.Errorf("the creator's approval: exit %d\n%s", code, out)
+	}
+	viewer := e.mint(t, "vic", "terrarun:viewers")
+	if out, code := plugin(t, viewer, "yes\n", "approve", "review"); code == 0 || !strings.Contains(out, "forbidden") || strings.Contains(out, "Approve this plan?") {
+		t.Errorf("a viewer's approval: exit %d\n%s", code, out)
 	}
 	out, code := plugin(t, bob, "no\n", "approve", "review")
 	if code == 0 || !strings.Contains(out, "Plan: 1 to add, 0 to change, 0 to destroy") || !strings.Contains(out, "Plan digest: sha256:") || !strings.Contains(out, "not approved") {

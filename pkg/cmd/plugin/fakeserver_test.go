@@ -67,8 +67,14 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("watch"); q == "true" || q == "1" {
 		method = "WATCH"
 	}
+	// A dry run is recorded apart (received("DRYRUN", …)), and served as
+	// the request it tries.
+	recorded := method
+	if r.URL.Query().Get("dryRun") == metav1.DryRunAll {
+		recorded = "DRYRUN"
+	}
 	f.mu.Lock()
-	f.requests = append(f.requests, request{method: method, path: path, query: r.URL.Query(), body: body})
+	f.requests = append(f.requests, request{method: recorded, path: path, query: r.URL.Query(), body: body})
 	f.mu.Unlock()
 	route, ok := f.routes[method+" "+path]
 	if !ok {

@@ -315,16 +315,32 @@ func (o *options) approveCommand() *cobra.Command {
 		if policyHold(run) == v1alpha1.ReasonPolicyOverrideRequired {
 			return fmt.Errorf("not approved: a SoftMandatory policy check failed, and the server refuses approvals until someone allowed to override it (create on terraformruns/override; not whoever requested the run) runs: %s; then approve again", overrideCommand(run.Name, ns))
 		}
+		body := &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}
+		// The server says, recording nothing, whether it would take this
+		// approval (RBAC, separation of duties, the plan's state), before
+		// anyone is asked.
+		if _, err := runs.Approve(ctx, run.Name, body, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return err
+		}
 		if !yes {
-			fmt.Fprintf(o.streams.Out, "Approve this plan? Only 'yes' approves: ")
+			fmt.Fprintf(o.streams.Out, "Approve this plan? Type 'yes' or 'y' to approve: ")
 			answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
-			if strings.TrimSpace(answer) != "yes" {
-				return fmt.Errorf("not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
+			if !isTerminal(o.streams.In) {
+				fmt.Fprintln(o.streams.Out) // a piped answer is not echoed
+			}
+			if a := strings.ToLower(strings.TrimSpace(answer)); a != "yes" && a != "y" {
+				return fmt.Errorf("not approved: only the answer 'yes' or 'y' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
 			}
 		}
-		approved, err := runs.Approve(ctx, run.Name, &v1alpha1.TerraformRunApproval{PlanDigest: p.Digest, Comment: comment}, metav1.CreateOptions{})
+		approved, err := runs.Approve(ctx, run.Name, body, metav1.CreateOptions{})
 		if err != nil {
 			return err
+		}
+		if missing := runrules.MissingApprovals(approved, p.Digest); approved.Status.Approval == nil && len(missing) > 0 {
+			counted, required := len(runrules.Approvers(approved, p.Digest)), runrules.RequiredApprovals(approved)
+			fmt.Fprintf(o.streams.Out, "Approval of plan %s of run %s/%s recorded as %s: %d of %d approvals recorded; it still needs %s\n",
+				p.Digest, ns, approved.Name, approverOf(approved), counted, required, strings.Join(missing, " and "))
+			return nil
 		}
 		fmt.Fprintf(o.streams.Out, "Approved plan %s of run %s/%s as %s; follow it with: kubectl terrarun wait %s -n %s\n",
 			p.Digest, ns, approved.Name, approverOf(approved), approved.Name, ns)

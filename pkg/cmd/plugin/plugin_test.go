@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,14 +200,24 @@ func TestApprove(t *testing.T) {
 	pinned := awaiting.DeepCopy()
 	pinned.Spec.Engine = v1alpha1.Engine{Binary: v1alpha1.EngineTofu, Image: "registry.example.com/executor:v1", ImageDigest: testDigest}
 	approved := newRun("web-1", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
+		run.Spec.Approval.RequiredApprovals = 2
+		run.Status.Plan = awaiting.Status.Plan
 		run.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "carol", PlanDigest: testDigest}, {ApprovedBy: "bob", PlanDigest: testDigest}}
+		run.Status.Approval = &run.Status.Approvals[1]
+	})
+	// The first of two approvals.
+	first := newRun("web-1", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
+		run.Spec.Creator = &v1alpha1.Creator{Username: "alice"}
+		run.Spec.Approval.RequiredApprovals = 2
+		run.Status.Plan = awaiting.Status.Plan
+		run.Status.Approvals = []v1alpha1.ApprovalStatus{{ApprovedBy: "bob", PlanDigest: testDigest}}
 	})
 	shown := "Run team-a/web-1, created by alice\n" +
 		"Plan: 1 to add, 2 to change, 3 to destroy, 0 to import.\n" +
 		"Source revision: 0a1b2c3\n" +
 		"Plan digest: " + testDigest + "\n" +
 		"Review it with: kubectl terrarun plan web-1 -n team-a\n"
-	const question = "Approve this plan? Only 'yes' approves: "
+	const question = "Approve this plan? Type 'yes' or 'y' to approve: "
 	done := "Approved plan " + testDigest + " of run team-a/web-1 as bob; follow it with: kubectl terrarun wait web-1 -n team-a\n"
 	for _, c := range []struct {
 		name     string
@@ -223,7 +234,23 @@ func TestApprove(t *testing.T) {
 			stdin:    "yes\n",
 			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(approved)},
 			code:     ExitSucceeded,
-			stdout:   shown + question + done,
+			stdout:   shown + question + "\n" + done,
+			approves: true,
+		},
+		{
+			name:     "y",
+			stdin:    "y\n",
+			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(approved)},
+			code:     ExitSucceeded,
+			stdout:   shown + question + "\n" + done,
+			approves: true,
+		},
+		{
+			name:     "the first of two approvals",
+			args:     []string{"--yes"},
+			routes:   map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(first)},
+			code:     ExitSucceeded,
+			stdout:   shown + "Approval of plan " + testDigest + " of run team-a/web-1 recorded as bob: 1 of 2 approvals recorded; it still needs 1 more approval(s) from other users (1 of 2)\n",
 			approves: true,
 		},
 		{
@@ -252,18 +279,27 @@ func TestApprove(t *testing.T) {
 		},
 		{
 			name:   "anything but yes",
-			stdin:  "y\n",
-			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting)},
+			stdin:  "ok\n",
+			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(approved)},
 			code:   ExitFailed,
-			stdout: shown + question,
-			stderr: []string{"error: not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
+			stdout: shown + question + "\n",
+			stderr: []string{"error: not approved: only the answer 'yes' or 'y' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
 		},
 		{
 			name:   "no answer",
-			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting)},
+			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": object(approved)},
 			code:   ExitFailed,
-			stdout: shown + question,
-			stderr: []string{"error: not approved: only the answer 'yes' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
+			stdout: shown + question + "\n",
+			stderr: []string{"error: not approved: only the answer 'yes' or 'y' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan web-1 -n team-a\n"},
+		},
+		{
+			name:  "refused before asking",
+			stdin: "yes\n",
+			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": status(http.StatusForbidden, metav1.StatusReasonForbidden,
+				`terraformruns.terrarun.dev "web-1" is forbidden: User "alice" cannot create resource "terraformruns/approve" in API group "terrarun.dev" in the namespace "team-a"`)},
+			code:   ExitFailed,
+			stdout: shown,
+			stderr: []string{`error: terraformruns.terrarun.dev "web-1" is forbidden: User "alice" cannot create resource "terraformruns/approve" in API group "terrarun.dev" in the namespace "team-a"` + "\n"},
 		},
 		{
 			name:   "no plan yet",
@@ -284,16 +320,18 @@ func TestApprove(t *testing.T) {
 			args: []string{"--yes"},
 			routes: map[string]http.HandlerFunc{"GET /terraformruns/web-1": object(awaiting), "POST /terraformruns/web-1/approve": status(http.StatusForbidden, metav1.StatusReasonForbidden,
 				`terraformruns.terrarun.dev "web-1" is forbidden: alice created this run and may not approve it (separation of duties); ask another approver`)},
-			code:     ExitFailed,
-			stdout:   shown,
-			stderr:   []string{`error: terraformruns.terrarun.dev "web-1" is forbidden: alice created this run and may not approve it (separation of duties); ask another approver` + "\n"},
-			approves: true,
+			code:   ExitFailed,
+			stdout: shown,
+			stderr: []string{`error: terraformruns.terrarun.dev "web-1" is forbidden: alice created this run and may not approve it (separation of duties); ask another approver` + "\n"},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := newFakeServer(t, c.routes)
 			srv.run(t, c.stdin, append([]string{"approve", "web-1", "--comment", "lgtm"}, c.args...)...).expect(t, c.code, c.stdout, c.stderr...)
-			posts := srv.received("POST", "/terraformruns/web-1/approve")
+			posts, dryRuns := srv.received("POST", "/terraformruns/web-1/approve"), srv.received("DRYRUN", "/terraformruns/web-1/approve")
+			if asked := strings.Contains(c.stdout, question) || slices.Contains(c.args, "--yes"); asked && len(dryRuns) != 1 {
+				t.Errorf("%d dry runs before asking, want 1", len(dryRuns))
+			}
 			if !c.approves {
 				if len(posts) != 0 {
 					t.Errorf("approved: %s", posts[0].body)

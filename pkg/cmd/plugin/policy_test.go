@@ -170,7 +170,7 @@ func TestApprovePolicy(t *testing.T) {
 		"Source revision: 0a1b2c3\n"
 	tail := "Plan digest: " + testDigest + "\n" +
 		"Review it with: kubectl terrarun plan web-1 -n team-a\n"
-	const question = "Approve this plan? Only 'yes' approves: "
+	const question = "Approve this plan? Type 'yes' or 'y' to approve: \n"
 	for _, c := range []struct {
 		name     string
 		run      *v1alpha1.TerraformRun
@@ -180,10 +180,12 @@ func TestApprovePolicy(t *testing.T) {
 		approves bool
 	}{
 		{
-			name:     "overridden",
-			run:      heldRun(overridden),
-			code:     ExitSucceeded,
-			stdout:   head + heldSummary + "  Override by bob at 2026-11-27T18:01:19Z of cost/max-instances: CHANGE-123: the batch needs 12\n" + tail + question + "Approved plan " + testDigest + " of run team-a/web-1 as carol; follow it with: kubectl terrarun wait web-1 -n team-a\n",
+			name: "overridden",
+			run:  heldRun(overridden),
+			code: ExitSucceeded,
+			stdout: head + heldSummary + "  Override by bob at 2026-11-27T18:01:19Z of cost/max-instances: CHANGE-123: the batch needs 12\n" + tail + question +
+				// The policy's rule asks for two approvals: carol's is the first.
+				"Approval of plan " + testDigest + " of run team-a/web-1 recorded as carol: 1 of 2 approvals recorded; it still needs 1 more approval(s) from other users (1 of 2) and 1 more approval(s) from group platform-leads or sre (1 of 2; policy prod-guard, rule destroys: destroys resources in prod)\n",
 			approves: true,
 		},
 		{

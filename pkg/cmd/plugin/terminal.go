@@ -3,8 +3,11 @@ package plugin
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/term"
 )
 
 // terminalWriter writes to a terminal what came from a run (its logs, plan,
@@ -80,4 +83,10 @@ func terminalSafe[T string | []byte](p T) string {
 		i += size
 	}
 	return b.String()
+}
+
+// isTerminal says whether r is a terminal, which echoes what is typed.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/util/dryrun"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 )
@@ -52,8 +53,9 @@ func (r *actionREST[B]) New() runtime.Object { return r.newBody() }
 // Destroy does nothing.
 func (r *actionREST[B]) Destroy() {}
 
-// Create performs the action on the run named name.
-func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+// Create performs the action on the run named name. A dry run (dryRun=All)
+// answers as the action would, refusals and all, and records nothing.
+func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, opts *metav1.CreateOptions) (runtime.Object, error) {
 	body, ok := obj.(B)
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a %s, got %T", r.kind, obj))
@@ -73,18 +75,25 @@ func (r *actionREST[B]) Create(ctx context.Context, name string, obj runtime.Obj
 	if user == nil || user.GetName() == "" {
 		return nil, apierrors.NewForbidden(terrarun.Resource("terraformruns"), name, fmt.Errorf("%s requires an authenticated user", r.kind))
 	}
-	if r.check != nil {
+	dryRun := opts != nil && dryrun.IsDryRun(opts.DryRun)
+	if r.check != nil || dryRun {
 		obj, err := r.status.store.Get(ctx, name, &metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
 		// The run's own refusals come first: they say what is wrong with it.
 		run := obj.(*terrarun.TerraformRun)
-		if err := r.record(run.DeepCopy(), body, user); err != nil {
+		done := run.DeepCopy()
+		if err := r.record(done, body, user); err != nil {
 			return nil, err
 		}
-		if err := r.check(ctx, run); err != nil {
-			return nil, err
+		if r.check != nil {
+			if err := r.check(ctx, run); err != nil {
+				return nil, err
+			}
+		}
+		if dryRun {
+			return result(ctx, done, r.kind), nil
 		}
 	}
 	run, err := r.status.update(ctx, name, func(run *terrarun.TerraformRun) error {

@@ -123,6 +123,37 @@ func TestApproveOnce(t *testing.T) {
 	}
 }
 
+// TestApproveDryRun: a dry run of an approval answers as the approval
+// would, its refusals included, and records nothing: a client that asks
+// only whether it may approve never approves.
+func TestApproveDryRun(t *testing.T) {
+	env := newTestEnv(t)
+	env.createRun(t, "web", awaitingApproval)
+	approve := func(digest string, dryRun ...string) (*terrarun.TerraformRun, error) {
+		obj, err := env.storage.Approve.Create(requestContext(&user.DefaultInfo{Name: "bob"}, "create", "approve"), "web",
+			&terrarun.TerraformRunApproval{PlanDigest: digest}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{DryRun: dryRun})
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*terrarun.TerraformRun), nil
+	}
+	got, err := approve(testDigest, metav1.DryRunAll)
+	if err != nil || got.Status.Approval == nil || got.Status.Approval.ApprovedBy != "bob" {
+		t.Fatalf("dry run: %+v, %v; want the approval it would record", got, err)
+	}
+	if run := env.getRun(t, "web"); run.Status.Approval != nil || len(run.Status.Approvals) != 0 {
+		t.Fatalf("a dry run recorded an approval: %+v", run.Status)
+	}
+	_, err = approve(otherDigest, metav1.DryRunAll)
+	expectAPIError(t, err, http.StatusConflict, "plan digest mismatch")
+	if _, err := approve(testDigest); err != nil {
+		t.Fatal(err)
+	}
+	if run := env.getRun(t, "web"); run.Status.Approval == nil {
+		t.Errorf("the approval after the dry run was not recorded")
+	}
+}
+
 // TestApproveNOfM: with requiredApprovals N, N-1 approvals do not approve the
 // plan, the creator may not approve, nobody counts twice, and the Nth
 // distinct approval completes the record. Every approval is kept.
