@@ -16,6 +16,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/util/dryrun"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/validation"
@@ -43,11 +44,16 @@ func (r *RerunREST) New() runtime.Object { return &terrarun.TerraformWorkspaceRe
 // Destroy does nothing.
 func (r *RerunREST) Destroy() {}
 
-// Create records a rerun of the workspace name and returns its run.
-func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+// Create records a rerun of the workspace name and returns its run. A dry
+// run is refused: the answer is the run the rerun starts, which a dry run
+// cannot have, and it must never record a rerun.
+func (r *RerunREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, opts *metav1.CreateOptions) (runtime.Object, error) {
 	body, ok := obj.(*terrarun.TerraformWorkspaceRerun)
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a TerraformWorkspaceRerun, got %T", obj))
+	}
+	if opts != nil && dryrun.IsDryRun(opts.DryRun) {
+		return nil, apierrors.NewBadRequest("terraformworkspaces/rerun does not take dryRun: its answer is the run it starts; to check that you may rerun, ask kubectl auth can-i create terraformworkspaces --subresource=rerun")
 	}
 	if n := body.Name; n != "" && n != name {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("TerraformWorkspaceRerun names workspace %q but was sent to workspace %q; omit metadata.name or make it match", n, name))

@@ -247,6 +247,18 @@ func TestRerunRefusals(t *testing.T) {
 	}
 }
 
+// TestRerunDryRun: a dry run of a rerun is refused, and records no rerun.
+func TestRerunDryRun(t *testing.T) {
+	env := newTestEnv(t)
+	env.createWorkspace(t, alice, "web", nil)
+	_, err := env.workspaces.Rerun.Create(requestContext(alice, "create", "terraformworkspaces", "web", "rerun"), "web",
+		&terrarun.TerraformWorkspaceRerun{}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	expectAPIError(t, err, http.StatusBadRequest, "does not take dryRun")
+	if st := env.getWorkspace(t, "web").Status; st.RerunRequests != 0 {
+		t.Errorf("a dry run recorded a rerun: rerunRequests %d", st.RerunRequests)
+	}
+}
+
 // fakeRuns is a rest.Watcher of runs whose watches send what next returns
 // for them, in the order they are opened.
 type fakeRuns struct {
