@@ -118,6 +118,15 @@ output "secret" {
 		t.Errorf("wait on a run that does not exist: exit %d, want 1\n%s", code, out)
 	}
 
+	// Every namespace, and names alone, as kubectl get prints them.
+	if out, code := plugin(t, e.Kubeconfig, "", "runs", "-A"); code != 0 || !regexp.MustCompile(`(?m)^NAMESPACE\s+NAME\s+OPERATION\s+TRIGGER\s+PHASE`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^default\s+review\s+Apply\s+Direct\s+Succeeded`).MatchString(out) {
+		t.Errorf("runs -A: exit %d\n%s", code, out)
+	}
+	if out, code := plugin(t, e.Kubeconfig, "", "runs", "-o", "name"); code != 0 || !strings.Contains(out, "terraformrun.terrarun.dev/review\n") {
+		t.Errorf("runs -o name: exit %d\n%s", code, out)
+	}
+
 	// The history, through kubectl's plugin discovery.
 	path := filepath.Dir(apiserverBinary) + string(os.PathListSeparator) + os.Getenv("PATH")
 	cmd := exec.Command(kubectlBinary(t), "terrarun", "runs", "--kubeconfig", e.Kubeconfig)
@@ -126,7 +135,7 @@ output "secret" {
 	if err != nil {
 		t.Fatalf("kubectl terrarun runs: %v\n%s", err, history)
 	}
-	for _, row := range []string{`review\s+Succeeded\s+\+1 ~0 -0\s+-\s+bob\s+\S+`, `rejected\s+Discarded\s+\+1 ~0 -0\s+-\s+-`, `stopped\s+Canceled\s`} {
+	for _, row := range []string{`review\s+Apply\s+Direct\s+Succeeded\s+\+1 ~0 -0\s+-\s+bob\s+\S+`, `rejected\s+Apply\s+Direct\s+Discarded\s+\+1 ~0 -0\s+-\s+-`, `stopped\s+Apply\s+Direct\s+Canceled\s`} {
 		if !regexp.MustCompile(row).Match(history) {
 			t.Errorf("kubectl terrarun runs lacks %q:\n%s", row, history)
 		}

@@ -240,6 +240,7 @@ func newRun(name string, phase v1alpha1.RunPhase, message string, change func(*v
 			Name: name, Namespace: testNamespace, ResourceVersion: "7",
 			CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)),
 		},
+		Spec:   v1alpha1.TerraformRunSpec{Operation: v1alpha1.OperationApply},
 		Status: v1alpha1.TerraformRunStatus{Phase: phase, Message: message},
 	}
 	if change != nil {

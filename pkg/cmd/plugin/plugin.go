@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -25,10 +26,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
@@ -120,7 +123,8 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Plan, review, approve and follow TerraformRuns",
 		Long: `kubectl terrarun: the daily path of TerraformRuns.
 
-  kubectl terrarun runs [--workspace W]      runs with phase, plan, approver and duration
+  kubectl terrarun runs [--workspace W] [-A] [-o wide|json|yaml|name]
+                                             runs with operation, trigger, phase, plan, approver and duration
   kubectl terrarun plan RUN [--json]         the plan (waits for it), then what the policies said of it
   kubectl terrarun logs RUN [-f]             a stage's log
   kubectl terrarun approve RUN               shows the plan's summary, policy results and digest, asks, approves that digest
@@ -158,40 +162,125 @@ func runDuration(run *v1alpha1.TerraformRun, now time.Time) string {
 	return duration.HumanDuration(end.Sub(start.Time))
 }
 
+// runOutputs are the formats of runs -o.
+var runOutputs = []string{"wide", "json", "yaml", "name"}
+
 func (o *options) runsCommand() *cobra.Command {
-	var workspace string
-	cmd := o.command("runs [--workspace W]", "List runs, newest first: phase, plan, policy verdict, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+	var workspace, output string
+	var all bool
+	cmd := o.command("runs [--workspace W] [-A] [-o wide|json|yaml|name]", "List runs, newest first: operation, trigger, phase, plan, policy verdict, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+		if output != "" && !slices.Contains(runOutputs, output) {
+			return fmt.Errorf("unknown output format %q for -o: use one of %s", output, strings.Join(runOutputs, ", "))
+		}
 		opts := metav1.ListOptions{}
 		if workspace != "" {
 			opts.LabelSelector = v1alpha1.LabelWorkspace + "=" + workspace
+		}
+		if all {
+			ns = metav1.NamespaceAll
 		}
 		list, err := cs.TerrarunV1alpha1().TerraformRuns(ns).List(ctx, opts)
 		if err != nil {
 			return err
 		}
-		if len(list.Items) == 0 {
-			fmt.Fprintf(o.streams.ErrOut, "No runs in namespace %s.\n", ns)
-			return nil
-		}
-		sort.Slice(list.Items, func(i, j int) bool {
+		sort.SliceStable(list.Items, func(i, j int) bool {
 			return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp)
 		})
+		switch output {
+		case "json", "yaml", "name":
+			return printRuns(o.streams.Out, output, list)
+		}
+		if len(list.Items) == 0 {
+			if all {
+				fmt.Fprintln(o.streams.ErrOut, "No runs in any namespace.")
+			} else {
+				fmt.Fprintf(o.streams.ErrOut, "No runs in namespace %s.\n", ns)
+			}
+			return nil
+		}
 		now := time.Now()
 		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
-		fmt.Fprintln(w, "NAME\tPHASE\tPLAN\tPOLICY\tAPPROVED-BY\tDURATION\tAGE")
+		header := []string{"NAME", "OPERATION", "TRIGGER", "PHASE", "PLAN", "POLICY", "APPROVED-BY", "DURATION", "AGE"}
+		if all {
+			header = append([]string{"NAMESPACE"}, header...)
+		}
+		if output == "wide" {
+			header = append(header, "WORKSPACE", "CREATOR", "PLAN-DIGEST")
+		}
+		fmt.Fprintln(w, strings.Join(header, "\t"))
 		for i := range list.Items {
 			run := &list.Items[i]
 			approver := "-"
 			if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
 				approver = a.ApprovedBy
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, runrules.Phase(run), planSummary(run), runrules.PolicyVerdict(run), approver,
-				runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time)))
+			row := []string{run.Name, string(run.Spec.Operation), runTrigger(run), string(runrules.Phase(run)), planSummary(run), runrules.PolicyVerdict(run), approver,
+				runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time))}
+			if all {
+				row = append([]string{run.Namespace}, row...)
+			}
+			if output == "wide" {
+				digest := "-"
+				if p := run.Status.Plan; p != nil && p.Digest != "" {
+					digest = p.Digest
+				}
+				row = append(row, orDash(run.Labels[v1alpha1.LabelWorkspace]), creator(run), digest)
+			}
+			fmt.Fprintln(w, strings.Join(row, "\t"))
 		}
 		return w.Flush()
 	})
 	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The runs of every namespace you may list.")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide (workspace, creator and plan digest too), json, yaml or name.")
 	return cmd
+}
+
+// runTrigger says why the run exists: a workspace's trigger (SpecChange,
+// DriftCheck…), or Direct for a run a user created.
+func runTrigger(run *v1alpha1.TerraformRun) string {
+	if t := run.Annotations[v1alpha1.AnnotationTrigger]; t != "" {
+		return t
+	}
+	return string(v1alpha1.TriggerDirect)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printRuns prints list as kubectl get -o json, yaml or name does.
+func printRuns(w io.Writer, output string, list *v1alpha1.TerraformRunList) error {
+	kind := v1alpha1.SchemeGroupVersion.WithKind("TerraformRun")
+	for i := range list.Items {
+		list.Items[i].SetGroupVersionKind(kind)
+	}
+	var p printers.ResourcePrinter
+	switch output {
+	case "json":
+		p = &printers.JSONPrinter{}
+	case "yaml":
+		p = &printers.YAMLPrinter{}
+	default:
+		p = &printers.NamePrinter{}
+	}
+	if output == "name" {
+		for i := range list.Items {
+			if err := p.PrintObj(&list.Items[i], w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// As kubectl prints a list: a v1 List of the items.
+	items := make([]runtime.RawExtension, len(list.Items))
+	for i := range list.Items {
+		items[i] = runtime.RawExtension{Object: &list.Items[i]}
+	}
+	return p.PrintObj(&metav1.List{TypeMeta: metav1.TypeMeta{Kind: "List", APIVersion: "v1"}, Items: items}, w)
 }
 
 func (o *options) planCommand() *cobra.Command {

@@ -390,6 +390,8 @@ func TestRuns(t *testing.T) {
 			*newRun("web-3", "", "", func(run *v1alpha1.TerraformRun) { run.CreationTimestamp = at(30 * time.Minute) }),
 			*newRun("web-2", v1alpha1.RunPhaseAwaitingApproval, "", func(run *v1alpha1.TerraformRun) {
 				run.CreationTimestamp = at(2 * time.Hour)
+				run.Spec.Operation = v1alpha1.OperationPlan
+				run.Annotations = map[string]string{v1alpha1.AnnotationTrigger: string(v1alpha1.TriggerDriftCheck)}
 				run.Status.Plan = &v1alpha1.PlanSummary{Digest: testDigest, Change: 1, Destroy: 4}
 			}),
 		},
@@ -405,10 +407,10 @@ func TestRuns(t *testing.T) {
 		got = append(got, strings.Fields(l))
 	}
 	want := [][]string{
-		{"NAME", "PHASE", "PLAN", "POLICY", "APPROVED-BY", "DURATION", "AGE"},
-		{"web-3", "Pending", "-", "-", "-", "-", "30m"},
-		{"web-2", "AwaitingApproval", "+0", "~1", "-4", "-", "-", "-", "120m"},
-		{"web-1", "Succeeded", "+2", "~0", "-0", "-", "bob", "90s", "5h"},
+		{"NAME", "OPERATION", "TRIGGER", "PHASE", "PLAN", "POLICY", "APPROVED-BY", "DURATION", "AGE"},
+		{"web-3", "Apply", "Direct", "Pending", "-", "-", "-", "-", "30m"},
+		{"web-2", "Plan", "DriftCheck", "AwaitingApproval", "+0", "~1", "-4", "-", "-", "-", "120m"},
+		{"web-1", "Apply", "Direct", "Succeeded", "+2", "~0", "-0", "-", "bob", "90s", "5h"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("runs printed:\n%s\nwant the columns %q", r.stdout, want)
@@ -417,6 +419,34 @@ func TestRuns(t *testing.T) {
 		t.Errorf("listed with %v, want labelSelector terrarun.dev/workspace=web", gets)
 	}
 
+	t.Run("all namespaces, wide", func(t *testing.T) {
+		srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /apis/terrarun.dev/v1alpha1/terraformruns": object(list)})
+		r := srv.run(t, "", "runs", "-A", "-o", "wide")
+		header := strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0])
+		if r.code != ExitSucceeded || header[0] != "NAMESPACE" || header[len(header)-1] != "PLAN-DIGEST" || !strings.Contains(r.stdout, testNamespace+" ") || !strings.Contains(r.stdout, testDigest) {
+			t.Errorf("runs -A -o wide: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("name", func(t *testing.T) {
+		srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformruns": object(list)})
+		srv.run(t, "", "runs", "-o", "name").expect(t, ExitSucceeded,
+			"terraformrun.terrarun.dev/web-3\nterraformrun.terrarun.dev/web-2\nterraformrun.terrarun.dev/web-1\n")
+	})
+	t.Run("json", func(t *testing.T) {
+		srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformruns": object(list)})
+		r := srv.run(t, "", "runs", "-o", "json")
+		var got struct {
+			Kind  string
+			Items []v1alpha1.TerraformRun
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Kind != "List" || len(got.Items) != 3 || got.Items[0].Name != "web-3" || got.Items[0].Kind != "TerraformRun" {
+			t.Errorf("runs -o json: %v\n%s", err, r.stdout)
+		}
+	})
+	t.Run("an unknown format", func(t *testing.T) {
+		srv := newFakeServer(t, nil)
+		srv.run(t, "", "runs", "-o", "table").expect(t, ExitFailed, "", `error: unknown output format "table" for -o: use one of wide, json, yaml, name`+"\n")
+	})
 	t.Run("none", func(t *testing.T) {
 		srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformruns": object(&v1alpha1.TerraformRunList{TypeMeta: list.TypeMeta})})
 		srv.run(t, "", "runs").expect(t, ExitSucceeded, "", "No runs in namespace team-a.\n")
