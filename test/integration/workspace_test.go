@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -626,6 +627,16 @@ func TestReadmeWorkspace(t *testing.T) {
 		t.Errorf("rerun answered:\n%s", out)
 	}
 	e.waitPhase(t, "greeter-3", 3*time.Minute, v1alpha1.RunPhaseSucceeded)
+	// The plugin suspends, lists and resumes it.
+	if out, code := plugin(t, kc, "", "suspend", "greeter"); code != 0 || !strings.Contains(out, "Workspace default/greeter suspended") {
+		t.Errorf("suspend: exit %d\n%s", code, out)
+	}
+	if out, code := plugin(t, kc, "", "workspaces"); code != 0 || !regexp.MustCompile(`(?m)^greeter\s+True\s+\S+\s+true\s+-\s+greeter-3\s`).MatchString(out) {
+		t.Errorf("workspaces: exit %d\n%s", code, out)
+	}
+	if out, code := plugin(t, kc, "", "resume", "greeter"); code != 0 || mustKubectl(t, kc, "get", "tfws", "greeter", "-o", "jsonpath={.spec.suspend}") == "true" {
+		t.Errorf("resume: exit %d\n%s", code, out)
+	}
 	mustKubectl(t, kc, "delete", "tfws", "greeter", "--wait=false")
 	approve("greeter-4")
 	if err := harness.Poll(ctxT(t), 200*time.Millisecond, 3*time.Minute, "greeter to be gone", func(ctx context.Context) bool {

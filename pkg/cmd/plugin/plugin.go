@@ -131,6 +131,8 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl terrarun override RUN --justification TEXT
                                              shows the SoftMandatory policy failures and digest, asks, overrides them for that digest
   kubectl terrarun wait RUN                  until a final phase; the exit code says which
+  kubectl terrarun workspaces [-A]           workspaces: ready, drifted, suspended, current and last applied runs
+  kubectl terrarun rerun|suspend|resume WS   start a run of a workspace now; stop it starting runs; let it again
 
 Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
 		SilenceUsage:  true,
@@ -138,7 +140,8 @@ Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed 
 	}
 	o.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(o.runsCommand(), o.planCommand(), o.logsCommand(), o.outputsCommand(),
-		o.approveCommand(), o.overrideCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand())
+		o.approveCommand(), o.overrideCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand(),
+		o.workspacesCommand(), o.suspendCommand(true), o.suspendCommand(false))
 	return root
 }
 

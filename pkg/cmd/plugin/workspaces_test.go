@@ -1,0 +1,75 @@
+package plugin
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
+)
+
+func newWorkspace(name string, change func(*v1alpha1.TerraformWorkspace)) v1alpha1.TerraformWorkspace {
+	ws := v1alpha1.TerraformWorkspace{
+		TypeMeta:   metav1.TypeMeta{Kind: "TerraformWorkspace", APIVersion: v1alpha1.SchemeGroupVersion.String()},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, CreationTimestamp: metav1.NewTime(time.Now().Add(-2 * time.Hour))},
+	}
+	if change != nil {
+		change(&ws)
+	}
+	return ws
+}
+
+// TestWorkspaces checks the list of workspaces: by name, with their
+// conditions, suspension and runs.
+func TestWorkspaces(t *testing.T) {
+	list := &v1alpha1.TerraformWorkspaceList{
+		TypeMeta: metav1.TypeMeta{Kind: "TerraformWorkspaceList", APIVersion: v1alpha1.SchemeGroupVersion.String()},
+		Items: []v1alpha1.TerraformWorkspace{
+			newWorkspace("web", func(ws *v1alpha1.TerraformWorkspace) {
+				ws.Spec.Suspend = true
+				ws.Status.LastAppliedRun = "web-4"
+				meta.SetStatusCondition(&ws.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkspaceConditionReady, Status: metav1.ConditionTrue, Reason: "Applied"})
+				meta.SetStatusCondition(&ws.Status.Conditions, metav1.Condition{Type: v1alpha1.WorkspaceConditionDrifted, Status: metav1.ConditionTrue, Reason: "ChangesFound"})
+			}),
+			newWorkspace("net", func(ws *v1alpha1.TerraformWorkspace) { ws.Status.CurrentRun = "net-1" }),
+		},
+	}
+	srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformworkspaces": object(list)})
+	r := srv.run(t, "", "workspaces")
+	var got []string
+	for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{"NAME READY DRIFTED SUSPENDED CURRENT-RUN LAST-APPLIED AGE", "net - - false net-1 - 120m", "web True True true - web-4 120m"}
+	if r.code != ExitSucceeded || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("workspaces: exit %d\n%s\nwant\n%s", r.code, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	srv = newFakeServer(t, map[string]http.HandlerFunc{"GET /apis/terrarun.dev/v1alpha1/terraformworkspaces": object(list)})
+	if r := srv.run(t, "", "workspaces", "-A"); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "NAMESPACE") {
+		t.Errorf("workspaces -A: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestSuspendResume checks the patch each sends and what it prints.
+func TestSuspendResume(t *testing.T) {
+	for verb, want := range map[string]string{"suspend": `{"spec":{"suspend":true}}`, "resume": `{"spec":{"suspend":false}}`} {
+		t.Run(verb, func(t *testing.T) {
+			ws := newWorkspace("web", nil)
+			srv := newFakeServer(t, map[string]http.HandlerFunc{"PATCH /terraformworkspaces/web": object(&ws)})
+			r := srv.run(t, "", verb, "web")
+			if r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "Workspace "+testNamespace+"/web "+verb[:len(verb)-1]) {
+				t.Errorf("%s: exit %d\n%s%s", verb, r.code, r.stdout, r.stderr)
+			}
+			if patches := srv.received("PATCH", "/terraformworkspaces/web"); len(patches) != 1 || string(patches[0].body) != want {
+				t.Errorf("patched %v, want %s", patches, want)
+			}
+		})
+	}
+	srv := newFakeServer(t, map[string]http.HandlerFunc{"PATCH /terraformworkspaces/web": status(http.StatusForbidden, metav1.StatusReasonForbidden,
+		`terraformworkspaces.terrarun.dev "web" is forbidden: User "vic" cannot patch resource "terraformworkspaces"`)})
+	srv.run(t, "", "suspend", "web").expect(t, ExitFailed, "", `error: terraformworkspaces.terrarun.dev "web" is forbidden: User "vic" cannot patch resource "terraformworkspaces"`+"\n")
+}
