@@ -12,7 +12,7 @@ BENCH     ?= .
 # The build's version, from git: what `terrarun-apiserver --version` and
 # `kubectl version` report.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/terrarun/terrarun/pkg/cmd/server.buildVersion=$(VERSION)
+LDFLAGS   := -X github.com/terrarun/terrarun/pkg/cmd/server.buildVersion=$(VERSION) -X github.com/terrarun/terrarun/pkg/cmd/plugin.buildVersion=$(VERSION)
 
 .PHONY: help
 help: ## Show the targets.
@@ -39,8 +39,9 @@ cold_build = cold=; if [[ -z "$$($(GO) list -m -f '{{.Dir}}' k8s.io/apiserver 2>
 	start=$$SECONDS; echo "$(3)"; GOFLAGS="$${GOFLAGS:-} $$cold" $(3) && if [[ -n $$cold ]]; then echo "built in $$((SECONDS - start)) s"; fi
 
 .PHONY: build
-build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin into bin/.
+build: ## Build terrarun-apiserver, terrarun-executor and the kubectl-terrarun plugin (and its kubectl_complete-terrarun link, for kubectl's completion) into bin/.
 	@$(call cold_build,$(GO) list,building terrarun into bin/ (the first build downloads and compiles the Go modules: a few minutes; each package shows as it compiles),$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...)
+	@ln -sf kubectl-terrarun $(BIN)/kubectl_complete-terrarun
 
 IMAGES    ?= $(BIN)/images
 REGISTRY  ?= ghcr.io/terrarun

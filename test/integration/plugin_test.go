@@ -135,6 +135,17 @@ output "secret" {
 	if err != nil {
 		t.Fatalf("kubectl terrarun runs: %v\n%s", err, history)
 	}
+	// kubectl completes the plugin's commands and run names through
+	// kubectl_complete-terrarun, the plugin under that name.
+	links := t.TempDir()
+	if err := os.Symlink(filepath.Join(filepath.Dir(apiserverBinary), "kubectl-terrarun"), filepath.Join(links, "kubectl_complete-terrarun")); err != nil {
+		t.Fatal(err)
+	}
+	complete := exec.Command(kubectlBinary(t), "__complete", "terrarun", "approve", "rev")
+	complete.Env = append(os.Environ(), "PATH="+links+string(os.PathListSeparator)+path, "KUBECONFIG="+e.Kubeconfig)
+	if out, err := complete.Output(); err != nil || !strings.HasPrefix(string(out), "review\n") {
+		t.Errorf("kubectl __complete terrarun approve rev: %v\n%s", err, out)
+	}
 	for _, row := range []string{`review\s+Apply\s+Direct\s+Succeeded\s+\+1 ~0 -0\s+-\s+bob\s+\S+`, `rejected\s+Apply\s+Direct\s+Discarded\s+\+1 ~0 -0\s+-\s+-`, `stopped\s+Apply\s+Direct\s+Canceled\s`} {
 		if !regexp.MustCompile(row).Match(history) {
 			t.Errorf("kubectl terrarun runs lacks %q:\n%s", row, history)

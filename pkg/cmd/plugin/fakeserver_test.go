@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -140,6 +141,10 @@ func (f *fakeServer) run(t *testing.T, stdin string, args ...string) result {
 	saved := os.Args
 	t.Cleanup(func() { os.Args = saved })
 	os.Args = append([]string{"kubectl-terrarun"}, append(args, "--kubeconfig", f.kubeconfig(t))...)
+	if len(args) > 0 && args[0] == cobra.ShellCompRequestCmd {
+		// The word completed is the last: the flag goes before it.
+		os.Args = append([]string{"kubectl-terrarun", args[0], "--kubeconfig", f.kubeconfig(t)}, args[1:]...)
+	}
 	var stdout, stderr bytes.Buffer
 	code := Run(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &stdout, ErrOut: &stderr})
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}

@@ -76,7 +76,7 @@ type options struct {
 // command is a subcommand that runs with a client of the server and the
 // namespace that kubectl's flags select.
 func (o *options) command(use, short string, args cobra.PositionalArgs, run func(ctx context.Context, cs versioned.Interface, ns string, args []string) error) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  args,
@@ -88,6 +88,14 @@ func (o *options) command(use, short string, args cobra.PositionalArgs, run func
 			return run(cmd.Context(), cs, ns, args)
 		},
 	}
+	// The shell completes the argument the use line names.
+	switch fields := strings.Fields(use); {
+	case len(fields) > 1 && fields[1] == "RUN":
+		cmd.ValidArgsFunction = o.completeRuns
+	case len(fields) > 1 && fields[1] == "WORKSPACE":
+		cmd.ValidArgsFunction = o.completeWorkspaces
+	}
+	return cmd
 }
 
 func (o *options) client() (versioned.Interface, string, error) {
@@ -123,7 +131,7 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Plan, review, approve and follow TerraformRuns",
 		Long: `kubectl terrarun: the daily path of TerraformRuns.
 
-  kubectl terrarun runs [--workspace W] [-A] [-o wide|json|yaml|name]
+  kubectl terrarun runs [--workspace W] [-A] [-o wide|json|yaml|name] [-w]
                                              runs with operation, trigger, phase, plan, approver and duration
   kubectl terrarun plan RUN [--json]         the plan (waits for it), then what the policies said of it
   kubectl terrarun logs RUN [-f]             a stage's log
@@ -133,15 +141,20 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl terrarun wait RUN                  until a final phase; the exit code says which
   kubectl terrarun workspaces [-A]           workspaces: ready, drifted, suspended, current and last applied runs
   kubectl terrarun rerun|suspend|resume WS   start a run of a workspace now; stop it starting runs; let it again
+  kubectl terrarun graph [--dot]             the workspaces' dependencies, dependencies first
 
 Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// Help and completion are cobra's own text (run and workspace names are
+	// DNS names): the process's streams.
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(o.runsCommand(), o.planCommand(), o.logsCommand(), o.outputsCommand(),
 		o.approveCommand(), o.overrideCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand(),
-		o.workspacesCommand(), o.suspendCommand(true), o.suspendCommand(false))
+		o.workspacesCommand(), o.suspendCommand(true), o.suspendCommand(false), o.graphCommand(), o.versionCommand())
 	return root
 }
 
@@ -170,8 +183,8 @@ var runOutputs = []string{"wide", "json", "yaml", "name"}
 
 func (o *options) runsCommand() *cobra.Command {
 	var workspace, output string
-	var all bool
-	cmd := o.command("runs [--workspace W] [-A] [-o wide|json|yaml|name]", "List runs, newest first: operation, trigger, phase, plan, policy verdict, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+	var all, watching bool
+	cmd := o.command("runs [--workspace W] [-A] [-o wide|json|yaml|name] [-w]", "List runs, newest first: operation, trigger, phase, plan, policy verdict, approver, duration", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
 		if output != "" && !slices.Contains(runOutputs, output) {
 			return fmt.Errorf("unknown output format %q for -o: use one of %s", output, strings.Join(runOutputs, ", "))
 		}
@@ -191,9 +204,12 @@ func (o *options) runsCommand() *cobra.Command {
 		})
 		switch output {
 		case "json", "yaml", "name":
+			if watching {
+				return fmt.Errorf("--watch prints the table; leave out -o %s, or use kubectl get terraformruns -o %s --watch", output, output)
+			}
 			return printRuns(o.streams.Out, output, list)
 		}
-		if len(list.Items) == 0 {
+		if len(list.Items) == 0 && !watching {
 			if all {
 				fmt.Fprintln(o.streams.ErrOut, "No runs in any namespace.")
 			} else {
@@ -201,7 +217,6 @@ func (o *options) runsCommand() *cobra.Command {
 			}
 			return nil
 		}
-		now := time.Now()
 		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
 		header := []string{"NAME", "OPERATION", "TRIGGER", "PHASE", "PLAN", "POLICY", "APPROVED-BY", "DURATION", "AGE"}
 		if all {
@@ -212,31 +227,64 @@ func (o *options) runsCommand() *cobra.Command {
 		}
 		fmt.Fprintln(w, strings.Join(header, "\t"))
 		for i := range list.Items {
-			run := &list.Items[i]
-			approver := "-"
-			if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
-				approver = a.ApprovedBy
-			}
-			row := []string{run.Name, string(run.Spec.Operation), runTrigger(run), string(runrules.Phase(run)), planSummary(run), runrules.PolicyVerdict(run), approver,
-				runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time))}
-			if all {
-				row = append([]string{run.Namespace}, row...)
-			}
-			if output == "wide" {
-				digest := "-"
-				if p := run.Status.Plan; p != nil && p.Digest != "" {
-					digest = p.Digest
-				}
-				row = append(row, orDash(run.Labels[v1alpha1.LabelWorkspace]), creator(run), digest)
-			}
-			fmt.Fprintln(w, strings.Join(row, "\t"))
+			fmt.Fprintln(w, strings.Join(runRow(&list.Items[i], all, output == "wide", time.Now()), "\t"))
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil || !watching {
+			return err
+		}
+		// As kubectl get --watch: a row for each change, until interrupted.
+		ctx, cancel := signalContextFrom(ctx)
+		defer cancel()
+		opts.ResourceVersion = list.ResourceVersion
+		watcher, err := cs.TerrarunV1alpha1().TerraformRuns(ns).Watch(ctx, opts)
+		if err != nil {
+			return err
+		}
+		defer watcher.Stop()
+		for ev := range watcher.ResultChan() {
+			switch ev.Type {
+			case watch.Error:
+				return apierrors.FromObject(ev.Object)
+			case watch.Added, watch.Modified, watch.Deleted:
+				run, ok := ev.Object.(*v1alpha1.TerraformRun)
+				if !ok {
+					continue
+				}
+				fmt.Fprintln(w, strings.Join(runRow(run, all, output == "wide", time.Now()), "\t"))
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The runs of every namespace you may list.")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide (workspace, creator and plan digest too), json, yaml or name.")
+	cmd.Flags().BoolVarP(&watching, "watch", "w", false, "After the list, print a row for each change of a run, until interrupted.")
 	return cmd
+}
+
+// runRow is run's row in the runs table: with its namespace first when all,
+// and its workspace, creator and plan digest last when wide.
+func runRow(run *v1alpha1.TerraformRun, all, wide bool, now time.Time) []string {
+	approver := "-"
+	if a := run.Status.Approval; a != nil && a.ApprovedBy != "" {
+		approver = a.ApprovedBy
+	}
+	row := []string{run.Name, string(run.Spec.Operation), runTrigger(run), string(runrules.Phase(run)), planSummary(run), runrules.PolicyVerdict(run), approver,
+		runDuration(run, now), duration.HumanDuration(now.Sub(run.CreationTimestamp.Time))}
+	if all {
+		row = append([]string{run.Namespace}, row...)
+	}
+	if wide {
+		digest := "-"
+		if p := run.Status.Plan; p != nil && p.Digest != "" {
+			digest = p.Digest
+		}
+		row = append(row, orDash(run.Labels[v1alpha1.LabelWorkspace]), creator(run), digest)
+	}
+	return row
 }
 
 // runTrigger says why the run exists: a workspace's trigger (SpecChange,

@@ -443,6 +443,18 @@ func TestRuns(t *testing.T) {
 			t.Errorf("runs -o json: %v\n%s", err, r.stdout)
 		}
 	})
+	t.Run("watch", func(t *testing.T) {
+		changed := newRun("web-3", v1alpha1.RunPhasePlanning, "", nil)
+		srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformruns": object(list), "WATCH /terraformruns": watchEvents(false, watchEvent{"MODIFIED", changed})})
+		r := srv.run(t, "", "runs", "-w")
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		if r.code != ExitSucceeded || len(lines) != 5 || !strings.HasPrefix(lines[4], "web-3") || !strings.Contains(lines[4], "Planning") {
+			t.Errorf("runs -w: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if watches := srv.received("WATCH", "/terraformruns"); len(watches) != 1 {
+			t.Errorf("%d watches, want 1", len(watches))
+		}
+	})
 	t.Run("an unknown format", func(t *testing.T) {
 		srv := newFakeServer(t, nil)
 		srv.run(t, "", "runs", "-o", "table").expect(t, ExitFailed, "", `error: unknown output format "table" for -o: use one of wide, json, yaml, name`+"\n")

@@ -87,3 +87,89 @@ func (o *options) suspendCommand(suspend bool) *cobra.Command {
 		return nil
 	})
 }
+
+// graphCommand prints the namespace's workspaces and what each depends on
+// (spec.dependsOn), dependencies first; with --dot, as a Graphviz digraph.
+func (o *options) graphCommand() *cobra.Command {
+	var dot bool
+	cmd := o.command("graph [--dot]", "Show the workspaces' dependencies (spec.dependsOn), dependencies first, or as a Graphviz digraph", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+		list, err := cs.TerrarunV1alpha1().TerraformWorkspaces(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		deps := map[string][]string{}
+		for _, ws := range list.Items {
+			deps[ws.Name] = nil
+			for _, d := range ws.Spec.DependsOn {
+				deps[ws.Name] = append(deps[ws.Name], d.Name)
+			}
+		}
+		order := dependenciesFirst(deps)
+		if dot {
+			fmt.Fprintf(o.streams.Out, "digraph %q {\n", ns)
+			for _, name := range order {
+				fmt.Fprintf(o.streams.Out, "  %q;\n", name)
+				for _, d := range deps[name] {
+					fmt.Fprintf(o.streams.Out, "  %q -> %q;\n", name, d)
+				}
+			}
+			fmt.Fprintln(o.streams.Out, "}")
+			return nil
+		}
+		if len(order) == 0 {
+			fmt.Fprintf(o.streams.ErrOut, "No workspaces in namespace %s.\n", ns)
+			return nil
+		}
+		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
+		fmt.Fprintln(w, "WORKSPACE\tDEPENDS-ON")
+		for _, name := range order {
+			on := "-"
+			if len(deps[name]) > 0 {
+				on = strings.Join(deps[name], ", ")
+			}
+			fmt.Fprintf(w, "%s\t%s\n", name, on)
+		}
+		return w.Flush()
+	})
+	cmd.Flags().BoolVar(&dot, "dot", false, "Print a Graphviz digraph (dot -Tsvg draws it); an edge goes from a workspace to one it depends on.")
+	return cmd
+}
+
+// dependenciesFirst orders the workspaces of deps (each name's
+// dependencies) so that each comes after those it depends on, by name
+// among equals. A dependency that is not a workspace of deps is left out;
+// the API refuses cycles, and a cycle's workspaces would come last.
+func dependenciesFirst(deps map[string][]string) []string {
+	names := make([]string, 0, len(deps))
+	for name := range deps {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var order []string
+	placed := map[string]bool{}
+	for len(order) < len(names) {
+		progress := false
+		for _, name := range names {
+			if placed[name] {
+				continue
+			}
+			ready := true
+			for _, d := range deps[name] {
+				if _, known := deps[d]; known && !placed[d] {
+					ready = false
+				}
+			}
+			if ready {
+				order, placed[name], progress = append(order, name), true, true
+			}
+		}
+		if !progress { // a cycle: the rest, by name
+			for _, name := range names {
+				if !placed[name] {
+					order, placed[name] = append(order, name), true
+				}
+			}
+		}
+	}
+	return order
+}

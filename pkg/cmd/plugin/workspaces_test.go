@@ -73,3 +73,57 @@ func TestSuspendResume(t *testing.T) {
 		`terraformworkspaces.terrarun.dev "web" is forbidden: User "vic" cannot patch resource "terraformworkspaces"`)})
 	srv.run(t, "", "suspend", "web").expect(t, ExitFailed, "", `error: terraformworkspaces.terrarun.dev "web" is forbidden: User "vic" cannot patch resource "terraformworkspaces"`+"\n")
 }
+
+// TestCompletion: a RUN argument completes with the namespace's runs, a
+// WORKSPACE argument with its workspaces, as cobra's __complete (which
+// kubectl_complete-terrarun answers) prints them.
+func TestCompletion(t *testing.T) {
+	newer := func(run *v1alpha1.TerraformRun) {
+		run.CreationTimestamp = metav1.NewTime(run.CreationTimestamp.Add(time.Minute))
+	}
+	runs := &v1alpha1.TerraformRunList{Items: []v1alpha1.TerraformRun{*newRun("web-1", "", "", nil), *newRun("web-2", "", "", newer), *newRun("db-1", "", "", nil)}}
+	workspaces := &v1alpha1.TerraformWorkspaceList{Items: []v1alpha1.TerraformWorkspace{newWorkspace("web", nil), newWorkspace("db", nil)}}
+	srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformruns": object(runs), "GET /terraformworkspaces": object(workspaces)})
+	if r := srv.run(t, "", "__complete", "approve", "web"); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "web-2\nweb-1\n:4\n") {
+		t.Errorf("approve web<TAB>: exit %d\n%s", r.code, r.stdout)
+	}
+	if r := srv.run(t, "", "__complete", "suspend", "d"); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "db\n:4\n") {
+		t.Errorf("suspend d<TAB>: exit %d\n%s", r.code, r.stdout)
+	}
+	if r := srv.run(t, "", "__complete", "approve", "web-1", ""); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, ":4\n") {
+		t.Errorf("approve web-1 <TAB>: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+// TestVersion prints the plugin's version and the server's.
+func TestVersion(t *testing.T) {
+	srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /version": object(map[string]string{"gitVersion": "v1.37.0+terrarun.abc"})})
+	srv.run(t, "", "version").expect(t, ExitSucceeded, "Plugin Version: dev\nServer Version: v1.37.0+terrarun.abc\n")
+}
+
+// TestGraph prints the workspaces dependencies first, and as a digraph.
+func TestGraph(t *testing.T) {
+	dependsOn := func(names ...string) func(*v1alpha1.TerraformWorkspace) {
+		return func(ws *v1alpha1.TerraformWorkspace) {
+			for _, n := range names {
+				ws.Spec.DependsOn = append(ws.Spec.DependsOn, v1alpha1.WorkspaceReference{Name: n})
+			}
+		}
+	}
+	list := &v1alpha1.TerraformWorkspaceList{Items: []v1alpha1.TerraformWorkspace{
+		newWorkspace("app", dependsOn("network", "dns")), newWorkspace("dns", dependsOn("network")), newWorkspace("network", nil), newWorkspace("audit", nil),
+	}}
+	srv := newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformworkspaces": object(list)})
+	r := srv.run(t, "", "graph")
+	var got []string
+	for _, l := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	if want := "WORKSPACE DEPENDS-ON|audit -|network -|dns network|app network, dns"; r.code != ExitSucceeded || strings.Join(got, "|") != want {
+		t.Errorf("graph: exit %d\n%s\nwant %s", r.code, r.stdout, want)
+	}
+	r = srv.run(t, "", "graph", "--dot")
+	if r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, `digraph "team-a" {`) || !strings.Contains(r.stdout, `"app" -> "dns";`) {
+		t.Errorf("graph --dot: exit %d\n%s", r.code, r.stdout)
+	}
+}
