@@ -294,7 +294,7 @@ func TestValues(t *testing.T) {
 		"--set", "resources.requests.cpu=2", "--set", "etcd.bundled=false",
 		"--set", "etcd.external.endpoints={https://a:2379,https://b:2379}", "--set", "etcd.external.tlsSecretName=etcd-client",
 		"--set", "extraArgs={--max-concurrent-stages=8}", "--set", "executorServerURL=https://10.0.0.1:8443",
-		"--set", "runTaskCallbackURL=https://terrarun.example.com", "--set", "image.executor.tag=v9", "--set", "policy.allowedImages={ghcr.io/terrarun/*}",
+		"--set", "runTaskCallbackURL=https://terrarun.example.com", "--set", "webViewURL=https://runs.example.com", "--set", "image.executor.tag=v9", "--set", "policy.allowedImages={ghcr.io/terrarun/*}",
 		"--set", "policy.separationOfDuties=null",
 		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true",
 		"--set", "pluginCache.storageClassName=nfs-rwx", "--set", "pluginCache.size=20Gi")
@@ -306,7 +306,7 @@ func TestValues(t *testing.T) {
 	}
 	args := strings.Join(spec.Containers[0].Args, " ")
 	for _, want := range []string{"--etcd-servers=https://a:2379,https://b:2379", "--etcd-cafile=", "--max-concurrent-stages=8", "--executor-server-url=https://10.0.0.1:8443",
-		"--run-task-callback-url=https://terrarun.example.com", "--executor-plugin-cache-storage-class=nfs-rwx", "--executor-plugin-cache-size=20Gi"} {
+		"--run-task-callback-url=https://terrarun.example.com", "--web-view-url=https://runs.example.com", "--executor-plugin-cache-storage-class=nfs-rwx", "--executor-plugin-cache-size=20Gi"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("the server's args lack %s: %s", want, args)
 		}

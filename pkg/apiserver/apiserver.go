@@ -37,6 +37,7 @@ import (
 	"github.com/terrarun/terrarun/pkg/artifacts"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/metrics"
+	"github.com/terrarun/terrarun/pkg/registry/terraformnotification"
 	"github.com/terrarun/terrarun/pkg/registry/terraformpolicy"
 	"github.com/terrarun/terrarun/pkg/registry/terraformrun"
 	"github.com/terrarun/terrarun/pkg/registry/terraformruntask"
@@ -156,10 +157,13 @@ type ControllerConfig struct {
 	// workspace's hash, where the executor reads them.
 	ConfigMapData func(ctx context.Context, namespace, name string) (map[string]string, error)
 	// SecretValue reads a key of a Secret where the executor reads them:
-	// the run tasks' HMAC keys.
+	// the run tasks' and notifications' HMAC keys, and Slack URLs.
 	SecretValue func(ctx context.Context, namespace, name, key string) ([]byte, error)
 	// RunTaskURL is the base URL at which run tasks reach this server.
 	RunTaskURL string
+	// WebViewURL is the base URL of the web view that notifications link
+	// to when they name none; no link when empty.
+	WebViewURL string
 	// Metadata reads the metadata of the host cluster's objects, to watch
 	// the ConfigMaps workspaces read; nil in standalone mode, which reads
 	// them again every minute.
@@ -254,6 +258,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	notifications, err := terraformnotification.NewStorage(Scheme, c.GenericConfig.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(terrarun.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// The group's serializer serves JSON, YAML and protobuf, streams lists,
@@ -279,6 +287,9 @@ func (c CompletedConfig) New() (*Server, error) {
 
 		"terraformpolicies": policies,
 		"terraformruntasks": runTasks,
+
+		"terraformnotifications":        notifications.Notification,
+		"terraformnotifications/status": notifications.Status,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing the %s API group: %w", terrarun.GroupName, err)

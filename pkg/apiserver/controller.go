@@ -20,6 +20,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/controller/leaderelection"
+	notificationcontroller "github.com/terrarun/terrarun/pkg/controller/notification"
 	"github.com/terrarun/terrarun/pkg/controller/runttl"
 	runcontroller "github.com/terrarun/terrarun/pkg/controller/terraformrun"
 	workspacecontroller "github.com/terrarun/terrarun/pkg/controller/terraformworkspace"
@@ -66,6 +67,7 @@ var controllers = []struct {
 	{"run-controller", newRunController},
 	{"workspace-controller", newWorkspaceController},
 	{"ttl-controller", newTTLController},
+	{"notification-controller", newNotificationController},
 }
 
 // startControllers runs the controllers, through the loopback client, while
@@ -223,4 +225,19 @@ func newTTLController(cc *controllerContext) (func(context.Context) error, error
 		return nil, err
 	}
 	return func(ctx context.Context) error { return ctrl.Run(ctx, 1) }, nil
+}
+
+// newNotificationController builds the controller that delivers the
+// TerraformNotifications' events.
+func newNotificationController(cc *controllerContext) (func(context.Context) error, error) {
+	c := cc.config
+	v1 := cc.factory.Terrarun().V1alpha1()
+	ctrl, err := notificationcontroller.New(cc.clientset, v1.TerraformNotifications(), v1.TerraformRuns(), v1.TerraformWorkspaces(), notificationcontroller.Options{
+		SecretValue: c.Controllers.SecretValue,
+		WebViewURL:  c.Controllers.WebViewURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return ctrl.Run(ctx, 2) }, nil
 }

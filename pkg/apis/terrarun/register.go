@@ -47,6 +47,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunOverride{},
 		&TerraformRunTask{},
 		&TerraformRunTaskList{},
+		&TerraformNotification{},
+		&TerraformNotificationList{},
 	)
 	return nil
 }

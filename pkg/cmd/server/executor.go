@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,6 +50,9 @@ type ExecutorOptions struct {
 	// RunTaskCallbackURL is where run tasks reach this server; ServerURL
 	// when empty.
 	RunTaskCallbackURL string
+	// WebViewURL is the base URL of the web view that notifications link
+	// to when they name none.
+	WebViewURL string
 	// FluxArtifactHost is the host[:port] of Flux source-controller's
 	// artifact server: the one place a run's Flux artifact is downloaded
 	// from (cluster mode).
@@ -192,6 +196,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
 	fs.StringVar(&o.FluxArtifactHost, "flux-artifact-host", o.FluxArtifactHost, "Cluster mode: host[:port] of Flux source-controller's artifact server (its --storage-adv-addr). A run from a Flux source (spec.source.sourceRef) downloads the source's artifact only when its URL is on this host, below that source's own path.")
+	fs.StringVar(&o.WebViewURL, "web-view-url", o.WebViewURL, "Base URL of the web view of runs that notifications (TerraformNotification) link to when they set no spec.webViewURL: a run's page is URL/namespaces/NS/terraformruns/NAME. No link when empty.")
 	fs.StringVar(&o.RunTaskCallbackURL, "run-task-callback-url", o.RunTaskCallbackURL, "URL at which run tasks (TerraformRunTask) reach this server: the base of the callback and plan URLs of their payloads. Default: --executor-server-url.")
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
@@ -265,6 +270,11 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	}
 	if o.FluxArtifactHost == "" || strings.ContainsAny(o.FluxArtifactHost, "/ ") {
 		errs = append(errs, fmt.Errorf("--flux-artifact-host must be a host[:port], such as %s, not %q", fluxsource.DefaultArtifactHost, o.FluxArtifactHost))
+	}
+	if o.WebViewURL != "" {
+		if u, err := url.Parse(o.WebViewURL); err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
+			errs = append(errs, fmt.Errorf("--web-view-url must be an absolute http or https URL, such as https://terrarun.example.com, not %q", o.WebViewURL))
+		}
 	}
 	if o.NodeLostAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--executor-node-lost-after must be a positive duration, such as 1m, not %s", o.NodeLostAfter))

@@ -387,6 +387,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 				ConfigMapData:         o.Executor.configMapData(kube, o.workRoot()),
 				SecretValue:           o.Executor.secretValue(kube, o.workRoot()),
 				RunTaskURL:            cmp.Or(o.Executor.RunTaskCallbackURL, executorServer),
+				WebViewURL:            o.Executor.WebViewURL,
 				Metadata:              meta,
 				Dynamic:               dyn,
 				FluxArtifactHost:      o.Executor.FluxArtifactHost,

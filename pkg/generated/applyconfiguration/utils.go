@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.HistoryLimitsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KeySelector"):
 		return &terrarunv1alpha1.KeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotificationDelivery"):
+		return &terrarunv1alpha1.NotificationDeliveryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OCIReference"):
 		return &terrarunv1alpha1.OCIReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OCISource"):
@@ -88,6 +90,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.PolicyVariableApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RunTaskCall"):
 		return &terrarunv1alpha1.RunTaskCallApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SlackDestination"):
+		return &terrarunv1alpha1.SlackDestinationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Source"):
 		return &terrarunv1alpha1.SourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SourceArtifact"):
@@ -98,6 +102,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.SourceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StageStatus"):
 		return &terrarunv1alpha1.StageStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformNotification"):
+		return &terrarunv1alpha1.TerraformNotificationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformNotificationSpec"):
+		return &terrarunv1alpha1.TerraformNotificationSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TerraformNotificationStatus"):
+		return &terrarunv1alpha1.TerraformNotificationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformPolicy"):
 		return &terrarunv1alpha1.TerraformPolicyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TerraformPolicySpec"):
@@ -124,6 +134,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &terrarunv1alpha1.VariableApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VariableSource"):
 		return &terrarunv1alpha1.VariableSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("WebhookDestination"):
+		return &terrarunv1alpha1.WebhookDestinationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("WorkspaceReference"):
 		return &terrarunv1alpha1.WorkspaceReferenceApplyConfiguration{}
 

@@ -48,6 +48,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.HistoryLimits{}.OpenAPIModelName():                      schema_pkg_apis_terrarun_v1alpha1_HistoryLimits(ref),
 		v1alpha1.JSON{}.OpenAPIModelName():                               schema_pkg_apis_terrarun_v1alpha1_JSON(ref),
 		v1alpha1.KeySelector{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref),
+		v1alpha1.NotificationDelivery{}.OpenAPIModelName():               schema_pkg_apis_terrarun_v1alpha1_NotificationDelivery(ref),
 		v1alpha1.OCIReference{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_OCIReference(ref),
 		v1alpha1.OCISource{}.OpenAPIModelName():                          schema_pkg_apis_terrarun_v1alpha1_OCISource(ref),
 		v1alpha1.OCIVerification{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_OCIVerification(ref),
@@ -65,11 +66,16 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PolicyValidation{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_PolicyValidation(ref),
 		v1alpha1.PolicyVariable{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_PolicyVariable(ref),
 		v1alpha1.RunTaskCall{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_RunTaskCall(ref),
+		v1alpha1.SlackDestination{}.OpenAPIModelName():                   schema_pkg_apis_terrarun_v1alpha1_SlackDestination(ref),
 		v1alpha1.Source{}.OpenAPIModelName():                             schema_pkg_apis_terrarun_v1alpha1_Source(ref),
 		v1alpha1.SourceArtifact{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_SourceArtifact(ref),
 		v1alpha1.SourceReference{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_SourceReference(ref),
 		v1alpha1.SourceStatus{}.OpenAPIModelName():                       schema_pkg_apis_terrarun_v1alpha1_SourceStatus(ref),
 		v1alpha1.StageStatus{}.OpenAPIModelName():                        schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref),
+		v1alpha1.TerraformNotification{}.OpenAPIModelName():              schema_pkg_apis_terrarun_v1alpha1_TerraformNotification(ref),
+		v1alpha1.TerraformNotificationList{}.OpenAPIModelName():          schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationList(ref),
+		v1alpha1.TerraformNotificationSpec{}.OpenAPIModelName():          schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationSpec(ref),
+		v1alpha1.TerraformNotificationStatus{}.OpenAPIModelName():        schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationStatus(ref),
 		v1alpha1.TerraformPolicy{}.OpenAPIModelName():                    schema_pkg_apis_terrarun_v1alpha1_TerraformPolicy(ref),
 		v1alpha1.TerraformPolicyList{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_TerraformPolicyList(ref),
 		v1alpha1.TerraformPolicySpec{}.OpenAPIModelName():                schema_pkg_apis_terrarun_v1alpha1_TerraformPolicySpec(ref),
@@ -96,6 +102,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Timeouts{}.OpenAPIModelName():                           schema_pkg_apis_terrarun_v1alpha1_Timeouts(ref),
 		v1alpha1.Variable{}.OpenAPIModelName():                           schema_pkg_apis_terrarun_v1alpha1_Variable(ref),
 		v1alpha1.VariableSource{}.OpenAPIModelName():                     schema_pkg_apis_terrarun_v1alpha1_VariableSource(ref),
+		v1alpha1.WebhookDestination{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_WebhookDestination(ref),
 		v1alpha1.WorkspaceReference{}.OpenAPIModelName():                 schema_pkg_apis_terrarun_v1alpha1_WorkspaceReference(ref),
 		v1.BoundObjectReference{}.OpenAPIModelName():                     schema_k8sio_api_authentication_v1_BoundObjectReference(ref),
 		v1.SelfSubjectReview{}.OpenAPIModelName():                        schema_k8sio_api_authentication_v1_SelfSubjectReview(ref),
@@ -877,6 +884,95 @@ func schema_pkg_apis_terrarun_v1alpha1_KeySelector(ref common.ReferenceCallback)
 				Required: []string{"name", "key"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_NotificationDelivery(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NotificationDelivery is the delivery of one event.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"id": {
+						SchemaProps: spec.SchemaProps{
+							Description: "id identifies the event, the same in every attempt: the webhook-id header and the CloudEvent's id, by which receivers drop repeats.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"trigger": {
+						SchemaProps: spec.SchemaProps{
+							Description: "trigger is the event's trigger.\n\nPossible enum values:\n - `\"Applying\"` : a run's apply started.\n - `\"Drifted\"` : a workspace's drift check found changes.\n - `\"Failed\"` : a run Failed.\n - `\"NeedsApproval\"` : a run's plan waits for an approval (policy cleared it).\n - `\"NeedsOverride\"` : a soft-mandatory policy failure holds a run's plan until someone overrides it.\n - `\"PolicyFailed\"` : a hard-mandatory policy denied a run's plan.\n - `\"Succeeded\"` : a run Succeeded.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Applying", "Drifted", "Failed", "NeedsApproval", "NeedsOverride", "PolicyFailed", "Succeeded"},
+						},
+					},
+					"run": {
+						SchemaProps: spec.SchemaProps{
+							Description: "run is the run the event is of.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"workspace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "workspace is the workspace the event is of, or the run's workspace.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"eventTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "eventTime is when the event happened.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"state": {
+						SchemaProps: spec.SchemaProps{
+							Description: "state is Delivered, Retrying or Failed.\n\nPossible enum values:\n - `\"Delivered\"` : the receiver accepted it (a 2xx answer).\n - `\"Failed\"` : it failed for good: the receiver refused it (a 4xx answer other than 408 and 429), or every attempt failed.\n - `\"Retrying\"` : it failed and is tried again at nextAttemptTime.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Delivered", "Failed", "Retrying"},
+						},
+					},
+					"attempts": {
+						SchemaProps: spec.SchemaProps{
+							Description: "attempts is how many times it was sent.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"lastAttemptTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastAttemptTime is when it was last sent.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"nextAttemptTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "nextAttemptTime is when a Retrying delivery is sent again.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "message is how the last attempt went: the receiver's HTTP status, or why it could not be reached. What a receiver answers beyond its status is not kept.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"id", "trigger", "state", "attempts"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -1855,6 +1951,29 @@ func schema_pkg_apis_terrarun_v1alpha1_RunTaskCall(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_terrarun_v1alpha1_SlackDestination(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SlackDestination is a Slack-compatible incoming webhook.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"urlFrom": {
+						SchemaProps: spec.SchemaProps{
+							Description: "urlFrom names the key of a Secret of the namespace that holds the incoming webhook's URL: the URL is its credential. Whoever writes the notification must be allowed to get that Secret.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.KeySelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"urlFrom"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.KeySelector{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_terrarun_v1alpha1_Source(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2081,6 +2200,260 @@ func schema_pkg_apis_terrarun_v1alpha1_StageStatus(ref common.ReferenceCallback)
 		},
 		Dependencies: []string{
 			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformNotification(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformNotification tells someone outside the cluster when a run needs them or has ended: it delivers the namespace's run and workspace events it selects to a generic webhook (JSON signed as Standard Webhooks sign it), a Slack-compatible incoming webhook, or a CloudEvents receiver over HTTP. A payload carries names, phases, the plan's counts and digest and a link, never a variable, an output or a plan's content. Deliveries are retried with backoff, and recorded in status.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec is what is delivered, and where.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformNotificationSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status is what was delivered: the latest deliveries, and whether the last one reached its receiver.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.TerraformNotificationStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformNotificationSpec{}.OpenAPIModelName(), v1alpha1.TerraformNotificationStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformNotificationList is a list of TerraformNotifications.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "items are the notifications.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.TerraformNotification{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TerraformNotification{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformNotificationSpec is what a notification delivers, and where. Exactly one of webhook, slack and cloudEvents is set.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"triggers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "triggers are the events delivered: NeedsApproval, NeedsOverride, Applying, Succeeded, Failed, Drifted, PolicyFailed.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+										Enum:   []interface{}{"Applying", "Drifted", "Failed", "NeedsApproval", "NeedsOverride", "PolicyFailed", "Succeeded"},
+									},
+								},
+							},
+						},
+					},
+					"workspaces": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "workspaces limits the events to those of the runs of these TerraformWorkspaces, and to their drift; every run and workspace of the namespace when empty.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"runSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "runSelector limits the run events to the runs whose labels it selects; it does not apply to Drifted, an event of a workspace.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"webhook": {
+						SchemaProps: spec.SchemaProps{
+							Description: "webhook delivers each event as a JSON POST, signed as Standard Webhooks sign (webhook-id, webhook-timestamp and webhook-signature headers) when hmacKey is set.",
+							Ref:         ref(v1alpha1.WebhookDestination{}.OpenAPIModelName()),
+						},
+					},
+					"slack": {
+						SchemaProps: spec.SchemaProps{
+							Description: "slack delivers each event as a message to a Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat, Discord's /slack endpoint).",
+							Ref:         ref(v1alpha1.SlackDestination{}.OpenAPIModelName()),
+						},
+					},
+					"cloudEvents": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cloudEvents delivers each event as a CloudEvent (version 1.0, binary content mode) over HTTP, signed as webhook is when hmacKey is set.",
+							Ref:         ref(v1alpha1.WebhookDestination{}.OpenAPIModelName()),
+						},
+					},
+					"webViewURL": {
+						SchemaProps: spec.SchemaProps{
+							Description: "webViewURL is the base URL of a web view of runs: each payload links to webViewURL/namespaces/NAMESPACE/terraformruns/NAME (or .../terraformworkspaces/NAME). The server's --web-view-url when unset; no link when neither is set.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"triggers"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SlackDestination{}.OpenAPIModelName(), v1alpha1.WebhookDestination{}.OpenAPIModelName(), metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_TerraformNotificationStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TerraformNotificationStatus is what a notification delivered.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "observedGeneration is the generation last acted on.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "conditions: Ready is True when the last delivery reached its receiver, False (DeliveryFailing, DeliveryFailed) when it did not.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"deliveries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "deliveries are the latest deliveries, oldest event first, at most 100.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NotificationDelivery{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"horizon": {
+						SchemaProps: spec.SchemaProps{
+							Description: "horizon is the time of the newest event whose delivery record was dropped to keep deliveries at 100: no event at or before it is delivered again.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.NotificationDelivery{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -3770,6 +4143,43 @@ func schema_pkg_apis_terrarun_v1alpha1_VariableSource(ref common.ReferenceCallba
 		},
 		Dependencies: []string{
 			v1alpha1.KeySelector{}.OpenAPIModelName(), v1alpha1.OutputSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_terrarun_v1alpha1_WebhookDestination(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "WebhookDestination is an HTTP receiver of events.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url is where each event is POSTed: http or https. A redirect is not followed, and what the receiver answers is not kept beyond its status.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"hmacKey": {
+						SchemaProps: spec.SchemaProps{
+							Description: "hmacKey names the key of a Secret of the namespace whose value signs each delivery. Whoever writes the notification must be allowed to get that Secret. Unsigned when unset.",
+							Ref:         ref(v1alpha1.KeySelector{}.OpenAPIModelName()),
+						},
+					},
+					"caBundle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caBundle is PEM-encoded CA certificates that verify an https receiver; the system's trusted roots when unset.",
+							Type:        []string{"string"},
+							Format:      "byte",
+						},
+					},
+				},
+				Required: []string{"url"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.KeySelector{}.OpenAPIModelName()},
 	}
 }
 

@@ -219,6 +219,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	if task, ok := a.GetObject().(*terrarun.TerraformRunTask); ok && a.GetSubresource() == "" {
 		return deny(a, p.checkRunTask(ctx, a.GetUserInfo(), a.GetNamespace(), task))
 	}
+	if n, ok := a.GetObject().(*terrarun.TerraformNotification); ok && a.GetSubresource() == "" {
+		return deny(a, p.checkNotification(ctx, a.GetUserInfo(), a.GetNamespace(), n))
+	}
 	if a.GetResource().GroupResource() != terrarun.Resource("terraformruns") {
 		return nil
 	}

@@ -124,6 +124,40 @@ func (p *Plugin) checkRunTask(ctx context.Context, u user.Info, namespace string
 	return vs
 }
 
+// checkNotification asks the authorizer whether u, who writes n, may read
+// what n delivers and the Secrets it names: a notification tells its
+// receiver about the namespace's runs (and, for Drifted, workspaces), so
+// it may tell only what its writer may list; and the server reads its HMAC
+// key or Slack URL on its writer's behalf.
+func (p *Plugin) checkNotification(ctx context.Context, u user.Info, namespace string, n *terrarun.TerraformNotification) []violation {
+	spec := field.NewPath("spec")
+	refs := []reference{{path: spec.Child("triggers"), verb: "list", group: terrarun.GroupName, resource: "terraformruns", what: "the runs of the namespace"}}
+	if slices.Contains(n.Spec.Triggers, terrarun.TriggerDrifted) {
+		refs = append(refs, reference{path: spec.Child("triggers"), verb: "list", group: terrarun.GroupName, resource: "terraformworkspaces", what: "the workspaces of the namespace"})
+	}
+	secret := func(path *field.Path, k *terrarun.KeySelector) {
+		if k != nil {
+			refs = append(refs, reference{path: path, verb: "get", resource: "secrets", name: k.Name, what: fmt.Sprintf("Secret %q", k.Name)})
+		}
+	}
+	if d := n.Spec.Webhook; d != nil {
+		secret(spec.Child("webhook", "hmacKey", "name"), d.HMACKey)
+	}
+	if d := n.Spec.CloudEvents; d != nil {
+		secret(spec.Child("cloudEvents", "hmacKey", "name"), d.HMACKey)
+	}
+	if d := n.Spec.Slack; d != nil {
+		secret(spec.Child("slack", "urlFrom", "name"), &d.URLFrom)
+	}
+	var vs []violation
+	for _, r := range p.refused(ctx, u, namespace, refs) {
+		vs = append(vs, violation{r.path, fmt.Sprintf(
+			"user %q may not %s %s in namespace %q%s, and a notification may use and tell only what whoever writes it may: the server would read %s on your behalf; get that permission, or change the notification",
+			userName(u), r.verb, r.target, namespace, r.detail, r.what)})
+	}
+	return vs
+}
+
 // refusal is a reference its user may not use: target names what it
 // would use, detail why not.
 type refusal struct {

@@ -349,3 +349,41 @@ imageVerification:
 			`spec.engine.imageDigest: is set only by the server's image verification`)
 	})
 }
+
+// TestNotificationTellsOnlyWhatItsWriterReads: whoever writes a
+// notification must be allowed to list the runs it tells about (and the
+// workspaces, for Drifted) and to get the Secrets it names; otherwise it
+// would read them with the server's authority.
+func TestNotificationTellsOnlyWhatItsWriterReads(t *testing.T) {
+	gvr := terrarun.SchemeGroupVersion.WithResource("terraformnotifications")
+	gvk := terrarun.SchemeGroupVersion.WithKind("TerraformNotification")
+	slack := &terrarun.TerraformNotification{
+		ObjectMeta: metav1.ObjectMeta{Name: "approvals", Namespace: "dev"},
+		Spec: terrarun.TerraformNotificationSpec{Triggers: []terrarun.NotificationTrigger{terrarun.TriggerNeedsApproval, terrarun.TriggerDrifted},
+			Slack: &terrarun.SlackDestination{URLFrom: terrarun.KeySelector{Name: "slack", Key: "url"}}},
+	}
+	attrs := func(n *terrarun.TerraformNotification, op admission.Operation) admission.Attributes {
+		return admission.NewAttributesRecord(n, nil, gvk, n.Namespace, n.Name, gvr, "", op, nil, false, alice)
+	}
+	g := &grants{allowed: map[string]bool{}}
+	p := newPlugin(t, minimalPolicy, clusterLabeler(t))
+	p.SetAuthorizer(authorizer.AuthorizerFunc(g.Authorize))
+	for _, op := range []admission.Operation{admission.Create, admission.Update} {
+		checkResult(t, p.Validate(context.Background(), attrs(slack, op), nil),
+			`spec.triggers: user "alice" may not list terraformruns in namespace "dev"`,
+			`spec.triggers: user "alice" may not list terraformworkspaces in namespace "dev"`,
+			`spec.slack.urlFrom.name: user "alice" may not get secrets "slack" in namespace "dev" (no RBAC policy matched), and a notification may use and tell only what whoever writes it may`)
+	}
+	g.allowed["alice list terraformruns/"] = true
+	g.allowed["alice list terraformworkspaces/"] = true
+	g.allowed["alice get secrets/slack"] = true
+	checkResult(t, p.Validate(context.Background(), attrs(slack, admission.Create), nil))
+
+	hook := &terrarun.TerraformNotification{
+		ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: "dev"},
+		Spec: terrarun.TerraformNotificationSpec{Triggers: []terrarun.NotificationTrigger{terrarun.TriggerFailed},
+			CloudEvents: &terrarun.WebhookDestination{URL: "https://events.example", HMACKey: &terrarun.KeySelector{Name: "signing", Key: "key"}}},
+	}
+	checkResult(t, p.Validate(context.Background(), attrs(hook, admission.Create), nil),
+		`spec.cloudEvents.hmacKey.name: user "alice" may not get secrets "signing"`)
+}

@@ -45,6 +45,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TerraformRunOverride{},
 		&TerraformRunTask{},
 		&TerraformRunTaskList{},
+		&TerraformNotification{},
+		&TerraformNotificationList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

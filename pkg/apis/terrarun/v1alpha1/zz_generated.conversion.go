@@ -158,6 +158,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*NotificationDelivery)(nil), (*terrarun.NotificationDelivery)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_NotificationDelivery_To_terrarun_NotificationDelivery(a.(*NotificationDelivery), b.(*terrarun.NotificationDelivery), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.NotificationDelivery)(nil), (*NotificationDelivery)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_NotificationDelivery_To_v1alpha1_NotificationDelivery(a.(*terrarun.NotificationDelivery), b.(*NotificationDelivery), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*OCIReference)(nil), (*terrarun.OCIReference)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_OCIReference_To_terrarun_OCIReference(a.(*OCIReference), b.(*terrarun.OCIReference), scope)
 	}); err != nil {
@@ -328,6 +338,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*SlackDestination)(nil), (*terrarun.SlackDestination)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_SlackDestination_To_terrarun_SlackDestination(a.(*SlackDestination), b.(*terrarun.SlackDestination), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.SlackDestination)(nil), (*SlackDestination)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_SlackDestination_To_v1alpha1_SlackDestination(a.(*terrarun.SlackDestination), b.(*SlackDestination), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*Source)(nil), (*terrarun.Source)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_Source_To_terrarun_Source(a.(*Source), b.(*terrarun.Source), scope)
 	}); err != nil {
@@ -375,6 +395,46 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.StageStatus)(nil), (*StageStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_StageStatus_To_v1alpha1_StageStatus(a.(*terrarun.StageStatus), b.(*StageStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformNotification)(nil), (*terrarun.TerraformNotification)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformNotification_To_terrarun_TerraformNotification(a.(*TerraformNotification), b.(*terrarun.TerraformNotification), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformNotification)(nil), (*TerraformNotification)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformNotification_To_v1alpha1_TerraformNotification(a.(*terrarun.TerraformNotification), b.(*TerraformNotification), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformNotificationList)(nil), (*terrarun.TerraformNotificationList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformNotificationList_To_terrarun_TerraformNotificationList(a.(*TerraformNotificationList), b.(*terrarun.TerraformNotificationList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformNotificationList)(nil), (*TerraformNotificationList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformNotificationList_To_v1alpha1_TerraformNotificationList(a.(*terrarun.TerraformNotificationList), b.(*TerraformNotificationList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformNotificationSpec)(nil), (*terrarun.TerraformNotificationSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec(a.(*TerraformNotificationSpec), b.(*terrarun.TerraformNotificationSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformNotificationSpec)(nil), (*TerraformNotificationSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec(a.(*terrarun.TerraformNotificationSpec), b.(*TerraformNotificationSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TerraformNotificationStatus)(nil), (*terrarun.TerraformNotificationStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus(a.(*TerraformNotificationStatus), b.(*terrarun.TerraformNotificationStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.TerraformNotificationStatus)(nil), (*TerraformNotificationStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus(a.(*terrarun.TerraformNotificationStatus), b.(*TerraformNotificationStatus), scope)
 	}); err != nil {
 		return err
 	}
@@ -635,6 +695,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*terrarun.VariableSource)(nil), (*VariableSource)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_terrarun_VariableSource_To_v1alpha1_VariableSource(a.(*terrarun.VariableSource), b.(*VariableSource), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*WebhookDestination)(nil), (*terrarun.WebhookDestination)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_WebhookDestination_To_terrarun_WebhookDestination(a.(*WebhookDestination), b.(*terrarun.WebhookDestination), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*terrarun.WebhookDestination)(nil), (*WebhookDestination)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_terrarun_WebhookDestination_To_v1alpha1_WebhookDestination(a.(*terrarun.WebhookDestination), b.(*WebhookDestination), scope)
 	}); err != nil {
 		return err
 	}
@@ -929,6 +999,26 @@ func autoConvert_terrarun_KeySelector_To_v1alpha1_KeySelector(in *terrarun.KeySe
 // Convert_terrarun_KeySelector_To_v1alpha1_KeySelector is an autogenerated conversion function.
 func Convert_terrarun_KeySelector_To_v1alpha1_KeySelector(in *terrarun.KeySelector, out *KeySelector, s conversion.Scope) error {
 	return autoConvert_terrarun_KeySelector_To_v1alpha1_KeySelector(in, out, s)
+}
+
+func autoConvert_v1alpha1_NotificationDelivery_To_terrarun_NotificationDelivery(in *NotificationDelivery, out *terrarun.NotificationDelivery, s conversion.Scope) error {
+	*out = *(*terrarun.NotificationDelivery)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_NotificationDelivery_To_terrarun_NotificationDelivery is an autogenerated conversion function.
+func Convert_v1alpha1_NotificationDelivery_To_terrarun_NotificationDelivery(in *NotificationDelivery, out *terrarun.NotificationDelivery, s conversion.Scope) error {
+	return autoConvert_v1alpha1_NotificationDelivery_To_terrarun_NotificationDelivery(in, out, s)
+}
+
+func autoConvert_terrarun_NotificationDelivery_To_v1alpha1_NotificationDelivery(in *terrarun.NotificationDelivery, out *NotificationDelivery, s conversion.Scope) error {
+	*out = *(*NotificationDelivery)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_NotificationDelivery_To_v1alpha1_NotificationDelivery is an autogenerated conversion function.
+func Convert_terrarun_NotificationDelivery_To_v1alpha1_NotificationDelivery(in *terrarun.NotificationDelivery, out *NotificationDelivery, s conversion.Scope) error {
+	return autoConvert_terrarun_NotificationDelivery_To_v1alpha1_NotificationDelivery(in, out, s)
 }
 
 func autoConvert_v1alpha1_OCIReference_To_terrarun_OCIReference(in *OCIReference, out *terrarun.OCIReference, s conversion.Scope) error {
@@ -1271,6 +1361,26 @@ func Convert_terrarun_RunTaskCall_To_v1alpha1_RunTaskCall(in *terrarun.RunTaskCa
 	return autoConvert_terrarun_RunTaskCall_To_v1alpha1_RunTaskCall(in, out, s)
 }
 
+func autoConvert_v1alpha1_SlackDestination_To_terrarun_SlackDestination(in *SlackDestination, out *terrarun.SlackDestination, s conversion.Scope) error {
+	*out = *(*terrarun.SlackDestination)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_SlackDestination_To_terrarun_SlackDestination is an autogenerated conversion function.
+func Convert_v1alpha1_SlackDestination_To_terrarun_SlackDestination(in *SlackDestination, out *terrarun.SlackDestination, s conversion.Scope) error {
+	return autoConvert_v1alpha1_SlackDestination_To_terrarun_SlackDestination(in, out, s)
+}
+
+func autoConvert_terrarun_SlackDestination_To_v1alpha1_SlackDestination(in *terrarun.SlackDestination, out *SlackDestination, s conversion.Scope) error {
+	*out = *(*SlackDestination)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_SlackDestination_To_v1alpha1_SlackDestination is an autogenerated conversion function.
+func Convert_terrarun_SlackDestination_To_v1alpha1_SlackDestination(in *terrarun.SlackDestination, out *SlackDestination, s conversion.Scope) error {
+	return autoConvert_terrarun_SlackDestination_To_v1alpha1_SlackDestination(in, out, s)
+}
+
 func autoConvert_v1alpha1_Source_To_terrarun_Source(in *Source, out *terrarun.Source, s conversion.Scope) error {
 	*out = *(*terrarun.Source)(unsafe.Pointer(in))
 	return nil
@@ -1369,6 +1479,100 @@ func autoConvert_terrarun_StageStatus_To_v1alpha1_StageStatus(in *terrarun.Stage
 // Convert_terrarun_StageStatus_To_v1alpha1_StageStatus is an autogenerated conversion function.
 func Convert_terrarun_StageStatus_To_v1alpha1_StageStatus(in *terrarun.StageStatus, out *StageStatus, s conversion.Scope) error {
 	return autoConvert_terrarun_StageStatus_To_v1alpha1_StageStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformNotification_To_terrarun_TerraformNotification(in *TerraformNotification, out *terrarun.TerraformNotification, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_TerraformNotification_To_terrarun_TerraformNotification is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformNotification_To_terrarun_TerraformNotification(in *TerraformNotification, out *terrarun.TerraformNotification, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformNotification_To_terrarun_TerraformNotification(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformNotification_To_v1alpha1_TerraformNotification(in *terrarun.TerraformNotification, out *TerraformNotification, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_terrarun_TerraformNotification_To_v1alpha1_TerraformNotification is an autogenerated conversion function.
+func Convert_terrarun_TerraformNotification_To_v1alpha1_TerraformNotification(in *terrarun.TerraformNotification, out *TerraformNotification, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformNotification_To_v1alpha1_TerraformNotification(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformNotificationList_To_terrarun_TerraformNotificationList(in *TerraformNotificationList, out *terrarun.TerraformNotificationList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]terrarun.TerraformNotification)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformNotificationList_To_terrarun_TerraformNotificationList is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformNotificationList_To_terrarun_TerraformNotificationList(in *TerraformNotificationList, out *terrarun.TerraformNotificationList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformNotificationList_To_terrarun_TerraformNotificationList(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformNotificationList_To_v1alpha1_TerraformNotificationList(in *terrarun.TerraformNotificationList, out *TerraformNotificationList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]TerraformNotification)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_terrarun_TerraformNotificationList_To_v1alpha1_TerraformNotificationList is an autogenerated conversion function.
+func Convert_terrarun_TerraformNotificationList_To_v1alpha1_TerraformNotificationList(in *terrarun.TerraformNotificationList, out *TerraformNotificationList, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformNotificationList_To_v1alpha1_TerraformNotificationList(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec(in *TerraformNotificationSpec, out *terrarun.TerraformNotificationSpec, s conversion.Scope) error {
+	*out = *(*terrarun.TerraformNotificationSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec(in *TerraformNotificationSpec, out *terrarun.TerraformNotificationSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformNotificationSpec_To_terrarun_TerraformNotificationSpec(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec(in *terrarun.TerraformNotificationSpec, out *TerraformNotificationSpec, s conversion.Scope) error {
+	*out = *(*TerraformNotificationSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec is an autogenerated conversion function.
+func Convert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec(in *terrarun.TerraformNotificationSpec, out *TerraformNotificationSpec, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformNotificationSpec_To_v1alpha1_TerraformNotificationSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus(in *TerraformNotificationStatus, out *terrarun.TerraformNotificationStatus, s conversion.Scope) error {
+	*out = *(*terrarun.TerraformNotificationStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus is an autogenerated conversion function.
+func Convert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus(in *TerraformNotificationStatus, out *terrarun.TerraformNotificationStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TerraformNotificationStatus_To_terrarun_TerraformNotificationStatus(in, out, s)
+}
+
+func autoConvert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus(in *terrarun.TerraformNotificationStatus, out *TerraformNotificationStatus, s conversion.Scope) error {
+	*out = *(*TerraformNotificationStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus is an autogenerated conversion function.
+func Convert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus(in *terrarun.TerraformNotificationStatus, out *TerraformNotificationStatus, s conversion.Scope) error {
+	return autoConvert_terrarun_TerraformNotificationStatus_To_v1alpha1_TerraformNotificationStatus(in, out, s)
 }
 
 func autoConvert_v1alpha1_TerraformPolicy_To_terrarun_TerraformPolicy(in *TerraformPolicy, out *terrarun.TerraformPolicy, s conversion.Scope) error {
@@ -2090,6 +2294,30 @@ func autoConvert_terrarun_VariableSource_To_v1alpha1_VariableSource(in *terrarun
 // Convert_terrarun_VariableSource_To_v1alpha1_VariableSource is an autogenerated conversion function.
 func Convert_terrarun_VariableSource_To_v1alpha1_VariableSource(in *terrarun.VariableSource, out *VariableSource, s conversion.Scope) error {
 	return autoConvert_terrarun_VariableSource_To_v1alpha1_VariableSource(in, out, s)
+}
+
+func autoConvert_v1alpha1_WebhookDestination_To_terrarun_WebhookDestination(in *WebhookDestination, out *terrarun.WebhookDestination, s conversion.Scope) error {
+	out.URL = in.URL
+	out.HMACKey = (*terrarun.KeySelector)(unsafe.Pointer(in.HMACKey))
+	out.CABundle = *(*[]byte)(unsafe.Pointer(&in.CABundle))
+	return nil
+}
+
+// Convert_v1alpha1_WebhookDestination_To_terrarun_WebhookDestination is an autogenerated conversion function.
+func Convert_v1alpha1_WebhookDestination_To_terrarun_WebhookDestination(in *WebhookDestination, out *terrarun.WebhookDestination, s conversion.Scope) error {
+	return autoConvert_v1alpha1_WebhookDestination_To_terrarun_WebhookDestination(in, out, s)
+}
+
+func autoConvert_terrarun_WebhookDestination_To_v1alpha1_WebhookDestination(in *terrarun.WebhookDestination, out *WebhookDestination, s conversion.Scope) error {
+	out.URL = in.URL
+	out.HMACKey = (*KeySelector)(unsafe.Pointer(in.HMACKey))
+	out.CABundle = *(*[]byte)(unsafe.Pointer(&in.CABundle))
+	return nil
+}
+
+// Convert_terrarun_WebhookDestination_To_v1alpha1_WebhookDestination is an autogenerated conversion function.
+func Convert_terrarun_WebhookDestination_To_v1alpha1_WebhookDestination(in *terrarun.WebhookDestination, out *WebhookDestination, s conversion.Scope) error {
+	return autoConvert_terrarun_WebhookDestination_To_v1alpha1_WebhookDestination(in, out, s)
 }
 
 func autoConvert_v1alpha1_WorkspaceReference_To_terrarun_WorkspaceReference(in *WorkspaceReference, out *terrarun.WorkspaceReference, s conversion.Scope) error {

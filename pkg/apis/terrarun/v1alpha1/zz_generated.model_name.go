@@ -82,6 +82,11 @@ func (in KeySelector) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NotificationDelivery) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.NotificationDelivery"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OCIReference) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.OCIReference"
 }
@@ -167,6 +172,11 @@ func (in RunTaskCall) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SlackDestination) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.SlackDestination"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Source) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.Source"
 }
@@ -189,6 +199,26 @@ func (in SourceStatus) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in StageStatus) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.StageStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformNotification) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformNotification"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformNotificationList) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformNotificationList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformNotificationSpec) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformNotificationSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TerraformNotificationStatus) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.TerraformNotificationStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -319,6 +349,11 @@ func (in Variable) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in VariableSource) OpenAPIModelName() string {
 	return "dev.terrarun.v1alpha1.VariableSource"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in WebhookDestination) OpenAPIModelName() string {
+	return "dev.terrarun.v1alpha1.WebhookDestination"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

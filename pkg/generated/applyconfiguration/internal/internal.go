@@ -39,6 +39,16 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.terrarun.terrarun.pkg.apis.terrarun.v1alpha1.TerraformNotification
+  scalar: untyped
+  list:
+    elementType:
+      namedType: __untyped_atomic_
+    elementRelationship: atomic
+  map:
+    elementType:
+      namedType: __untyped_deduced_
+    elementRelationship: separable
 - name: com.github.terrarun.terrarun.pkg.apis.terrarun.v1alpha1.TerraformPolicy
   scalar: untyped
   list:

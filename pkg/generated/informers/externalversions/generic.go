@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=terrarun.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("terraformnotifications"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformNotifications().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformpolicies"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Terrarun().V1alpha1().TerraformPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("terraformruns"):

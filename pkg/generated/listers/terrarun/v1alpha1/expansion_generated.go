@@ -18,6 +18,14 @@ limitations under the License.
 
 package v1alpha1
 
+// TerraformNotificationListerExpansion allows custom methods to be added to
+// TerraformNotificationLister.
+type TerraformNotificationListerExpansion interface{}
+
+// TerraformNotificationNamespaceListerExpansion allows custom methods to be added to
+// TerraformNotificationNamespaceLister.
+type TerraformNotificationNamespaceListerExpansion interface{}
+
 // TerraformPolicyListerExpansion allows custom methods to be added to
 // TerraformPolicyLister.
 type TerraformPolicyListerExpansion interface{}

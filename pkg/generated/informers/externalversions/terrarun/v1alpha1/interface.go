@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// TerraformNotifications returns a TerraformNotificationInformer.
+	TerraformNotifications() TypedTerraformNotificationInformer
 	// TerraformPolicies returns a TerraformPolicyInformer.
 	TerraformPolicies() TypedTerraformPolicyInformer
 	// TerraformRuns returns a TerraformRunInformer.
@@ -43,6 +45,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// TerraformNotifications returns a TypedTerraformNotificationInformer.
+func (v *version) TerraformNotifications() TypedTerraformNotificationInformer {
+	return &terraformNotificationInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // TerraformPolicies returns a TypedTerraformPolicyInformer.

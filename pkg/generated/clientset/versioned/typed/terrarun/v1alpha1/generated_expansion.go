@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1alpha1
 
+type TerraformNotificationExpansion interface{}
+
 type TerraformPolicyExpansion interface{}
 
 type TerraformRunExpansion interface{}

@@ -28,6 +28,7 @@ import (
 
 type TerrarunV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	TerraformNotificationsGetter
 	TerraformPoliciesGetter
 	TerraformRunsGetter
 	TerraformRunTasksGetter
@@ -37,6 +38,10 @@ type TerrarunV1alpha1Interface interface {
 // TerrarunV1alpha1Client is used to interact with features provided by the terrarun.dev group.
 type TerrarunV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *TerrarunV1alpha1Client) TerraformNotifications(namespace string) TerraformNotificationInterface {
+	return newTerraformNotifications(c, namespace)
 }
 
 func (c *TerrarunV1alpha1Client) TerraformPolicies() TerraformPolicyInterface {

@@ -28,6 +28,10 @@ type FakeTerrarunV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeTerrarunV1alpha1) TerraformNotifications(namespace string) v1alpha1.TerraformNotificationInterface {
+	return newFakeTerraformNotifications(c, namespace)
+}
+
 func (c *FakeTerrarunV1alpha1) TerraformPolicies() v1alpha1.TerraformPolicyInterface {
 	return newFakeTerraformPolicies(c)
 }
