@@ -231,6 +231,10 @@ spec:
 
 	run := e.waitPhase(t, "manual", 3*time.Minute, v1alpha1.RunPhaseAwaitingApproval)
 	r.waitFor(t, "slack", "Slack Run default/manual waits for an approval: +1 ~0 -0, plan "+run.Status.Plan.Digest+"; it needs 1 more approval(s) from other users (0 of 1). <https://runs.example.com/terrarun/namespaces/default/terraformruns/manual|Open in terrarun>")
+	// The webhook refuses its first delivery; a retry still due once the
+	// run is approved would be given up (the run no longer needs anyone),
+	// so the approval waits for the webhook to have it.
+	r.waitFor(t, "webhook", "NeedsApproval manual")
 	if out, err := e.approve(t, e.bob, run); err != nil {
 		t.Fatalf("bob approves: %v\n%s", err, out)
 	}
