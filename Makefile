@@ -70,10 +70,11 @@ run: requirements-run build ## Start terrarun standalone (embedded etcd, self-si
 test: requirements-test verify unit integration e2e ## Run every test: static checks, codegen verification, unit, integration and end-to-end.
 
 .PHONY: verify
-verify: requirements-verify ## gofmt, go vet and generated-code freshness.
+verify: requirements-verify ## gofmt, go vet, generated-code freshness, and the embedded web view's (rebuilt from web/'s lockfile).
 	@out=$$(gofmt -l cmd pkg test hack charts); if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	hack/verify-codegen.sh
+	hack/update-webview.sh --verify
 
 .PHONY: unit
 unit: requirements-unit ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist; the object store against a real S3-compatible server; OCI sources against a real registry), and the chart's with helm; as any user.

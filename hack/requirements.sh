@@ -45,9 +45,9 @@ needs() {
 	case $1 in
 	run) echo "go certs" ;;
 	codegen) echo "go certs protoc" ;;
-	verify) echo "go certs git protoc" ;;
+	verify) echo "go certs git protoc npm" ;;
 	unit) echo "go certs cc git flock" ;;
-	integration) echo "go certs cc git curl" ;;
+	integration) echo "go certs cc git curl chromium" ;;
 	images) echo "go certs git ssh ca-bundle debian" ;;
 	e2e) echo "$(needs images) cc flock ip root" ;;
 	test) echo "$(needs verify) $(needs unit) $(needs integration) $(needs e2e)" ;;
@@ -91,6 +91,14 @@ about() {
 		why="the integration tests' sandbox attack probes etcd's port with it"
 		packages=curl
 		;;
+	npm)
+		why="hack/update-webview.sh --verify (make verify) rebuilds the web view from web/package-lock.json with Node.js and npm"
+		packages="nodejs npm"
+		;;
+	chromium)
+		why="the web view's tests drive a real browser: Debian's Chromium, headless"
+		packages=chromium
+		;;
 	flock)
 		why="hack/helm.sh serializes its builds with it"
 		packages=util-linux
@@ -125,7 +133,7 @@ has() {
 	ca-bundle) [[ -f /etc/ssl/certs/ca-certificates.crt ]] ;;
 	debian) command -v dpkg >/dev/null && command -v dpkg-query >/dev/null && command -v ldd >/dev/null ;;
 	root) [[ $(id -u) -eq 0 ]] ;;
-	*) command -v "$1" >/dev/null ;; # protoc, git, curl, flock, ip, ssh
+	*) command -v "$1" >/dev/null ;; # protoc, git, curl, flock, ip, ssh, npm, chromium
 	esac
 }
 # has_certs: a CA bundle where Go looks for one on Linux (crypto/x509's

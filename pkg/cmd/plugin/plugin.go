@@ -142,6 +142,7 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl terrarun workspaces [-A]           workspaces: ready, drifted, suspended, current and last applied runs
   kubectl terrarun rerun|suspend|resume WS   start a run of a workspace now; stop it starting runs; let it again
   kubectl terrarun graph [--dot]             the workspaces' dependencies, dependencies first
+  kubectl terrarun ui [--port N] [--open]    the web view: runs, plan diffs, live logs, approvals, workspaces
 
 Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
 		SilenceUsage:  true,
@@ -154,7 +155,7 @@ Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed 
 	o.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(o.runsCommand(), o.planCommand(), o.logsCommand(), o.outputsCommand(),
 		o.approveCommand(), o.overrideCommand(), o.actionCommand("discard"), o.actionCommand("cancel"), o.waitCommand(), o.rerunCommand(),
-		o.workspacesCommand(), o.suspendCommand(true), o.suspendCommand(false), o.graphCommand(), o.versionCommand())
+		o.workspacesCommand(), o.suspendCommand(true), o.suspendCommand(false), o.graphCommand(), o.uiCommand(), o.versionCommand())
 	return root
 }
 
