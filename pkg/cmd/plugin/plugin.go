@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -139,7 +140,8 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
   kubectl terrarun override RUN --justification TEXT
                                              shows the SoftMandatory policy failures and digest, asks, overrides them for that digest
   kubectl terrarun wait RUN                  until a final phase; the exit code says which
-  kubectl terrarun workspaces [-A]           workspaces: ready, drifted, suspended, current and last applied runs
+  kubectl terrarun workspaces [-A] [-o ...] [-w]
+                                             workspaces: ready, drifted, suspended, current and last applied runs
   kubectl terrarun rerun|suspend|resume WS   start a run of a workspace now; stop it starting runs; let it again
   kubectl terrarun graph [--dot]             the workspaces' dependencies, dependencies first
   kubectl terrarun ui [--port N] [--open]    the web view: runs, plan diffs, live logs, approvals, workspaces
@@ -263,6 +265,7 @@ func (o *options) runsCommand() *cobra.Command {
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The runs of every namespace you may list.")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide (workspace, creator and plan digest too), json, yaml or name.")
 	cmd.Flags().BoolVarP(&watching, "watch", "w", false, "After the list, print a row for each change of a run, until interrupted.")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(runOutputs, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -306,9 +309,18 @@ func orDash(s string) string {
 
 // printRuns prints list as kubectl get -o json, yaml or name does.
 func printRuns(w io.Writer, output string, list *v1alpha1.TerraformRunList) error {
-	kind := v1alpha1.SchemeGroupVersion.WithKind("TerraformRun")
+	objs := make([]runtime.Object, len(list.Items))
 	for i := range list.Items {
-		list.Items[i].SetGroupVersionKind(kind)
+		objs[i] = &list.Items[i]
+	}
+	return printObjects(w, output, v1alpha1.SchemeGroupVersion.WithKind("TerraformRun"), objs)
+}
+
+// printObjects prints objs, of kind, as kubectl get -o json, yaml or name
+// does: a v1 List of them, or their names.
+func printObjects(w io.Writer, output string, kind schema.GroupVersionKind, objs []runtime.Object) error {
+	for _, obj := range objs {
+		obj.GetObjectKind().SetGroupVersionKind(kind)
 	}
 	var p printers.ResourcePrinter
 	switch output {
@@ -320,17 +332,16 @@ func printRuns(w io.Writer, output string, list *v1alpha1.TerraformRunList) erro
 		p = &printers.NamePrinter{}
 	}
 	if output == "name" {
-		for i := range list.Items {
-			if err := p.PrintObj(&list.Items[i], w); err != nil {
+		for _, obj := range objs {
+			if err := p.PrintObj(obj, w); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	// As kubectl prints a list: a v1 List of the items.
-	items := make([]runtime.RawExtension, len(list.Items))
-	for i := range list.Items {
-		items[i] = runtime.RawExtension{Object: &list.Items[i]}
+	items := make([]runtime.RawExtension, len(objs))
+	for i, obj := range objs {
+		items[i] = runtime.RawExtension{Object: obj}
 	}
 	return p.PrintObj(&metav1.List{TypeMeta: metav1.TypeMeta{Kind: "List", APIVersion: "v1"}, Items: items}, w)
 }

@@ -3,32 +3,56 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
 )
 
 func (o *options) workspacesCommand() *cobra.Command {
-	var all bool
-	cmd := o.command("workspaces [-A]", "List workspaces: ready, drifted, suspended, the run under way and the last applied", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+	var output string
+	var all, watching bool
+	cmd := o.command("workspaces [-A] [-o wide|json|yaml|name] [-w]", "List workspaces: ready, drifted, suspended, the run under way and the last applied", cobra.NoArgs, func(ctx context.Context, cs versioned.Interface, ns string, _ []string) error {
+		if output != "" && !slices.Contains(runOutputs, output) {
+			return fmt.Errorf("unknown output format %q for -o: use one of %s", output, strings.Join(runOutputs, ", "))
+		}
 		if all {
 			ns = metav1.NamespaceAll
 		}
-		list, err := cs.TerrarunV1alpha1().TerraformWorkspaces(ns).List(ctx, metav1.ListOptions{})
+		workspaces := cs.TerrarunV1alpha1().TerraformWorkspaces(ns)
+		list, err := workspaces.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
-		if len(list.Items) == 0 {
+		sort.Slice(list.Items, func(i, j int) bool {
+			a, b := &list.Items[i], &list.Items[j]
+			return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
+		})
+		switch output {
+		case "json", "yaml", "name":
+			if watching {
+				return fmt.Errorf("--watch prints the table; leave out -o %s, or use kubectl get terraformworkspaces -o %s --watch", output, output)
+			}
+			objs := make([]runtime.Object, len(list.Items))
+			for i := range list.Items {
+				objs[i] = &list.Items[i]
+			}
+			return printObjects(o.streams.Out, output, v1alpha1.SchemeGroupVersion.WithKind("TerraformWorkspace"), objs)
+		}
+		if len(list.Items) == 0 && !watching {
 			if all {
 				fmt.Fprintln(o.streams.ErrOut, "No workspaces in any namespace.")
 			} else {
@@ -36,30 +60,74 @@ func (o *options) workspacesCommand() *cobra.Command {
 			}
 			return nil
 		}
-		sort.Slice(list.Items, func(i, j int) bool {
-			a, b := &list.Items[i], &list.Items[j]
-			return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
-		})
-		now := time.Now()
 		w := tabwriter.NewWriter(o.streams.Out, 0, 4, 3, ' ', 0)
 		header := []string{"NAME", "READY", "DRIFTED", "SUSPENDED", "CURRENT-RUN", "LAST-APPLIED", "AGE"}
 		if all {
 			header = append([]string{"NAMESPACE"}, header...)
 		}
+		if output == "wide" {
+			header = append(header, "LAST-DRIFT-CHECK", "DEPENDS-ON", "REVISION")
+		}
 		fmt.Fprintln(w, strings.Join(header, "\t"))
 		for i := range list.Items {
-			ws := &list.Items[i]
-			row := []string{ws.Name, condition(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady), condition(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted),
-				fmt.Sprint(ws.Spec.Suspend), orDash(ws.Status.CurrentRun), orDash(ws.Status.LastAppliedRun), duration.HumanDuration(now.Sub(ws.CreationTimestamp.Time))}
-			if all {
-				row = append([]string{ws.Namespace}, row...)
-			}
-			fmt.Fprintln(w, strings.Join(row, "\t"))
+			fmt.Fprintln(w, strings.Join(workspaceRow(&list.Items[i], all, output == "wide", time.Now()), "\t"))
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil || !watching {
+			return err
+		}
+		// As kubectl get --watch: a row for each change, until interrupted.
+		ctx, cancel := signalContextFrom(ctx)
+		defer cancel()
+		watcher, err := workspaces.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			return err
+		}
+		defer watcher.Stop()
+		for ev := range watcher.ResultChan() {
+			switch ev.Type {
+			case watch.Error:
+				return apierrors.FromObject(ev.Object)
+			case watch.Added, watch.Modified, watch.Deleted:
+				ws, ok := ev.Object.(*v1alpha1.TerraformWorkspace)
+				if !ok {
+					continue
+				}
+				fmt.Fprintln(w, strings.Join(workspaceRow(ws, all, output == "wide", time.Now()), "\t"))
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The workspaces of every namespace you may list.")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide (last drift check, dependencies and applied revision too), json, yaml or name.")
+	cmd.Flags().BoolVarP(&watching, "watch", "w", false, "After the list, print a row for each change of a workspace, until interrupted.")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(runOutputs, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// workspaceRow is ws's row in the workspaces table: with its namespace first
+// when all, and its last drift check, dependencies and applied revision last
+// when wide.
+func workspaceRow(ws *v1alpha1.TerraformWorkspace, all, wide bool, now time.Time) []string {
+	row := []string{ws.Name, condition(ws.Status.Conditions, v1alpha1.WorkspaceConditionReady), condition(ws.Status.Conditions, v1alpha1.WorkspaceConditionDrifted),
+		fmt.Sprint(ws.Spec.Suspend), orDash(ws.Status.CurrentRun), orDash(ws.Status.LastAppliedRun), duration.HumanDuration(now.Sub(ws.CreationTimestamp.Time))}
+	if all {
+		row = append([]string{ws.Namespace}, row...)
+	}
+	if wide {
+		check := "-"
+		if t := ws.Status.LastDriftCheck; t != nil {
+			check = duration.HumanDuration(now.Sub(t.Time)) + " ago"
+		}
+		var deps []string
+		for _, d := range ws.Spec.DependsOn {
+			deps = append(deps, d.Name)
+		}
+		row = append(row, check, orDash(strings.Join(deps, ",")), orDash(ws.Status.LastAppliedRevision))
+	}
+	return row
 }
 
 // condition is the status of condition typ, or "-" when it is not set.

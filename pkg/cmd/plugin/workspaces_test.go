@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,29 @@ func TestWorkspaces(t *testing.T) {
 	if r := srv.run(t, "", "workspaces", "-A"); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "NAMESPACE") {
 		t.Errorf("workspaces -A: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+
+	// -o as kubectl get prints, and a row per change with -w.
+	list.Items[1].Spec.DependsOn = []v1alpha1.WorkspaceReference{{Name: "web"}}
+	srv = newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformworkspaces": object(list)})
+	if r := srv.run(t, "", "workspaces", "-o", "wide"); r.code != ExitSucceeded || !strings.Contains(r.stdout, "DEPENDS-ON") || !regexp.MustCompile(`(?m)^net .* web\s+-$`).MatchString(r.stdout) {
+		t.Errorf("workspaces -o wide: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	srv.run(t, "", "workspaces", "-o", "name").expect(t, ExitSucceeded, "terraformworkspace.terrarun.dev/net\nterraformworkspace.terrarun.dev/web\n")
+	r = srv.run(t, "", "workspaces", "-o", "json")
+	var got2 struct {
+		Kind  string
+		Items []v1alpha1.TerraformWorkspace
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got2); err != nil || got2.Kind != "List" || len(got2.Items) != 2 || got2.Items[0].Kind != "TerraformWorkspace" {
+		t.Errorf("workspaces -o json: %v\n%s", err, r.stdout)
+	}
+	srv.run(t, "", "workspaces", "-o", "name", "-w").expect(t, ExitFailed, "", "--watch prints the table")
+	changed := newWorkspace("net", func(ws *v1alpha1.TerraformWorkspace) { ws.Status.CurrentRun = "net-2" })
+	srv = newFakeServer(t, map[string]http.HandlerFunc{"GET /terraformworkspaces": object(list), "WATCH /terraformworkspaces": watchEvents(false, watchEvent{"MODIFIED", changed})})
+	r = srv.run(t, "", "workspaces", "-w")
+	if lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); r.code != ExitSucceeded || len(lines) != 4 || !strings.HasPrefix(lines[3], "net") || !strings.Contains(lines[3], "net-2") {
+		t.Errorf("workspaces -w: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // TestSuspendResume checks the patch each sends and what it prints.
@@ -92,6 +117,11 @@ func TestCompletion(t *testing.T) {
 	}
 	if r := srv.run(t, "", "__complete", "approve", "web-1", ""); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, ":4\n") {
 		t.Errorf("approve web-1 <TAB>: exit %d\n%s", r.code, r.stdout)
+	}
+	for _, list := range []string{"runs", "workspaces"} {
+		if r := srv.run(t, "", "__complete", list, "-o", ""); r.code != ExitSucceeded || !strings.HasPrefix(r.stdout, "wide\njson\nyaml\nname\n:4\n") {
+			t.Errorf("%s -o <TAB>: exit %d\n%s", list, r.code, r.stdout)
+		}
 	}
 }
 
