@@ -253,6 +253,14 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 	}
 	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
 		st.Reason, st.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
+	} else if pod != nil && pod.Status.Phase == corev1.PodPending && (cs == nil || cs.State.Waiting != nil) {
+		// The kubelet retries a mount of a Secret or ConfigMap that does not
+		// exist, and only its Events say so: say it here, with the name.
+		if msg, err := e.missingVolume(ctx, pod); err != nil {
+			return executor.Status{}, err
+		} else if msg != "" {
+			st.Reason, st.Message = reasonVolumeNotFound, msg
+		}
 	}
 	if pod != nil && terminated == nil {
 		lost, recheck, err := e.nodeLost(ctx, pod)
@@ -340,6 +348,37 @@ func (e *Executor) jobPods(ctx context.Context, job *batchv1.Job) ([]corev1.Pod,
 		}
 	}
 	return pods, nil
+}
+
+// reasonVolumeNotFound: the stage's pod waits for a Secret or ConfigMap
+// that it mounts and that does not exist.
+const reasonVolumeNotFound = "VolumeNotFound"
+
+// missingVolume says which Secret or ConfigMap that pod mounts does not
+// exist, or "".
+func (e *Executor) missingVolume(ctx context.Context, pod *corev1.Pod) (string, error) {
+	for _, v := range pod.Spec.Volumes {
+		var err error
+		var kind, name string
+		switch {
+		case v.Secret != nil && (v.Secret.Optional == nil || !*v.Secret.Optional):
+			kind, name = "Secret", v.Secret.SecretName
+			_, err = e.client.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		case v.ConfigMap != nil && (v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional):
+			kind, name = "ConfigMap", v.ConfigMap.Name
+			_, err = e.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		default:
+			continue
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Sprintf("%s %s/%s not found: the stage waits until it exists (create it, or correct the run's reference to it; the pod mounts it as volume %s)",
+				kind, pod.Namespace, name, v.Name), nil
+		case err != nil:
+			return "", fmt.Errorf("reading %s %s/%s of pod %s: %w", kind, pod.Namespace, name, pod.Name, err)
+		}
+	}
+	return "", nil
 }
 
 func containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {

@@ -754,3 +754,47 @@ func TestRunNotifiesNodeLoss(t *testing.T) {
 		t.Fatal("no notification when the pod's node stopped reporting")
 	}
 }
+
+// TestStatusMissingVolume: a pod that waits to mount a Secret or ConfigMap
+// that does not exist says which, until it exists; the stage Secret, which Start
+// creates, is never the one named.
+func TestStatusMissingVolume(t *testing.T) {
+	client, e := started(t, batchv1.JobStatus{Active: 1}, nil)
+	ctx := context.Background()
+	job, err := client.BatchV1().Jobs("team-a").Get(ctx, "web-plan-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := jobPod(job, "p0d-uid")
+	pod.Spec = *job.Spec.Template.Spec.DeepCopy()
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "git-credentials", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "git-creds"}}})
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	if _, err := client.CoreV1().Pods("team-a").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The variables' Secrets first, then the git credentials.
+	for _, c := range []struct{ kind, secret, volume string }{
+		{"Secret", "db-credentials", "var-secret-0"}, {"Secret", "api", "var-secret-1"}, {"ConfigMap", "settings", "var-configmap-2"}, {"Secret", "s3-backend", "backend-config"}, {"Secret", "git-creds", "git-credentials"},
+	} {
+		st, err := e.Status(ctx, planExecution())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != executor.StateRunning || st.Reason != reasonVolumeNotFound || !strings.Contains(st.Message, c.kind+" team-a/"+c.secret+" not found") || !strings.Contains(st.Message, "volume "+c.volume) {
+			t.Errorf("a pod waiting for the missing Secret %s: %+v", c.secret, st)
+		}
+		meta := metav1.ObjectMeta{Name: c.secret, Namespace: "team-a"}
+		if c.kind == "ConfigMap" {
+			_, err = client.CoreV1().ConfigMaps("team-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: meta}, metav1.CreateOptions{})
+		} else {
+			_, err = client.CoreV1().Secrets("team-a").Create(ctx, &corev1.Secret{ObjectMeta: meta}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := e.Status(ctx, planExecution()); err != nil || st.Reason != "" || st.State != executor.StateRunning {
+		t.Errorf("once the Secrets exist: %+v, %v", st, err)
+	}
+}
