@@ -81,8 +81,8 @@ function Actions({ run }) {
   if (waiting && held && can.override) {
     actions.push(html`<${Action} label="Override" tone="warn" title=${`Override the soft-mandatory policy failures of ${ns}/${name}`} digest=${digest} field="Justification" required=${true} onAnswer=${setAnswer}
       act=${async (justification) => {
-        await post(object('terraformruns', ns, name, 'override'), { ...kind('TerraformRunOverride'), planDigest: digest, justification });
-        return `Overrode the policy failures of plan ${digest}`;
+        const r = await post(object('terraformruns', ns, name, 'override'), { ...kind('TerraformRunOverride'), planDigest: digest, justification });
+        return r.status?.message || `Override of plan ${digest} recorded`;
       }} />`);
   }
   if (waiting && can.discard) {
@@ -100,7 +100,7 @@ function Actions({ run }) {
       }} />`);
   }
   if (ws && can.rerun) {
-    actions.push(html`<${Action} label="Rerun" title=${`Start a new run of workspace ${ns}/${ws} now`} digest=${digest} field="Reason" onAnswer=${setAnswer}
+    actions.push(html`<${Action} label="Rerun" title=${`Start a new run of workspace ${ns}/${ws} now`} field="Reason" onAnswer=${setAnswer}
       act=${async (reason) => {
         const r = await post(object('terraformworkspaces', ns, ws, 'rerun'), { ...kind('TerraformWorkspaceRerun'), reason });
         setTimeout(() => navigate(runPath(ns, r.metadata.name)), 1500);

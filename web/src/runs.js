@@ -3,7 +3,7 @@
 import { html } from 'htm/preact';
 import { useEffect, useState } from 'preact/hooks';
 import { collection, watchList } from './api.js';
-import { Link, Phase, Refusal, Time, navigate, planSummary, runPath, useTick, workspacePath } from './ui.js';
+import { Link, Phase, Refusal, Time, namespaceName, navigate, planSummary, runPath, useTick, workspacePath } from './ui.js';
 
 export const PHASES = ['Pending', 'Queued', 'Planning', 'AwaitingApproval', 'Applying', 'Succeeded', 'Failed', 'Canceled', 'Discarded'];
 
@@ -61,8 +61,10 @@ export function RunsPage({ session, params }) {
   const phase = params.get('phase') || '';
   const [runs, setRuns] = useState(null);
   const [error, setError] = useState(null);
+  const bad = ns && !namespaceName(ns);
   useEffect(() => {
     setRuns(null);
+    if (bad) return;
     const sel = workspace ? { labelSelector: `terrarun.dev/workspace=${workspace}` } : {};
     return watchList(collection('terraformruns', ns), sel, setRuns, setError, true);
   }, [ns, workspace]);
@@ -89,7 +91,7 @@ export function RunsPage({ session, params }) {
         </select>
       </label>
     </form>
-    <${Refusal} error=${error} />
-    ${runs === null ? html`<p aria-busy="true">Loading runs…</p>` : html`<${RunTable} runs=${shown} showNamespace=${!ns} caption=${`${shown.length} run${shown.length === 1 ? '' : 's'}${ns ? ' in ' + ns : ' in every namespace'}, newest first, live`} />`}
+    ${bad ? html`<p class="refusal" role="alert">${`"${ns}" is not a namespace name: lowercase letters, digits and -, or empty for every namespace`}</p>` : html`<${Refusal} error=${error} />`}
+    ${bad ? null : runs === null ? html`<p aria-busy="true">Loading runs…</p>` : html`<${RunTable} runs=${shown} showNamespace=${!ns} caption=${`${shown.length} run${shown.length === 1 ? '' : 's'}${ns ? ' in ' + ns : ' in every namespace'}, newest first, live`} />`}
   </section>`;
 }

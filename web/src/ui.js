@@ -161,6 +161,9 @@ export function Action({ label, title, digest, field, required, act, tone, onAns
   </span>`;
 }
 
+/** Whether s may name a namespace (a DNS label), so that it is safe in a path. */
+export const namespaceName = (s) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s);
+
 /** An error of the server, verbatim. */
 export function Refusal({ error }) {
   if (!error) return null;

@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { collection, object, post, watchList, watchObject } from './api.js';
 import { OutputsView } from './run.js';
 import { RunTable } from './runs.js';
-import { Action, Badge, Link, Refusal, Time, navigate, runPath, safeText, useCan, useTick, workspacePath } from './ui.js';
+import { Action, Badge, Link, Refusal, Time, namespaceName, navigate, runPath, safeText, useCan, useTick, workspacePath } from './ui.js';
 
 const cond = (ws, type) => (ws.status?.conditions || []).find((c) => c.type === type);
 
@@ -24,7 +24,8 @@ export function WorkspacesPage({ session, params }) {
   const [list, setList] = useState(null);
   const [error, setError] = useState(null);
   useTick();
-  useEffect(() => watchList(collection('terraformworkspaces', ns), {}, setList, setError), [ns]);
+  const bad = ns && !namespaceName(ns);
+  useEffect(() => (bad ? undefined : watchList(collection('terraformworkspaces', ns), {}, setList, setError)), [ns]);
   const sorted = (list || []).slice().sort((a, b) => `${a.metadata.namespace}/${a.metadata.name}`.localeCompare(`${b.metadata.namespace}/${b.metadata.name}`));
   return html`<section aria-labelledby="ws-title">
     <h1 id="ws-title">Workspaces</h1>
@@ -33,8 +34,8 @@ export function WorkspacesPage({ session, params }) {
         <input name="namespace" value=${ns} placeholder="all namespaces" onChange=${(e) => navigate('/workspaces?namespace=' + encodeURIComponent(e.target.value.trim()))} />
       </label>
     </form>
-    <${Refusal} error=${error} />
-    ${list === null ? html`<p aria-busy="true">Loading workspaces…</p>` : !sorted.length ? html`<p class="empty">No workspaces.</p>` : html`
+    ${bad ? html`<p class="refusal" role="alert">${`"${ns}" is not a namespace name: lowercase letters, digits and -, or empty for every namespace`}</p>` : html`<${Refusal} error=${error} />`}
+    ${bad ? null : list === null ? html`<p aria-busy="true">Loading workspaces…</p>` : !sorted.length ? html`<p class="empty">No workspaces.</p>` : html`
       <table>
         <caption>${sorted.length} workspace${sorted.length === 1 ? '' : 's'}, live</caption>
         <thead><tr>

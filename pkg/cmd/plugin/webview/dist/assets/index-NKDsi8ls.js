@@ -15,7 +15,7 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
         </div>
       </form>
     </dialog>
-  </span>`}function $({error:e}){return e?N`<p class="refusal" role="alert">${e.message}</p>`:null}var mt=[`Pending`,`Queued`,`Planning`,`AwaitingApproval`,`Applying`,`Succeeded`,`Failed`,`Canceled`,`Discarded`],ht=e=>e.metadata.annotations?.[`terrarun.dev/trigger`]||`Direct`,gt=e=>e.metadata.labels?.[`terrarun.dev/workspace`]||``,_t=e=>e.columns?.Policy||`-`;function vt(e){return(e.status?.approvals?.length?e.status.approvals:e.status?.approval?[e.status.approval]:[]).map(e=>e.approvedBy).join(`, `)||`-`}var yt=(e,t)=>Date.parse(t.metadata.creationTimestamp)-Date.parse(e.metadata.creationTimestamp)||e.metadata.name.localeCompare(t.metadata.name);function bt({runs:e,showNamespace:t,caption:n}){return dt(),e.length?N`<table class="runs">
+  </span>`}var mt=e=>/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(e);function $({error:e}){return e?N`<p class="refusal" role="alert">${e.message}</p>`:null}var ht=[`Pending`,`Queued`,`Planning`,`AwaitingApproval`,`Applying`,`Succeeded`,`Failed`,`Canceled`,`Discarded`],gt=e=>e.metadata.annotations?.[`terrarun.dev/trigger`]||`Direct`,_t=e=>e.metadata.labels?.[`terrarun.dev/workspace`]||``,vt=e=>e.columns?.Policy||`-`;function yt(e){return(e.status?.approvals?.length?e.status.approvals:e.status?.approval?[e.status.approval]:[]).map(e=>e.approvedBy).join(`, `)||`-`}var bt=(e,t)=>Date.parse(t.metadata.creationTimestamp)-Date.parse(e.metadata.creationTimestamp)||e.metadata.name.localeCompare(t.metadata.name);function xt({runs:e,showNamespace:t,caption:n}){return dt(),e.length?N`<table class="runs">
     <caption>${n}</caption>
     <thead>
       <tr>
@@ -25,71 +25,71 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
       </tr>
     </thead>
     <tbody>
-      ${e.map(e=>{let n=gt(e);return N`<tr key=${e.metadata.uid} data-run=${e.metadata.namespace+`/`+e.metadata.name}>
+      ${e.map(e=>{let n=_t(e);return N`<tr key=${e.metadata.uid} data-run=${e.metadata.namespace+`/`+e.metadata.name}>
           ${t?N`<td>${e.metadata.namespace}</td>`:null}
           <td><${K} href=${st(e.metadata.namespace,e.metadata.name)}>${e.metadata.name}</${K}></td>
           <td>${n?N`<${K} href=${q(e.metadata.namespace,n)}>${n}</${K}>`:`-`}</td>
           <td>${e.spec.operation||`Apply`}</td>
-          <td>${ht(e)}</td>
+          <td>${gt(e)}</td>
           <td class="phase"><${lt} phase=${e.status?.phase} /></td>
           <td class="plan">${X(e)}</td>
-          <td>${_t(e)}</td>
           <td>${vt(e)}</td>
+          <td>${yt(e)}</td>
           <td><${Y} t=${e.metadata.creationTimestamp} /></td>
         </tr>`})}
     </tbody>
-  </table>`:N`<p class="empty">No runs.</p>`}function xt({session:e,params:t}){let n=t.get(`namespace`)??e.namespace,r=t.get(`workspace`)||``,i=t.get(`phase`)||``,[a,o]=L(null),[s,c]=L(null);R(()=>{o(null);let e=r?{labelSelector:`terrarun.dev/workspace=${r}`}:{};return U(Ve(`terraformruns`,n),e,o,c,!0)},[n,r]);let l=(e,n)=>{let r=new URLSearchParams(t);r.set(e,n),!n&&e!==`namespace`&&r.delete(e),G(`/?`+r.toString())},u=(a||[]).filter(e=>!i||(e.status?.phase||`Pending`)===i).sort(yt);return N`<section aria-labelledby="runs-title">
+  </table>`:N`<p class="empty">No runs.</p>`}function St({session:e,params:t}){let n=t.get(`namespace`)??e.namespace,r=t.get(`workspace`)||``,i=t.get(`phase`)||``,[a,o]=L(null),[s,c]=L(null),l=n&&!mt(n);R(()=>{if(o(null),l)return;let e=r?{labelSelector:`terrarun.dev/workspace=${r}`}:{};return U(Ve(`terraformruns`,n),e,o,c,!0)},[n,r]);let u=(e,n)=>{let r=new URLSearchParams(t);r.set(e,n),!n&&e!==`namespace`&&r.delete(e),G(`/?`+r.toString())},d=(a||[]).filter(e=>!i||(e.status?.phase||`Pending`)===i).sort(bt);return N`<section aria-labelledby="runs-title">
     <h1 id="runs-title">Runs</h1>
     <form class="filters" onSubmit=${e=>e.preventDefault()}>
       <label>Namespace
-        <input name="namespace" value=${n} placeholder="all namespaces" onChange=${e=>l(`namespace`,e.target.value.trim())} />
+        <input name="namespace" value=${n} placeholder="all namespaces" onChange=${e=>u(`namespace`,e.target.value.trim())} />
       </label>
       <label>Workspace
-        <input name="workspace" value=${r} placeholder="any" onChange=${e=>l(`workspace`,e.target.value.trim())} />
+        <input name="workspace" value=${r} placeholder="any" onChange=${e=>u(`workspace`,e.target.value.trim())} />
       </label>
       <label>Phase
-        <select name="phase" value=${i} onChange=${e=>l(`phase`,e.target.value)}>
+        <select name="phase" value=${i} onChange=${e=>u(`phase`,e.target.value)}>
           <option value="">any</option>
-          ${mt.map(e=>N`<option value=${e}>${e}</option>`)}
+          ${ht.map(e=>N`<option value=${e}>${e}</option>`)}
         </select>
       </label>
     </form>
-    <${$} error=${s} />
-    ${a===null?N`<p aria-busy="true">Loading runs…</p>`:N`<${bt} runs=${u} showNamespace=${!n} caption=${`${u.length} run${u.length===1?``:`s`}${n?` in `+n:` in every namespace`}, newest first, live`} />`}
-  </section>`}var St=[`Succeeded`,`Failed`,`Canceled`,`Discarded`];function Ct({ns:e,name:t}){let[n,r]=L(void 0),[i,a]=L(null);if(R(()=>(r(void 0),Ue(`terraformruns`,e,t,r,a,!0)),[e,t]),n===void 0)return N`<p aria-busy="true">Loading ${e}/${t}…</p><${$} error=${i} />`;if(n===null)return N`<h1>Run ${e}/${t}</h1><p>There is no such run (or it was deleted).</p><${$} error=${i} />`;let o=gt(n);return N`<article aria-labelledby="run-title">
+    ${l?N`<p class="refusal" role="alert">${`"${n}" is not a namespace name: lowercase letters, digits and -, or empty for every namespace`}</p>`:N`<${$} error=${s} />`}
+    ${l?null:a===null?N`<p aria-busy="true">Loading runs…</p>`:N`<${xt} runs=${d} showNamespace=${!n} caption=${`${d.length} run${d.length===1?``:`s`}${n?` in `+n:` in every namespace`}, newest first, live`} />`}
+  </section>`}var Ct=[`Succeeded`,`Failed`,`Canceled`,`Discarded`];function wt({ns:e,name:t}){let[n,r]=L(void 0),[i,a]=L(null);if(R(()=>(r(void 0),Ue(`terraformruns`,e,t,r,a,!0)),[e,t]),n===void 0)return N`<p aria-busy="true">Loading ${e}/${t}…</p><${$} error=${i} />`;if(n===null)return N`<h1>Run ${e}/${t}</h1><p>There is no such run (or it was deleted).</p><${$} error=${i} />`;let o=_t(n);return N`<article aria-labelledby="run-title">
     <header class="run-header">
       <h1 id="run-title">Run ${t} <${lt} phase=${n.status?.phase} /></h1>
       <dl class="facts">
         <div><dt>Namespace</dt><dd>${e}</dd></div>
         <div><dt>Operation</dt><dd>${n.spec.operation||`Apply`}</dd></div>
-        <div><dt>Trigger</dt><dd>${ht(n)}</dd></div>
+        <div><dt>Trigger</dt><dd>${gt(n)}</dd></div>
         <div><dt>Workspace</dt><dd>${o?N`<${K} href=${q(e,o)}>${o}</${K}>`:`-`}</dd></div>
         <div><dt>Created by</dt><dd>${n.spec.creator?.username||`(unknown)`}</dd></div>
         <div><dt>Created</dt><dd><${Y} t=${n.metadata.creationTimestamp} /></dd></div>
         <div><dt>Plan</dt><dd>${X(n)}</dd></div>
-        <div><dt>Policy</dt><dd>${_t(n)}</dd></div>
-        <div><dt>Approved by</dt><dd>${vt(n)}</dd></div>
+        <div><dt>Policy</dt><dd>${vt(n)}</dd></div>
+        <div><dt>Approved by</dt><dd>${yt(n)}</dd></div>
       </dl>
       ${n.status?.message?N`<p class="message">${Z(n.status.message)}</p>`:null}
       ${n.status?.plan?.digest?N`<p>Plan digest: <code class="digest">${n.status.plan.digest}</code></p>`:null}
       ${n.status?.source?.revision?N`<p>Source revision: <code>${Z(n.status.source.revision)}</code></p>`:null}
     </header>
-    <${wt} run=${n} />
     <${Tt} run=${n} />
-    <${Dt} run=${n} />
-    <${kt} run=${n} />
+    <${Et} run=${n} />
+    <${Ot} run=${n} />
     <${At} run=${n} />
     <${jt} run=${n} />
-    <${Nt} run=${n} />
-  </article>`}function wt({run:e}){let{namespace:t,name:n}=e.metadata,r=gt(e),i=pt({approve:[`create`,`terraformruns`,`approve`,t,n],discard:[`create`,`terraformruns`,`discard`,t,n],cancel:[`create`,`terraformruns`,`cancel`,t,n],override:[`create`,`terraformruns`,`override`,t,n],...r?{rerun:[`create`,`terraformworkspaces`,`rerun`,t,r]}:{}},[t,n,r]),[a,o]=L(``),s=e.status?.phase||`Pending`,c=e.status?.plan?.digest||``,l=s===`AwaitingApproval`&&!!c,u=_t(e)===`Held`,d=e=>({apiVersion:`terrarun.dev/v1alpha1`,kind:e}),f=`?result=short`,p=[];return l&&!u&&i.approve&&p.push(N`<${Q} label="Approve" tone="primary" title=${`Approve the plan of ${t}/${n} and apply exactly it`} digest=${c} field="Comment" onAnswer=${o}
+    <${Mt} run=${n} />
+    <${Pt} run=${n} />
+  </article>`}function Tt({run:e}){let{namespace:t,name:n}=e.metadata,r=_t(e),i=pt({approve:[`create`,`terraformruns`,`approve`,t,n],discard:[`create`,`terraformruns`,`discard`,t,n],cancel:[`create`,`terraformruns`,`cancel`,t,n],override:[`create`,`terraformruns`,`override`,t,n],...r?{rerun:[`create`,`terraformworkspaces`,`rerun`,t,r]}:{}},[t,n,r]),[a,o]=L(``),s=e.status?.phase||`Pending`,c=e.status?.plan?.digest||``,l=s===`AwaitingApproval`&&!!c,u=vt(e)===`Held`,d=e=>({apiVersion:`terrarun.dev/v1alpha1`,kind:e}),f=`?result=short`,p=[];return l&&!u&&i.approve&&p.push(N`<${Q} label="Approve" tone="primary" title=${`Approve the plan of ${t}/${n} and apply exactly it`} digest=${c} field="Comment" onAnswer=${o}
       act=${async e=>(await B(V(`terraformruns`,t,n,`approve`)+f,{...d(`TerraformRunApproval`),planDigest:c,comment:e})).message} />`),l&&u&&i.override&&p.push(N`<${Q} label="Override" tone="warn" title=${`Override the soft-mandatory policy failures of ${t}/${n}`} digest=${c} field="Justification" required=${!0} onAnswer=${o}
-      act=${async e=>(await B(V(`terraformruns`,t,n,`override`),{...d(`TerraformRunOverride`),planDigest:c,justification:e}),`Overrode the policy failures of plan ${c}`)} />`),l&&i.discard&&p.push(N`<${Q} label="Discard" title=${`Discard the plan of ${t}/${n}: it will not be applied`} digest=${c} field="Comment" onAnswer=${o}
-      act=${async e=>(await B(V(`terraformruns`,t,n,`discard`)+f,{...d(`TerraformRunDiscard`),comment:e})).message} />`),!St.includes(s)&&i.cancel&&p.push(N`<${Q} label="Cancel" tone="danger" title=${`Cancel run ${t}/${n}: stop its stage in flight`} digest=${c} field="Comment" onAnswer=${o}
-      act=${async e=>(await B(V(`terraformruns`,t,n,`cancel`)+f,{...d(`TerraformRunCancel`),comment:e})).message} />`),r&&i.rerun&&p.push(N`<${Q} label="Rerun" title=${`Start a new run of workspace ${t}/${r} now`} digest=${c} field="Reason" onAnswer=${o}
+      act=${async e=>(await B(V(`terraformruns`,t,n,`override`),{...d(`TerraformRunOverride`),planDigest:c,justification:e})).status?.message||`Override of plan ${c} recorded`} />`),l&&i.discard&&p.push(N`<${Q} label="Discard" title=${`Discard the plan of ${t}/${n}: it will not be applied`} digest=${c} field="Comment" onAnswer=${o}
+      act=${async e=>(await B(V(`terraformruns`,t,n,`discard`)+f,{...d(`TerraformRunDiscard`),comment:e})).message} />`),!Ct.includes(s)&&i.cancel&&p.push(N`<${Q} label="Cancel" tone="danger" title=${`Cancel run ${t}/${n}: stop its stage in flight`} digest=${c} field="Comment" onAnswer=${o}
+      act=${async e=>(await B(V(`terraformruns`,t,n,`cancel`)+f,{...d(`TerraformRunCancel`),comment:e})).message} />`),r&&i.rerun&&p.push(N`<${Q} label="Rerun" title=${`Start a new run of workspace ${t}/${r} now`} field="Reason" onAnswer=${o}
       act=${async e=>{let n=await B(V(`terraformworkspaces`,t,r,`rerun`),{...d(`TerraformWorkspaceRerun`),reason:e});return setTimeout(()=>G(st(t,n.metadata.name)),1500),`Workspace ${r} started run ${n.metadata.name}`}} />`),i.checked?N`<section class="actions" aria-label="Actions" data-checked="true">
-    ${p.length?p:St.includes(s)?`The run has ended.`:`No action on this run is open to you now (your RBAC roles, or its phase).`}
+    ${p.length?p:Ct.includes(s)?`The run has ended.`:`No action on this run is open to you now (your RBAC roles, or its phase).`}
     <p class="answer" role="status">${a}</p>
-  </section>`:N`<section class="actions" aria-label="Actions" aria-busy="true">Checking what you may do…</section>`}function Tt({run:e}){let{namespace:t,name:n}=e.metadata,r=e.status?.plan?.digest||``,[i,a]=L(null),[o,s]=L(null),[c,l]=L(null);if(R(()=>{a(null),s(null),l(null),r&&Be(V(`terraformruns`,t,n,`plan`)+`?format=json`).then(a,l)},[t,n,r]),!r)return N`<section aria-labelledby="plan-title"><h2 id="plan-title">Plan</h2><p>No plan yet.</p></section>`;let u=i&&typeof i==`object`?ot(i):null;return N`<section aria-labelledby="plan-title" class="plan">
+  </section>`:N`<section class="actions" aria-label="Actions" aria-busy="true">Checking what you may do…</section>`}function Et({run:e}){let{namespace:t,name:n}=e.metadata,r=e.status?.plan?.digest||``,[i,a]=L(null),[o,s]=L(null),[c,l]=L(null);if(R(()=>{a(null),s(null),l(null),r&&Be(V(`terraformruns`,t,n,`plan`)+`?format=json`).then(a,l)},[t,n,r]),!r)return N`<section aria-labelledby="plan-title"><h2 id="plan-title">Plan</h2><p>No plan yet.</p></section>`;let u=i&&typeof i==`object`?ot(i):null;return N`<section aria-labelledby="plan-title" class="plan">
     <h2 id="plan-title">Plan <small>${X(e)}</small></h2>
     <${$} error=${c} />
     ${!u&&!c?N`<p aria-busy="true">Loading the plan…</p>`:null}
@@ -102,8 +102,8 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
           <thead><tr><th scope="col">Attribute</th><th scope="col">Before</th><th scope="col">After</th></tr></thead>
           <tbody>${e.rows.map(e=>N`<tr class=${e.forcesReplacement?`forces`:``}>
             <th scope="row"><code>${e.path}</code>${e.forcesReplacement?N` <span class="forces-note">forces replacement</span>`:null}</th>
-            <td class=${Et(e.before)}>${Z(W(e.before))}</td>
-            <td class=${Et(e.after)}>${Z(W(e.after))}</td>
+            <td class=${Dt(e.before)}>${Z(W(e.before))}</td>
+            <td class=${Dt(e.after)}>${Z(W(e.after))}</td>
           </tr>`)}</tbody>
         </table>`:N`<p class="empty">No attribute changes.</p>`}
       </details>`)}
@@ -111,14 +111,14 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
     ${u&&u.unchanged?N`<p class="empty">${u.unchanged} resource${u.unchanged===1?``:`s`} unchanged.</p>`:null}
     ${u&&u.outputs.length?N`<section aria-label="Output changes"><h3>Output changes (${u.outputs.length})</h3>
       <table class="attributes"><thead><tr><th scope="col">Output</th><th scope="col">Before</th><th scope="col">After</th></tr></thead>
-      <tbody>${u.outputs.map(e=>N`<tr><th scope="row"><code>${e.name}</code></th><td class=${Et(e.before)}>${Z(W(e.before))}</td><td class=${Et(e.after)}>${Z(W(e.after))}</td></tr>`)}</tbody></table>
+      <tbody>${u.outputs.map(e=>N`<tr><th scope="row"><code>${e.name}</code></th><td class=${Dt(e.before)}>${Z(W(e.before))}</td><td class=${Dt(e.after)}>${Z(W(e.after))}</td></tr>`)}</tbody></table>
     </section>`:null}
     <details class="plan-text" onToggle=${e=>e.target.open&&o===null&&Be(V(`terraformruns`,t,n,`plan`)+`?format=text`).then(e=>s(String(e)),e=>s(e.message))}>
       <summary>The plan as terraform shows it</summary>
       <pre>${o===null?`Loading…`:Z(o)}</pre>
     </details>
-  </section>`}function Et(e){return e?e.sensitive||e.value===`(sensitive value)`?`sensitive`:e.unknown?`unknown`:``:`absent`}function Dt({run:e}){let t=e.status?.policy;return!t||!(t.policies||[]).length?null:N`<section aria-labelledby="policy-title">
-    <h2 id="policy-title">Policy <small>${_t(e)}</small></h2>
+  </section>`}function Dt(e){return e?e.sensitive||e.value===`(sensitive value)`?`sensitive`:e.unknown?`unknown`:``:`absent`}function Ot({run:e}){let t=e.status?.policy;return!t||!(t.policies||[]).length?null:N`<section aria-labelledby="policy-title">
+    <h2 id="policy-title">Policy <small>${vt(e)}</small></h2>
     <table>
       <thead><tr><th scope="col">Policy</th><th scope="col">Validation</th><th scope="col">Enforcement</th><th scope="col">Outcome</th><th scope="col">Message</th></tr></thead>
       <tbody>${(t.results||[]).map(e=>N`<tr>
@@ -128,16 +128,16 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
     </table>
     ${(t.approvals||[]).length?N`<ul>${t.approvals.map(e=>N`<li>${e.policy}/${e.rule}: ${e.requiredApprovals} approval(s)${e.groups?.length?` from `+e.groups.join(`, `):``}${e.message?` — `+Z(e.message):``}</li>`)}</ul>`:null}
     ${(t.overrides||[]).length?N`<ul>${t.overrides.map(e=>N`<li>Overridden by ${e.overriddenBy} for <code>${e.planDigest}</code>: ${Z(e.justification)}</li>`)}</ul>`:null}
-  </section>`}var Ot=e=>/^https?:\/\//i.test(e||``)?e:``;function kt({run:e}){let t=e.status?.tasks||[];return t.length?N`<section aria-labelledby="tasks-title">
+  </section>`}var kt=e=>/^https?:\/\//i.test(e||``)?e:``;function At({run:e}){let t=e.status?.tasks||[];return t.length?N`<section aria-labelledby="tasks-title">
     <h2 id="tasks-title">Run tasks</h2>
     <table>
       <thead><tr><th scope="col">Task</th><th scope="col">Stage</th><th scope="col">Enforcement</th><th scope="col">Status</th><th scope="col">Message</th></tr></thead>
       <tbody>${t.map(e=>N`<tr>
         <td>${e.task}</td><td>${e.stage}</td><td>${e.enforcement}</td><td>${e.status}</td>
-        <td>${Z(e.message)}${Ot(e.url)?N` <a href=${Ot(e.url)} rel="noopener noreferrer" target="_blank">details</a>`:null}</td>
+        <td>${Z(e.message)}${kt(e.url)?N` <a href=${kt(e.url)} rel="noopener noreferrer" target="_blank">details</a>`:null}</td>
       </tr>`)}</tbody>
     </table>
-  </section>`:null}function At({run:e,outputs:t}){let n=t||e?.status?.outputs||[];return n.length?N`<section aria-labelledby="outputs-title">
+  </section>`:null}function jt({run:e,outputs:t}){let n=t||e?.status?.outputs||[];return n.length?N`<section aria-labelledby="outputs-title">
     <h2 id="outputs-title">Outputs</h2>
     <table class="outputs">
       <thead><tr><th scope="col">Name</th><th scope="col">Value</th></tr></thead>
@@ -146,47 +146,47 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
         <td class=${e.sensitive?`sensitive`:``}>${e.sensitive||e.valueOmitted===`Sensitive`?`(sensitive, hidden)`:e.valueOmitted===`TooLarge`?`(too large to show: kubectl terrarun outputs)`:Z(JSON.stringify(e.value))}</td>
       </tr>`)}</tbody>
     </table>
-  </section>`:null}function jt({run:e}){let{namespace:t,name:n}=e.metadata,r=e.status?.stages||[],i=r.length?`${r[r.length-1].name}/${r[r.length-1].attempt}`:``,[a,o]=L(``),s=a||i,[c,l]=L(``),[u,d]=L(``),f=De(null);return R(()=>{if(l(``),!s)return;let[e,r]=s.split(`/`);return d(`following`),We(t,n,e,r,e=>l(t=>t+e),e=>d(e?`stopped: ${e.message}`:`ended`))},[t,n,s]),R(()=>{let e=f.current;e&&e.scrollHeight-e.scrollTop-e.clientHeight<80&&(e.scrollTop=e.scrollHeight)},[c]),N`<section aria-labelledby="logs-title" class="logs">
+  </section>`:null}function Mt({run:e}){let{namespace:t,name:n}=e.metadata,r=e.status?.stages||[],i=r.length?`${r[r.length-1].name}/${r[r.length-1].attempt}`:``,[a,o]=L(``),s=a||i,[c,l]=L(``),[u,d]=L(``),f=De(null);return R(()=>{if(l(``),!s)return;let[e,r]=s.split(`/`);return d(`following`),We(t,n,e,r,e=>l(t=>t+e),e=>d(e?`stopped: ${e.message}`:`ended`))},[t,n,s]),R(()=>{let e=f.current;e&&e.scrollHeight-e.scrollTop-e.clientHeight<80&&(e.scrollTop=e.scrollHeight)},[c]),N`<section aria-labelledby="logs-title" class="logs">
     <h2 id="logs-title">Logs</h2>
     ${r.length?N`<label>Stage
       <select value=${s} onChange=${e=>o(e.target.value===i?``:e.target.value)}>
         ${r.map(e=>N`<option value=${`${e.name}/${e.attempt}`}>${e.name}, attempt ${e.attempt}</option>`)}
       </select></label> <span class="log-state" aria-live="polite">${u}</span>`:N`<p>No stage has started.</p>`}
-    ${s?N`<pre ref=${f} class="log" tabindex="0" aria-label="Log of the ${s.replace(`/`,` stage, attempt `)}">${Mt(c)}</pre>`:null}
-  </section>`}var Mt=e=>e.split(`
+    ${s?N`<pre ref=${f} class="log" tabindex="0" aria-label="Log of the ${s.replace(`/`,` stage, attempt `)}">${Nt(c)}</pre>`:null}
+  </section>`}var Nt=e=>e.split(`
 `).map(Z).join(`
-`);function Nt({run:e}){let{namespace:t,name:n}=e.metadata,[r,i]=L([]);R(()=>{Je(t,`TerraformRun`,n).then(e=>i(e.items||[]),()=>i([]))},[t,n,e.metadata.resourceVersion]);let a=e.status||{},o=[{t:e.metadata.creationTimestamp,what:`Created by ${e.spec.creator?.username||`(unknown)`}`}];for(let e of a.stages||[])e.startTime&&o.push({t:e.startTime,what:`${e.name} stage, attempt ${e.attempt}, started`}),e.completionTime&&o.push({t:e.completionTime,what:`${e.name} stage, attempt ${e.attempt}, ended${e.exitCode===void 0?``:` (exit code ${e.exitCode})`}${e.reason?`: `+e.reason:``}`});a.plan?.completedAt&&o.push({t:a.plan.completedAt,what:`Plan ${X(e)} (${a.plan.digest})`});for(let e of a.approvals?.length?a.approvals:a.approval?[a.approval]:[])o.push({t:e.approvedAt,what:`Approved by ${e.approvedBy} (${e.planDigest})${e.comment?`: `+e.comment:``}`});for(let e of a.policy?.overrides||[])o.push({t:e.overriddenAt,what:`Policy overridden by ${e.overriddenBy}: ${e.justification}`});for(let e of a.conditions||[])o.push({t:e.lastTransitionTime,what:`${e.type}=${e.status} ${e.reason}${e.message?`: `+e.message:``}`});for(let e of r)o.push({t:e.lastTimestamp||e.eventTime||e.firstTimestamp,what:`${e.type===`Warning`?`Warning `:``}${e.reason}: ${e.message}${e.count>1?` (×${e.count})`:``}`,warn:e.type===`Warning`});return a.completionTime&&o.push({t:a.completionTime,what:`Ended ${a.phase}`}),o.sort((e,t)=>Date.parse(e.t||0)-Date.parse(t.t||0)),N`<section aria-labelledby="timeline-title">
+`);function Pt({run:e}){let{namespace:t,name:n}=e.metadata,[r,i]=L([]);R(()=>{Je(t,`TerraformRun`,n).then(e=>i(e.items||[]),()=>i([]))},[t,n,e.metadata.resourceVersion]);let a=e.status||{},o=[{t:e.metadata.creationTimestamp,what:`Created by ${e.spec.creator?.username||`(unknown)`}`}];for(let e of a.stages||[])e.startTime&&o.push({t:e.startTime,what:`${e.name} stage, attempt ${e.attempt}, started`}),e.completionTime&&o.push({t:e.completionTime,what:`${e.name} stage, attempt ${e.attempt}, ended${e.exitCode===void 0?``:` (exit code ${e.exitCode})`}${e.reason?`: `+e.reason:``}`});a.plan?.completedAt&&o.push({t:a.plan.completedAt,what:`Plan ${X(e)} (${a.plan.digest})`});for(let e of a.approvals?.length?a.approvals:a.approval?[a.approval]:[])o.push({t:e.approvedAt,what:`Approved by ${e.approvedBy} (${e.planDigest})${e.comment?`: `+e.comment:``}`});for(let e of a.policy?.overrides||[])o.push({t:e.overriddenAt,what:`Policy overridden by ${e.overriddenBy}: ${e.justification}`});for(let e of a.conditions||[])o.push({t:e.lastTransitionTime,what:`${e.type}=${e.status} ${e.reason}${e.message?`: `+e.message:``}`});for(let e of r)o.push({t:e.lastTimestamp||e.eventTime||e.firstTimestamp,what:`${e.type===`Warning`?`Warning `:``}${e.reason}: ${e.message}${e.count>1?` (×${e.count})`:``}`,warn:e.type===`Warning`});return a.completionTime&&o.push({t:a.completionTime,what:`Ended ${a.phase}`}),o.sort((e,t)=>Date.parse(e.t||0)-Date.parse(t.t||0)),N`<section aria-labelledby="timeline-title">
     <h2 id="timeline-title">Timeline</h2>
     <ol class="timeline">${o.map(e=>N`<li class=${e.warn?`warn`:``}><${Y} t=${e.t} /> ${Z(e.what)}</li>`)}</ol>
-  </section>`}var Pt=(e,t)=>(e.status?.conditions||[]).find(e=>e.type===t);function Ft({ws:e,type:t,good:n}){let r=Pt(e,t);if(!r)return N`<span>-</span>`;let i=r.status===`Unknown`?`muted`:r.status===`True`===n?`ok`:/Fail|Denied|Error|Invalid/.test(r.reason)||t===`Drifted`?`bad`:`wait`;return N`<span title=${Z(r.message)}><${J} tone=${i}>${r.status}</${J}> ${r.reason}</span>`}function It({session:e,params:t}){let n=t.get(`namespace`)??e.namespace,[r,i]=L(null),[a,o]=L(null);dt(),R(()=>U(Ve(`terraformworkspaces`,n),{},i,o),[n]);let s=(r||[]).slice().sort((e,t)=>`${e.metadata.namespace}/${e.metadata.name}`.localeCompare(`${t.metadata.namespace}/${t.metadata.name}`));return N`<section aria-labelledby="ws-title">
+  </section>`}var Ft=(e,t)=>(e.status?.conditions||[]).find(e=>e.type===t);function It({ws:e,type:t,good:n}){let r=Ft(e,t);if(!r)return N`<span>-</span>`;let i=r.status===`Unknown`?`muted`:r.status===`True`===n?`ok`:/Fail|Denied|Error|Invalid/.test(r.reason)||t===`Drifted`?`bad`:`wait`;return N`<span title=${Z(r.message)}><${J} tone=${i}>${r.status}</${J}> ${r.reason}</span>`}function Lt({session:e,params:t}){let n=t.get(`namespace`)??e.namespace,[r,i]=L(null),[a,o]=L(null);dt();let s=n&&!mt(n);R(()=>s?void 0:U(Ve(`terraformworkspaces`,n),{},i,o),[n]);let c=(r||[]).slice().sort((e,t)=>`${e.metadata.namespace}/${e.metadata.name}`.localeCompare(`${t.metadata.namespace}/${t.metadata.name}`));return N`<section aria-labelledby="ws-title">
     <h1 id="ws-title">Workspaces</h1>
     <form class="filters" onSubmit=${e=>e.preventDefault()}>
       <label>Namespace
         <input name="namespace" value=${n} placeholder="all namespaces" onChange=${e=>G(`/workspaces?namespace=`+encodeURIComponent(e.target.value.trim()))} />
       </label>
     </form>
-    <${$} error=${a} />
-    ${r===null?N`<p aria-busy="true">Loading workspaces…</p>`:s.length?N`
+    ${s?N`<p class="refusal" role="alert">${`"${n}" is not a namespace name: lowercase letters, digits and -, or empty for every namespace`}</p>`:N`<${$} error=${a} />`}
+    ${s?null:r===null?N`<p aria-busy="true">Loading workspaces…</p>`:c.length?N`
       <table>
-        <caption>${s.length} workspace${s.length===1?``:`s`}, live</caption>
+        <caption>${c.length} workspace${c.length===1?``:`s`}, live</caption>
         <thead><tr>
           ${n?null:N`<th scope="col">Namespace</th>`}
           <th scope="col">Name</th><th scope="col">Ready</th><th scope="col">Drifted</th><th scope="col">Suspended</th>
           <th scope="col">Current run</th><th scope="col">Last applied</th><th scope="col">Last drift check</th>
         </tr></thead>
-        <tbody>${s.map(e=>N`<tr key=${e.metadata.uid}>
+        <tbody>${c.map(e=>N`<tr key=${e.metadata.uid}>
           ${n?null:N`<td>${e.metadata.namespace}</td>`}
           <td><${K} href=${q(e.metadata.namespace,e.metadata.name)}>${e.metadata.name}</${K}></td>
-          <td><${Ft} ws=${e} type="Ready" good=${!0} /></td>
-          <td><${Ft} ws=${e} type="Drifted" good=${!1} /></td>
+          <td><${It} ws=${e} type="Ready" good=${!0} /></td>
+          <td><${It} ws=${e} type="Drifted" good=${!1} /></td>
           <td>${e.spec.suspend?`yes`:`no`}</td>
           <td>${e.status?.currentRun?N`<${K} href=${st(e.metadata.namespace,e.status.currentRun)}>${e.status.currentRun}</${K}>`:`-`}</td>
           <td>${e.status?.lastAppliedRun?N`<${K} href=${st(e.metadata.namespace,e.status.lastAppliedRun)}>${e.status.lastAppliedRun}</${K}>`:`-`}</td>
           <td><${Y} t=${e.status?.lastDriftCheck} /></td>
         </tr>`)}</tbody>
       </table>
-      <${Lt} workspaces=${s} />`:N`<p class="empty">No workspaces.</p>`}
-  </section>`}function Lt({workspaces:e}){let t=(e,t)=>`${e}/${t}`,n=new Map(e.map(e=>[t(e.metadata.namespace,e.metadata.name),e])),r=e=>(e.spec.dependsOn||[]).map(n=>t(e.metadata.namespace,n.name));if(!e.some(e=>r(e).length))return null;let i=new Map,a=(e,t)=>{if(i.has(e))return i.get(e);if(t.has(e)||!n.has(e))return 0;t.add(e);let o=Math.max(-1,...r(n.get(e)).map(e=>a(e,t)))+1;return i.set(e,o),o};for(let e of n.keys())a(e,new Set);let o=[];for(let[e,t]of i)(o[t]||=[]).push(e);let s=new Map;o.forEach((e,t)=>e.sort().forEach((e,n)=>s.set(e,{x:10+t*250,y:10+n*68})));let c=20+o.length*250-70,l=20+Math.max(...o.map(e=>e.length))*68-24,u=[];for(let[e,t]of n)for(let n of r(t))s.has(n)&&u.push([n,e]);let d=e=>Pt(e,`Ready`)?.status;return N`<figure class="graph">
+      <${Rt} workspaces=${c} />`:N`<p class="empty">No workspaces.</p>`}
+  </section>`}function Rt({workspaces:e}){let t=(e,t)=>`${e}/${t}`,n=new Map(e.map(e=>[t(e.metadata.namespace,e.metadata.name),e])),r=e=>(e.spec.dependsOn||[]).map(n=>t(e.metadata.namespace,n.name));if(!e.some(e=>r(e).length))return null;let i=new Map,a=(e,t)=>{if(i.has(e))return i.get(e);if(t.has(e)||!n.has(e))return 0;t.add(e);let o=Math.max(-1,...r(n.get(e)).map(e=>a(e,t)))+1;return i.set(e,o),o};for(let e of n.keys())a(e,new Set);let o=[];for(let[e,t]of i)(o[t]||=[]).push(e);let s=new Map;o.forEach((e,t)=>e.sort().forEach((e,n)=>s.set(e,{x:10+t*250,y:10+n*68})));let c=20+o.length*250-70,l=20+Math.max(...o.map(e=>e.length))*68-24,u=[];for(let[e,t]of n)for(let n of r(t))s.has(n)&&u.push([n,e]);let d=e=>Ft(e,`Ready`)?.status;return N`<figure class="graph">
     <figcaption>Dependencies: an arrow goes from a workspace to one that depends on it.</figcaption>
     <svg viewBox=${`0 0 ${c} ${l}`} width=${c} height=${l} role="img" aria-label=${`Dependency graph of ${n.size} workspaces`}>
       <defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#444" /></marker></defs>
@@ -197,12 +197,12 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
           <text x=${t.x+10} y=${t.y+35} class="node-state">Ready: ${d(r)||`-`}</text>
         </a>`})}
     </svg>
-  </figure>`}function Rt({ns:e,name:t}){let[n,r]=L(void 0),[i,a]=L([]),[o,s]=L(null);dt(),R(()=>Ue(`terraformworkspaces`,e,t,r,s),[e,t]),R(()=>U(Ve(`terraformruns`,e),{labelSelector:`terrarun.dev/workspace=${t}`},a,s,!0),[e,t]);let c=pt({rerun:[`create`,`terraformworkspaces`,`rerun`,e,t]},[e,t]),[l,u]=L(``);if(n===void 0)return N`<p aria-busy="true">Loading ${e}/${t}…</p><${$} error=${o} />`;if(n===null)return N`<h1>Workspace ${e}/${t}</h1><p>There is no such workspace.</p><${$} error=${o} />`;let d=n.status||{},f=i.slice().sort((e,t)=>Date.parse(t.metadata.creationTimestamp)-Date.parse(e.metadata.creationTimestamp));return N`<article aria-labelledby="ws-page-title">
+  </figure>`}function zt({ns:e,name:t}){let[n,r]=L(void 0),[i,a]=L([]),[o,s]=L(null);dt(),R(()=>Ue(`terraformworkspaces`,e,t,r,s),[e,t]),R(()=>U(Ve(`terraformruns`,e),{labelSelector:`terrarun.dev/workspace=${t}`},a,s,!0),[e,t]);let c=pt({rerun:[`create`,`terraformworkspaces`,`rerun`,e,t]},[e,t]),[l,u]=L(``);if(n===void 0)return N`<p aria-busy="true">Loading ${e}/${t}…</p><${$} error=${o} />`;if(n===null)return N`<h1>Workspace ${e}/${t}</h1><p>There is no such workspace.</p><${$} error=${o} />`;let d=n.status||{},f=i.slice().sort((e,t)=>Date.parse(t.metadata.creationTimestamp)-Date.parse(e.metadata.creationTimestamp));return N`<article aria-labelledby="ws-page-title">
     <h1 id="ws-page-title">Workspace ${t}</h1>
     <dl class="facts">
       <div><dt>Namespace</dt><dd>${e}</dd></div>
-      <div><dt>Ready</dt><dd><${Ft} ws=${n} type="Ready" good=${!0} /></dd></div>
-      <div><dt>Drifted</dt><dd><${Ft} ws=${n} type="Drifted" good=${!1} /></dd></div>
+      <div><dt>Ready</dt><dd><${It} ws=${n} type="Ready" good=${!0} /></dd></div>
+      <div><dt>Drifted</dt><dd><${It} ws=${n} type="Drifted" good=${!1} /></dd></div>
       <div><dt>Suspended</dt><dd>${n.spec.suspend?`yes`:`no`}</dd></div>
       <div><dt>Drift policy</dt><dd>${n.spec.driftPolicy||`-`}</dd></div>
       <div><dt>Last drift check</dt><dd><${Y} t=${d.lastDriftCheck} /></dd></div>
@@ -215,11 +215,11 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
     <section aria-labelledby="ws-conditions"><h2 id="ws-conditions">Conditions</h2>
       <ul>${(d.conditions||[]).map(e=>N`<li><strong>${e.type}=${e.status}</strong> ${e.reason}${e.message?`: `+Z(e.message):``} (<${Y} t=${e.lastTransitionTime} />)</li>`)}</ul>
     </section>
-    <${At} outputs=${d.outputs} />
+    <${jt} outputs=${d.outputs} />
     <section aria-labelledby="ws-history"><h2 id="ws-history">History</h2>
-      <${bt} runs=${f} caption=${`Runs of ${t}, newest first, live`} />
+      <${xt} runs=${f} caption=${`Runs of ${t}, newest first, live`} />
     </section>
-  </article>`}function zt(){let[e,t]=L(location.pathname+location.search);return R(()=>{let e=()=>t(location.pathname+location.search);return addEventListener(`popstate`,e),()=>removeEventListener(`popstate`,e)},[]),e}function Bt(e,t,n){let r;return(r=e.match(/^\/namespaces\/([a-z0-9-]+)\/terraformruns\/([a-z0-9.-]+)$/))?N`<${Ct} ns=${r[1]} name=${r[2]} />`:(r=e.match(/^\/namespaces\/([a-z0-9-]+)\/terraformworkspaces\/([a-z0-9.-]+)$/))?N`<${Rt} ns=${r[1]} name=${r[2]} />`:e===`/workspaces`?N`<${It} session=${n} params=${t} />`:e===`/`?N`<${xt} session=${n} params=${t} />`:N`<h1>Not found</h1><p>The web view has no page at ${e}. <${K} href="/">See the runs.</${K}></p>`}function Vt(){let e=zt(),[t,n]=L(null),[r,i]=L(``),[a,o]=L(null);R(()=>{qe().then(n,o),Ke().then(i,()=>i(``))},[]),R(()=>{let e=document.getElementById(`main`);e&&e.focus({preventScroll:!0})},[e]);let s=new URL(e,location.origin),c=s.pathname;return N`<header class="top">
+  </article>`}function Bt(){let[e,t]=L(location.pathname+location.search);return R(()=>{let e=()=>t(location.pathname+location.search);return addEventListener(`popstate`,e),()=>removeEventListener(`popstate`,e)},[]),e}function Vt(e,t,n){let r;return(r=e.match(/^\/namespaces\/([a-z0-9-]+)\/terraformruns\/([a-z0-9.-]+)$/))?N`<${wt} ns=${r[1]} name=${r[2]} />`:(r=e.match(/^\/namespaces\/([a-z0-9-]+)\/terraformworkspaces\/([a-z0-9.-]+)$/))?N`<${zt} ns=${r[1]} name=${r[2]} />`:e===`/workspaces`?N`<${Lt} session=${n} params=${t} />`:e===`/`?N`<${St} session=${n} params=${t} />`:N`<h1>Not found</h1><p>The web view has no page at ${e}. <${K} href="/">See the runs.</${K}></p>`}function Ht(){let e=Bt(),[t,n]=L(null),[r,i]=L(``),[a,o]=L(null);R(()=>{qe().then(n,o),Ke().then(i,()=>i(``))},[]),R(()=>{let e=document.getElementById(`main`);e&&e.focus({preventScroll:!0})},[e]);let s=new URL(e,location.origin),c=s.pathname;return N`<header class="top">
       <nav aria-label="terrarun">
         <span class="brand">terrarun</span>
         <${K} href="/" aria-current=${c===`/`||c.includes(`/terraformruns/`)?`page`:void 0}>Runs</${K}>
@@ -229,5 +229,5 @@ var e,t,n,r,i,a,o,s,c,l,u,d,f,p,m={},h=[],g=/acit|ex(?:s|g|n|p|$)|rph|grid|ows|m
     </header>
     <main id="main" tabindex="-1">
       <${$} error=${a} />
-      ${t?Bt(c,s.searchParams,t):null}
-    </main>`}de(N`<${Vt} />`,document.getElementById(`app`));
+      ${t?Vt(c,s.searchParams,t):null}
+    </main>`}de(N`<${Ht} />`,document.getElementById(`app`));
