@@ -243,23 +243,7 @@ func (o *options) runsCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		defer watcher.Stop()
-		for ev := range watcher.ResultChan() {
-			switch ev.Type {
-			case watch.Error:
-				return apierrors.FromObject(ev.Object)
-			case watch.Added, watch.Modified, watch.Deleted:
-				run, ok := ev.Object.(*v1alpha1.TerraformRun)
-				if !ok {
-					continue
-				}
-				fmt.Fprintln(w, strings.Join(runRow(run, all, output == "wide", time.Now()), "\t"))
-				if err := w.Flush(); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return watchRows(w, watcher, func(run *v1alpha1.TerraformRun) []string { return runRow(run, all, output == "wide", time.Now()) })
 	})
 	cmd.Flags().StringVar(&workspace, "workspace", "", "Only the runs of this TerraformWorkspace.")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The runs of every namespace you may list.")
@@ -267,6 +251,28 @@ func (o *options) runsCommand() *cobra.Command {
 	cmd.Flags().BoolVarP(&watching, "watch", "w", false, "After the list, print a row for each change of a run, until interrupted.")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(runOutputs, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// watchRows prints a row of w for each object of kind T that watcher says
+// was added, changed or deleted, until it ends; a watch error ends it.
+func watchRows[T runtime.Object](w *tabwriter.Writer, watcher watch.Interface, row func(T) []string) error {
+	defer watcher.Stop()
+	for ev := range watcher.ResultChan() {
+		switch ev.Type {
+		case watch.Error:
+			return apierrors.FromObject(ev.Object)
+		case watch.Added, watch.Modified, watch.Deleted:
+			obj, ok := ev.Object.(T)
+			if !ok {
+				continue
+			}
+			fmt.Fprintln(w, strings.Join(row(obj), "\t"))
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // runRow is run's row in the runs table: with its namespace first when all,

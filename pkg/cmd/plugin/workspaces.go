@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/generated/clientset/versioned"
@@ -82,23 +80,9 @@ func (o *options) workspacesCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		defer watcher.Stop()
-		for ev := range watcher.ResultChan() {
-			switch ev.Type {
-			case watch.Error:
-				return apierrors.FromObject(ev.Object)
-			case watch.Added, watch.Modified, watch.Deleted:
-				ws, ok := ev.Object.(*v1alpha1.TerraformWorkspace)
-				if !ok {
-					continue
-				}
-				fmt.Fprintln(w, strings.Join(workspaceRow(ws, all, output == "wide", time.Now()), "\t"))
-				if err := w.Flush(); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return watchRows(w, watcher, func(ws *v1alpha1.TerraformWorkspace) []string {
+			return workspaceRow(ws, all, output == "wide", time.Now())
+		})
 	})
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "The workspaces of every namespace you may list.")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide (last drift check, dependencies and applied revision too), json, yaml or name.")
