@@ -30,12 +30,12 @@ type webView struct {
 	origin string // http://127.0.0.1:PORT
 }
 
-// startWebView starts kubectl terrarun ui as the user of kubeconfig and reads
-// the link it prints.
-func startWebView(t *testing.T, kubeconfig string) *webView {
+// startWebView starts kubectl terrarun ui (with args) as the user of
+// kubeconfig and reads the link it prints.
+func startWebView(t *testing.T, kubeconfig string, args ...string) *webView {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(apiserverBinary), "kubectl-terrarun"), "ui", "--kubeconfig", kubeconfig)
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(apiserverBinary), "kubectl-terrarun"), append([]string{"ui", "--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func startWebView(t *testing.T, kubeconfig string) *webView {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if m := regexp.MustCompile(`http://127\.0\.0\.1:\d+/\?token=\S+`).FindString(sc.Text()); m != "" {
+			if m := regexp.MustCompile(`http://127\.0\.0\.1:\d+/\S*\?token=\S+`).FindString(sc.Text()); m != "" {
 				link <- m
 			}
 		}
@@ -272,10 +272,10 @@ output "password" {
 	// forged from the page is refused by the server.
 	e.create(t, runManifest("second", inline(map[string]string{"main.tf": `resource "terraform_data" "y" {}`}, "")))
 	second := e.waitPhase(t, "second", time.Minute, v1alpha1.RunPhaseAwaitingApproval)
-	vui := startWebView(t, vic)
+	vui := startWebView(t, vic, "second")
 	vctx := browser(t)
 	do(t, vctx, "the viewer's run page",
-		chromedp.Navigate(strings.Replace(vui.login, "/?token=", "/namespaces/default/terraformruns/second?token=", 1)),
+		chromedp.Navigate(vui.login), // the run's own page, as ui RUN links it
 		visible(`section.actions[data-checked]`),
 		waitText(`section.actions`, "No action on this run is open to you"),
 		waitText(`.who`, "vic"))

@@ -144,7 +144,8 @@ func newCommand(streams genericiooptions.IOStreams) *cobra.Command {
                                              workspaces: ready, drifted, suspended, current and last applied runs
   kubectl terrarun rerun|suspend|resume WS   start a run of a workspace now; stop it starting runs; let it again
   kubectl terrarun graph [--dot]             the workspaces' dependencies, dependencies first
-  kubectl terrarun ui [--port N] [--open]    the web view: runs, plan diffs, live logs, approvals, workspaces
+  kubectl terrarun ui [RUN] [--port N] [--open]
+                                             the web view: runs, plan diffs, live logs, approvals, workspaces
 
 Exit codes: 0 Succeeded, 1 Failed or an error, 3 Canceled, 4 Discarded, 5 timed out.`,
 		SilenceUsage:  true,

@@ -9,10 +9,12 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/terrarun/terrarun/pkg/cmd/plugin/webview"
 )
@@ -21,9 +23,10 @@ func (o *options) uiCommand() *cobra.Command {
 	var port int
 	var open bool
 	cmd := &cobra.Command{
-		Use:   "ui [--port N] [--open]",
+		Use:   "ui [RUN] [--port N] [--open]",
 		Short: "Serve the web view (runs, plan diffs, live logs, approvals, workspaces) on 127.0.0.1, acting with your kubeconfig's credentials",
-		Long: `Serve the web view on 127.0.0.1 until interrupted, and print its link.
+		Long: `Serve the web view on 127.0.0.1 until interrupted, and print its link:
+to the runs, or, given RUN, to that run's page.
 
 The link holds a one-time token: opening it logs the browser in (a session
 cookie) and spends it; run the command again for a new link. The web view
@@ -35,8 +38,9 @@ reviews.
 
 A fixed --port makes the links of TerraformNotifications work: the server's
 --web-view-url (the chart's webViewURL) set to http://127.0.0.1:PORT.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: o.completeRuns,
+		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := o.flags.ToRESTConfig()
 			if err != nil {
 				return err
@@ -53,6 +57,13 @@ A fixed --port makes the links of TerraformNotifications work: the server's
 					context = *o.flags.Context
 				}
 			}
+			page := "/"
+			if len(args) == 1 {
+				if errs := validation.IsDNS1123Subdomain(args[0]); len(errs) > 0 {
+					return fmt.Errorf("%q is not a run's name: %s", args[0], strings.Join(errs, "; "))
+				}
+				page = "/namespaces/" + ns + "/terraformruns/" + args[0]
+			}
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("port %d on 127.0.0.1 is in use: choose another with --port, or leave --port out for a free one", port)
@@ -64,9 +75,9 @@ A fixed --port makes the links of TerraformNotifications work: the server's
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(o.streams.Out, "Web view of %s at\n\n    %s\n\nThe link works once (it logs a browser in): keep it to yourself. Ctrl-C stops the server.\n", orDash(context), srv.LoginURL())
+			fmt.Fprintf(o.streams.Out, "Web view of %s at\n\n    %s\n\nThe link works once (it logs a browser in): keep it to yourself. Ctrl-C stops the server.\n", orDash(context), srv.LoginURL(page))
 			if open {
-				if err := openBrowser(srv.LoginURL()); err != nil {
+				if err := openBrowser(srv.LoginURL(page)); err != nil {
 					fmt.Fprintf(o.streams.ErrOut, "Could not open a browser (%v): open the link yourself.\n", err)
 				}
 			}

@@ -164,10 +164,11 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// LoginURL is the link that opens the web view once: it sets the session
-// cookie and is then spent.
-func (s *Server) LoginURL() string {
-	return "http://" + s.hosts[0] + "/?token=" + s.token
+// LoginURL is the link that opens the web view once, at page (a path such
+// as /namespaces/NS/terraformruns/NAME, or "/"): it sets the session cookie
+// and is then spent.
+func (s *Server) LoginURL(page string) string {
+	return "http://" + s.hosts[0] + page + "?token=" + s.token
 }
 
 func random() (string, error) {

@@ -59,7 +59,7 @@ func serve(s *Server, r *http.Request) *httptest.ResponseRecorder {
 // login spends the login link and returns the session cookie.
 func login(t *testing.T, s *Server) *http.Cookie {
 	t.Helper()
-	u, err := url.Parse(s.LoginURL())
+	u, err := url.Parse(s.LoginURL("/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +76,10 @@ func login(t *testing.T, s *Server) *http.Cookie {
 
 func TestLoginOnce(t *testing.T) {
 	s := newServer(t, newUpstream(t))
-	if !strings.HasPrefix(s.LoginURL(), "http://127.0.0.1:8123/?token=") {
-		t.Fatalf("login URL %q", s.LoginURL())
+	if !strings.HasPrefix(s.LoginURL("/"), "http://127.0.0.1:8123/?token=") {
+		t.Fatalf("login URL %q", s.LoginURL("/"))
 	}
-	u, _ := url.Parse(s.LoginURL())
+	u, _ := url.Parse(s.LoginURL("/"))
 	if w := serve(s, request(http.MethodGet, "/?token=wrong")); w.Code != http.StatusUnauthorized {
 		t.Errorf("a wrong token: %d", w.Code)
 	}
