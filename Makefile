@@ -77,7 +77,8 @@ verify: requirements-verify ## gofmt, go vet, generated-code freshness, and the 
 	hack/update-webview.sh --verify
 
 .PHONY: unit
-unit: requirements-unit ## Unit tests, with the race detector (the executor's run against the real engine: terraform and tofu where both exist; the object store against a real S3-compatible server; OCI sources against a real registry), and the chart's with helm; as any user.
+unit: requirements-unit ## Unit tests: the web view's plan diff with node --test; the Go packages' with the race detector (the executor's run against the real engine: terraform and tofu where both exist; the object store against a real S3-compatible server; OCI sources against a real registry), and the chart's with helm; as any user.
+	node --test web/src/
 	engine=$$(hack/engine.sh) && tofu=$$(hack/engine.sh --build) && helm=$$(hack/helm.sh) && objectstore=$$(hack/objectstore.sh) && registry=$$(hack/registry.sh) && \
 	  TERRARUN_ENGINE=$$engine TERRARUN_HELM=$$helm TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_REGISTRY=$$registry TERRARUN_TOFU=$$tofu $(GO_TEST) ./pkg/... ./cmd/... ./charts/... && \
 	  if [[ "$$tofu" != "$$engine" ]]; then TERRARUN_ENGINE=$$tofu TERRARUN_REGISTRY=$$registry $(GO_TEST) -count=1 ./pkg/runner/... ./cmd/terrarun-executor/...; fi

@@ -46,7 +46,7 @@ needs() {
 	run) echo "go certs" ;;
 	codegen) echo "go certs protoc" ;;
 	verify) echo "go certs git protoc npm" ;;
-	unit) echo "go certs cc git flock" ;;
+	unit) echo "go certs cc git flock npm" ;;
 	integration) echo "go certs cc git curl chromium" ;;
 	images) echo "go certs git ssh ca-bundle debian" ;;
 	e2e) echo "$(needs images) cc flock ip root" ;;
@@ -92,7 +92,7 @@ about() {
 		packages=curl
 		;;
 	npm)
-		why="hack/update-webview.sh --verify (make verify) rebuilds the web view from web/package-lock.json with Node.js and npm"
+		why="hack/update-webview.sh --verify (make verify) rebuilds the web view from web/package-lock.json with Node.js and npm; make unit tests its plan diff with node --test"
 		packages="nodejs npm"
 		;;
 	chromium)
