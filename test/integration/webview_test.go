@@ -115,7 +115,12 @@ func browse[T any](t *testing.T, ctx context.Context, what string, action chrome
 	defer cancel()
 	v, err := chromedp.Run(timeout, action)
 	if err != nil {
-		text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+		short, stop := context.WithTimeout(ctx, 10*time.Second)
+		defer stop()
+		text, _ := chromedp.Run(short, chromedp.Text(chromedp.CSS("body")))
+		if png, err := chromedp.Run(short, chromedp.FullScreenshot(100)); err == nil {
+			keep(t, "failed-"+t.Name(), png)
+		}
 		t.Fatalf("%s: %v\nthe page says:\n%s", what, err, text)
 	}
 	return v
@@ -123,29 +128,46 @@ func browse[T any](t *testing.T, ctx context.Context, what string, action chrome
 
 // screenshot keeps the page as it looks, as a test artifact, in
 // _output/webview (or TERRARUN_ARTIFACTS/webview).
+// A failed step keeps the page it failed on, as failed-<test>.png.
 func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	keep(t, name, browse(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100)))
+}
+
+// keep writes a screenshot into the artifacts' directory.
+func keep(t *testing.T, name string, png []byte) {
 	t.Helper()
 	dir := filepath.Join("..", "..", "_output", "webview")
 	if d := os.Getenv("TERRARUN_ARTIFACTS"); d != "" {
 		dir = filepath.Join(d, "webview")
 	}
-	png := browse(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".png"), png, 0o644); err != nil {
+		t.Error(err)
 	}
 }
 
 // waitText waits until the element of selector holds want.
 func waitText(selector, want string) chromedp.Action[chromedp.Void] {
-	poll := chromedp.Poll[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.innerText.includes(%q); })()`, selector, want), chromedp.WithPollingInterval(200*time.Millisecond))
+	wait := until(fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.innerText.includes(%q); })()`, selector, want))
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		if _, err := poll(ctx, t); err != nil {
+		if _, err := wait(ctx, t); err != nil {
 			return fmt.Errorf("waiting for %q in %s: %w", want, selector, err)
 		}
 		return nil
+	})
+}
+
+// until waits until the JavaScript expression js is true, looking every
+// 100ms.
+func until(js string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond))
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := poll(ctx, t)
+		return err
 	})
 }
 
@@ -182,7 +204,7 @@ resource "terraform_data" "db" {
     password = var.password
   }
   provisioner "local-exec" {
-    command = "echo migrating; sleep 2; echo migrated"
+    command = "echo migrating; sleep 6; echo migrated"
   }
 }
 output "engine" {
@@ -241,7 +263,16 @@ output "password" {
 	screenshot(t, ctx, "approve-dialog")
 	do(t, ctx, "confirming the approval",
 		click(`dialog[open] button[type="submit"]`),
-		waitText(`.answer`, "recorded for run default/review"),
+		waitText(`.answer`, "recorded for run default/review"))
+	// The apply's log streams: the page shows what local-exec printed
+	// first while the run still applies and before it printed the rest (a
+	// log read once at the end could not show that).
+	do(t, ctx, "the apply log streaming while the run applies", until(`(() => {
+		const log = document.querySelector('pre.log'), h1 = document.querySelector('h1');
+		return !!log && !!h1 && h1.innerText.includes('Applying') && log.innerText.includes('migrating') && !log.innerText.includes('migrated');
+	})()`))
+	screenshot(t, ctx, "run-applying")
+	do(t, ctx, "the run applied",
 		waitText(`h1`, "Succeeded"),
 		waitText(`pre.log`, "migrated"),
 		waitText(`pre.log`, "Apply complete!"),
@@ -267,6 +298,13 @@ output "password" {
 		waitText(`figure.graph`, "network"),
 		waitText(`figure.graph`, "app"))
 	screenshot(t, ctx, "workspaces")
+	do(t, ctx, "a workspace's page",
+		click(`figure.graph a[href$="/terraformworkspaces/app"]`),
+		waitText(`h1`, "Workspace app"),
+		waitText(`dl.facts`, "Depends on"),
+		waitText(`dl.facts`, "network"),
+		visible(`section[aria-labelledby="ws-history"] table`))
+	screenshot(t, ctx, "workspace")
 
 	// A viewer: the run that waits shows no approve button, and an approval
 	// forged from the page is refused by the server.
@@ -285,7 +323,7 @@ output "password" {
 	}
 	screenshot(t, vctx, "viewer")
 	forged := browse(t, vctx, "forging an approval from the page", chromedp.Evaluate[map[string]any](fmt.Sprintf(`fetch('/k8s/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns/second/approve?result=short', {
-		method: 'POST', headers: {'Content-Type': 'application/json'},
+		method: 'POST', headers: {'Content-Type': 'application/json', 'X-Terrarun-Ui-Key': localStorage.getItem('terrarun-ui-key')},
 		body: JSON.stringify({apiVersion: 'terrarun.dev/v1alpha1', kind: 'TerraformRunApproval', planDigest: %q})
 	}).then(async (r) => ({code: r.status, body: await r.text()}))`, second.Status.Plan.Digest), chromedp.EvalAwaitPromise))
 	if forged["code"] != float64(http.StatusForbidden) || !strings.Contains(fmt.Sprint(forged["body"]), "forbidden") {
@@ -306,6 +344,15 @@ output "password" {
 		t.Fatalf("the session cookies: %+v", cookies)
 	}
 	session := cookies[0].Name + "=" + cookies[0].Value
+	// The session key, which the login handed the page alone and which every
+	// API request carries besides the cookie.
+	key := browse(t, ctx, "reading the page's session key", chromedp.Evaluate[string](`localStorage.getItem('terrarun-ui-key')`))
+	if len(key) < 40 {
+		t.Fatalf("the page holds no session key: %q", key)
+	}
+	if here := browse(t, ctx, "reading the address", chromedp.Location()); strings.Contains(here, key) {
+		t.Errorf("the session key stayed in the address bar: %s", here)
+	}
 	runs := ui.origin + "/k8s/apis/terrarun.dev/v1alpha1/namespaces/default/terraformruns"
 	approve := runs + "/second/approve"
 	for _, c := range []struct {
@@ -315,15 +362,16 @@ output "password" {
 		says              string
 	}{
 		{"no session", "GET", runs, nil, 401, "no web view session"},
+		{"the cookie alone (the browser sends it to every server on 127.0.0.1)", "GET", runs, map[string]string{"Cookie": session}, 401, "no web view session key"},
 		{"a spent login link", "GET", ui.login, nil, 401, "used already"},
 		{"a wrong token", "GET", ui.origin + "/?token=guess", nil, 401, "not valid"},
 		{"a foreign Origin", "GET", runs, map[string]string{"Cookie": session, "Origin": "http://evil.example"}, 403, "cross-site"},
 		{"a foreign Host (DNS rebinding)", "GET", runs, map[string]string{"Cookie": session, "Host": "evil.example"}, 403, "is not this web view's"},
 		{"a write without Origin", "POST", approve, map[string]string{"Cookie": session}, 403, "must carry this web view's Origin"},
 		{"a cross-site fetch", "POST", approve, map[string]string{"Cookie": session, "Origin": ui.origin, "Sec-Fetch-Site": "cross-site"}, 403, "cross-site"},
-		{"Secrets", "GET", ui.origin + "/k8s/api/v1/namespaces/default/secrets", map[string]string{"Cookie": session}, 403, "does not forward"},
-		{"a run's creation", "POST", runs, map[string]string{"Cookie": session, "Origin": ui.origin}, 403, "does not forward"},
-		{"a path that climbs", "GET", ui.origin + "/k8s/apis/terrarun.dev/../../api/v1/secrets", map[string]string{"Cookie": session}, 403, "does not forward"},
+		{"Secrets", "GET", ui.origin + "/k8s/api/v1/namespaces/default/secrets", map[string]string{"Cookie": session, "X-Terrarun-Ui-Key": key}, 403, "does not forward"},
+		{"a run's creation", "POST", runs, map[string]string{"Cookie": session, "X-Terrarun-Ui-Key": key, "Origin": ui.origin}, 403, "does not forward"},
+		{"a path that climbs", "GET", ui.origin + "/k8s/apis/terrarun.dev/../../api/v1/secrets", map[string]string{"Cookie": session, "X-Terrarun-Ui-Key": key}, 403, "does not forward"},
 	} {
 		req, err := http.NewRequest(c.method, c.url, strings.NewReader(`{}`))
 		if err != nil {
@@ -351,6 +399,7 @@ output "password" {
 	// The same session does read what the app needs.
 	req, _ := http.NewRequest("GET", runs, nil)
 	req.Header.Set("Cookie", session)
+	req.Header.Set("X-Terrarun-Ui-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

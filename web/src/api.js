@@ -5,6 +5,24 @@
 const base = '/k8s';
 export const group = '/apis/terrarun.dev/v1alpha1';
 
+/**
+ * The session key, which every API request carries besides the session
+ * cookie: the login's redirect hands it to this page alone, in the address's
+ * fragment (#key=...), which no server sees; the page keeps it in its
+ * origin's storage, which no other port's page reads, and drops it from
+ * the address.
+ */
+const keyName = 'terrarun-ui-key';
+const sessionKey = (() => {
+  const m = location.hash.match(/^#key=([A-Za-z0-9_-]+)$/);
+  if (m) {
+    localStorage.setItem(keyName, m[1]);
+    history.replaceState(history.state, '', location.pathname + location.search);
+  }
+  return localStorage.getItem(keyName) || '';
+})();
+const keyHeader = { 'X-Terrarun-Ui-Key': sessionKey };
+
 /** An API refusal: the server's Status message, verbatim. */
 export class ApiError extends Error {
   constructor(code, message, status) {
@@ -18,7 +36,7 @@ export class ApiError extends Error {
 const asTable = 'application/json;as=Table;v=v1;g=meta.k8s.io, application/json';
 
 async function request(method, path, body, accept = 'application/json') {
-  const headers = { Accept: accept };
+  const headers = { ...keyHeader, Accept: accept };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(base + path, {
     method,
@@ -108,7 +126,7 @@ export function watchList(path, params, onItems, onError, table = false) {
         let rv = list.metadata.resourceVersion;
         for (;;) {
           const res = await fetch(base + path + query({ ...p, watch: 'true', resourceVersion: rv }), {
-            headers: { Accept: accept },
+            headers: { ...keyHeader, Accept: accept },
             credentials: 'same-origin',
             signal: ctl.signal,
           });
@@ -153,6 +171,7 @@ export function followLog(ns, name, stage, attempt, onText, onEnd) {
   (async () => {
     try {
       const res = await fetch(base + object('terraformruns', ns, name, 'logs') + query({ stage, attempt, follow: 'true' }), {
+        headers: keyHeader,
         credentials: 'same-origin',
         signal: ctl.signal,
       });
@@ -202,7 +221,7 @@ export async function whoAmI() {
 
 /** The web view's own answer: the kubeconfig's context and namespace. */
 export async function session() {
-  const res = await fetch('/ui/session', { credentials: 'same-origin' });
+  const res = await fetch('/ui/session', { headers: keyHeader, credentials: 'same-origin' });
   if (!res.ok) throw new ApiError(res.status, (await res.json().catch(() => ({}))).message || res.statusText);
   return res.json();
 }

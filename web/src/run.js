@@ -110,7 +110,7 @@ function Actions({ run }) {
   if (!can.checked) return html`<section class="actions" aria-label="Actions" aria-busy="true">Checking what you may do…</section>`;
   return html`<section class="actions" aria-label="Actions" data-checked="true">
     ${actions.length ? actions : FINAL.includes(phase) ? 'The run has ended.' : 'No action on this run is open to you now (your RBAC roles, or its phase).'}
-    <p class="answer" role="status">${answer}</p>
+    <p class="answer" role="status">${safeText(answer)}</p>
   </section>`;
 }
 

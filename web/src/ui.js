@@ -151,7 +151,7 @@ export function Action({ label, title, digest, field, required, act, tone, onAns
           ? html`<label for=${id + '-text'}>${field}${required ? ' (required)' : ''}</label>
               <textarea id=${id + '-text'} rows="3" value=${text} required=${required} onInput=${(e) => setText(e.target.value)}></textarea>`
           : null}
-        ${answer && !answer.ok ? html`<p class="refusal" role="alert">${answer.msg}</p>` : null}
+        ${answer && !answer.ok ? html`<p class="refusal" role="alert">${safeText(answer.msg)}</p>` : null}
         <div class="buttons">
           <button type="button" onClick=${() => dialog.current.close()}>Back</button>
           <button type="submit" class=${tone || 'primary'} disabled=${busy}>${label} ${digest ? shortDigest(digest) : ''}</button>
@@ -164,8 +164,8 @@ export function Action({ label, title, digest, field, required, act, tone, onAns
 /** Whether s may name a namespace (a DNS label), so that it is safe in a path. */
 export const namespaceName = (s) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(s);
 
-/** An error of the server, verbatim. */
+/** An error of the server, verbatim but for its control characters (safeText). */
 export function Refusal({ error }) {
   if (!error) return null;
-  return html`<p class="refusal" role="alert">${error.message}</p>`;
+  return html`<p class="refusal" role="alert">${safeText(error.message)}</p>`;
 }

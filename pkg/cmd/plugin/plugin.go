@@ -481,15 +481,8 @@ func (o *options) approveCommand() *cobra.Command {
 		if _, err := runs.Approve(ctx, run.Name, body, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			return err
 		}
-		if !yes {
-			fmt.Fprintf(o.streams.Out, "Approve this plan? Type 'yes' or 'y' to approve: ")
-			answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
-			if !isTerminal(o.streams.In) {
-				fmt.Fprintln(o.streams.Out) // a piped answer is not echoed
-			}
-			if a := strings.ToLower(strings.TrimSpace(answer)); a != "yes" && a != "y" {
-				return fmt.Errorf("not approved: only the answer 'yes' or 'y' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
-			}
+		if !yes && !o.confirm("Approve this plan? Type 'yes' or 'y' to approve: ") {
+			return fmt.Errorf("not approved: only the answer 'yes' or 'y' approves; the plan still waits: approve it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
 		}
 		approved, err := runs.Approve(ctx, run.Name, body, metav1.CreateOptions{})
 		if err != nil {
@@ -508,6 +501,18 @@ func (o *options) approveCommand() *cobra.Command {
 	cmd.Flags().StringVar(&comment, "comment", "", "A comment recorded with the approval.")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "Approve without asking.")
 	return cmd
+}
+
+// confirm asks question and says whether the answer is yes or y. A piped
+// answer is not echoed, so its line is ended.
+func (o *options) confirm(question string) bool {
+	fmt.Fprint(o.streams.Out, question)
+	answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
+	if !isTerminal(o.streams.In) {
+		fmt.Fprintln(o.streams.Out)
+	}
+	a := strings.ToLower(strings.TrimSpace(answer))
+	return a == "yes" || a == "y"
 }
 
 func creator(run *v1alpha1.TerraformRun) string {

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -228,14 +227,19 @@ func (o *options) overrideCommand() *cobra.Command {
 			writeResults(o.streams.Out, softFailures(run))
 			fmt.Fprintf(o.streams.Out, "Plan digest: %s\n", p.Digest)
 			fmt.Fprintf(o.streams.Out, "Review it with: kubectl terrarun plan %s -n %s\n", run.Name, ns)
-			if !yes {
-				fmt.Fprintf(o.streams.Out, "Override these failures of this plan? Only 'yes' overrides: ")
-				answer, _ := bufio.NewReader(o.streams.In).ReadString('\n')
-				if strings.TrimSpace(answer) != "yes" {
-					return fmt.Errorf("not overridden: only the answer 'yes' overrides; the plan still waits: override it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
-				}
+			body := &v1alpha1.TerraformRunOverride{PlanDigest: p.Digest, Justification: justification}
+			// The server says, recording nothing, whether it would take this
+			// override (RBAC, separation of duties, the plan's state), before
+			// anyone is asked.
+			if _, err := runs.Override(ctx, run.Name, body, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); apierrors.IsForbidden(err) {
+				return fmt.Errorf("%w\n%s", err, overrideForbiddenHint)
+			} else if err != nil {
+				return err
 			}
-			overridden, err := runs.Override(ctx, run.Name, &v1alpha1.TerraformRunOverride{PlanDigest: p.Digest, Justification: justification}, metav1.CreateOptions{})
+			if !yes && !o.confirm("Override these failures of this plan? Type 'yes' or 'y' to override: ") {
+				return fmt.Errorf("not overridden: only the answer 'yes' or 'y' overrides; the plan still waits: override it again, or review it with kubectl terrarun plan %s -n %s", run.Name, ns)
+			}
+			overridden, err := runs.Override(ctx, run.Name, body, metav1.CreateOptions{})
 			if apierrors.IsForbidden(err) {
 				return fmt.Errorf("%w\n%s", err, overrideForbiddenHint)
 			}

@@ -253,8 +253,8 @@ func TestOverride(t *testing.T) {
 		"  SoftMandatory  cost/max-instances  Failed  12 instances, more than 10\n" +
 		"Plan digest: " + testDigest + "\n" +
 		"Review it with: kubectl terrarun plan web-1 -n team-a\n"
-	const question = "Override these failures of this plan? Only 'yes' overrides: "
-	notOverridden := "error: not overridden: only the answer 'yes' overrides; the plan still waits: override it again, or review it with kubectl terrarun plan web-1 -n team-a\n"
+	const question = "Override these failures of this plan? Type 'yes' or 'y' to override: "
+	notOverridden := "error: not overridden: only the answer 'yes' or 'y' overrides; the plan still waits: override it again, or review it with kubectl terrarun plan web-1 -n team-a\n"
 	answered := object(heldRun(overridden))
 	for _, c := range []struct {
 		name       string
@@ -274,7 +274,15 @@ func TestOverride(t *testing.T) {
 			args:      []string{"--justification", justification},
 			stdin:     "yes\n",
 			answer:    answered,
-			stdout:    shown + question + "Overrode the policy failures of plan " + testDigest + " of run team-a/web-1 as bob; it still needs its approvals: kubectl terrarun approve web-1 -n team-a\n",
+			stdout:    shown + question + "\n" + "Overrode the policy failures of plan " + testDigest + " of run team-a/web-1 as bob; it still needs its approvals: kubectl terrarun approve web-1 -n team-a\n",
+			overrides: true,
+		},
+		{
+			name:      "y, as approve takes it",
+			args:      []string{"--justification", justification},
+			stdin:     "Y\n",
+			answer:    answered,
+			stdout:    shown + question + "\n" + "Overrode the policy failures of plan " + testDigest + " of run team-a/web-1 as bob; it still needs its approvals: kubectl terrarun approve web-1 -n team-a\n",
 			overrides: true,
 		},
 		{
@@ -290,16 +298,18 @@ func TestOverride(t *testing.T) {
 		{
 			name:   "anything but yes",
 			args:   []string{"--justification", justification},
-			stdin:  "y\n",
+			stdin:  "yes please\n",
+			answer: answered,
 			code:   ExitFailed,
-			stdout: shown + question,
+			stdout: shown + question + "\n",
 			stderr: []string{notOverridden},
 		},
 		{
 			name:   "no answer",
 			args:   []string{"--justification", justification},
+			answer: answered,
 			code:   ExitFailed,
-			stdout: shown + question,
+			stdout: shown + question + "\n",
 			stderr: []string{notOverridden},
 		},
 		{
@@ -323,15 +333,14 @@ func TestOverride(t *testing.T) {
 			stderr: []string{"error: --digest " + otherDigest + " is not the digest of run team-a/web-1's plan, " + testDigest + ": review that plan with kubectl terrarun plan web-1 -n team-a, then override it\n"},
 		},
 		{
-			name: "forbidden",
-			args: []string{"--justification", justification, "--yes"},
+			name: "forbidden, said before the question",
+			args: []string{"--justification", justification},
 			answer: status(http.StatusForbidden, metav1.StatusReasonForbidden,
 				`terraformruns.terrarun.dev "web-1" is forbidden: alice requested this run and may not override its policy failures (separation of duties)`),
 			code:   ExitFailed,
 			stdout: shown,
 			stderr: []string{`error: terraformruns.terrarun.dev "web-1" is forbidden: alice requested this run and may not override its policy failures (separation of duties)` + "\n" +
 				"hint: you need create on terraformruns/override; whoever requested the run never overrides it\n"},
-			overrides: true,
 		},
 		{
 			name: "conflict",
@@ -342,7 +351,6 @@ func TestOverride(t *testing.T) {
 			stdout:    shown,
 			stderr:    []string{`error: Operation cannot be fulfilled on terraformruns.terrarun.dev "web-1": the plan's digest is ` + otherDigest + `, not ` + testDigest + `: review the plan again` + "\n"},
 			notStderr: "hint:",
-			overrides: true,
 		},
 		{
 			name:   "overridden already",
@@ -402,7 +410,10 @@ func TestOverride(t *testing.T) {
 			if c.noRequests && requests != 0 {
 				t.Errorf("%d requests, want none: the flag is checked first", requests)
 			}
-			posts := srv.received("POST", "/terraformruns/web-1/override")
+			posts, dryRuns := srv.received("POST", "/terraformruns/web-1/override"), srv.received("DRYRUN", "/terraformruns/web-1/override")
+			if asked := strings.Contains(c.stdout, question); asked && len(dryRuns) != 1 {
+				t.Errorf("%d dry runs before asking, want 1", len(dryRuns))
+			}
 			if !c.overrides {
 				if len(posts) != 0 {
 					t.Errorf("overrode: %s", posts[0].body)

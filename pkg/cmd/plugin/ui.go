@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -108,14 +110,32 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return nil
 }
 
-// openBrowser opens url with the desktop's opener.
-func openBrowser(url string) error {
+// openBrowser opens the login link with the desktop's opener. The link
+// holds the one-time token, and a command line is readable by every user of
+// the machine: the opener gets a file that only this user may read, which
+// sends the browser on to the link, as Jupyter does. The file is removed
+// once the browser had time to read it.
+func openBrowser(link string) error {
+	f, err := os.CreateTemp("", "terrarun-ui-*.html")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url=%s\"><title>terrarun web view</title></head>"+
+		"<body><p><a href=\"%s\">Open the terrarun web view</a></p></body></html>\n", html.EscapeString(link), html.EscapeString(link))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	time.AfterFunc(time.Minute, func() { os.Remove(f.Name()) })
 	opener := "xdg-open"
 	switch runtime.GOOS {
 	case "darwin":
 		opener = "open"
 	case "windows":
-		return exec.Command("rundll32", "url.dll,FileProtocolHandler", url).Start()
+		return exec.Command("rundll32", "url.dll,FileProtocolHandler", f.Name()).Start()
 	}
-	return exec.Command(opener, url).Start()
+	return exec.Command(opener, f.Name()).Start()
 }

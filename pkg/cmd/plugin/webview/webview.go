@@ -8,7 +8,11 @@
 // from loopback, name the server's own Host (no DNS rebinding), carry no
 // foreign Origin (no cross-site requests; a request that changes anything
 // must carry the server's Origin), and hold the session cookie that the
-// one-time login link set. The proxy forwards only reads of the terrarun.dev
+// one-time login link set. Cookies are not kept apart by port, so the
+// browser also sends that cookie to any other server on 127.0.0.1 the user
+// visits: an API request must also carry the session key (keyHeader), which
+// the login handed to the page alone, in the fragment of its redirect (never
+// sent to a server), and which the page keeps in its origin's storage. The proxy forwards only reads of the terrarun.dev
 // group and of Events, the run and workspace actions (approve, discard,
 // cancel, override, rerun), and self-subject reviews; it drops the browser's
 // headers but Accept and Content-Type.
@@ -49,6 +53,11 @@ const (
 	sessionPath = "/ui/session"
 	// maxBody bounds what the app may send: an action's small JSON body.
 	maxBody = 64 << 10
+	// keyHeader carries the session key on the app's API requests.
+	keyHeader = "X-Terrarun-Ui-Key"
+	// keyFragment names the session key in the fragment of the login's
+	// redirect, where the app reads it.
+	keyFragment = "key"
 )
 
 // forwarded are the requests the proxy forwards: a method and a path (below
@@ -89,6 +98,7 @@ type Server struct {
 	hosts   []string // the Host headers accepted: 127.0.0.1:port, localhost:port
 	cookie  string   // the session cookie's name, per port
 	session string   // the session cookie's value
+	key     string   // the session key (keyHeader) of the app's API requests
 	info    []byte   // sessionPath's answer
 	proxy   http.Handler
 	pages   http.Handler
@@ -125,6 +135,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, err := random()
+	if err != nil {
+		return nil, err
+	}
 	info, err := json.Marshal(map[string]string{"namespace": cfg.Namespace, "context": cfg.Context, "server": upstream.Host})
 	if err != nil {
 		return nil, err
@@ -134,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		hosts:   []string{net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("localhost", port)},
 		cookie:  "terrarun-ui-" + port,
 		session: session,
+		key:     key,
 		token:   token,
 		info:    info,
 		pages:   pages(assets),
@@ -203,6 +218,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"no web view session: open the link that kubectl terrarun ui printed (each link works once; run kubectl terrarun ui again for a new one)")
 		return
 	}
+	api := r.URL.Path == sessionPath || strings.HasPrefix(r.URL.Path, apiPrefix+"/")
+	if api && subtle.ConstantTimeCompare([]byte(r.Header.Get(keyHeader)), []byte(s.key)) != 1 {
+		refuse(w, r, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			"no web view session key: only the page the login link opened may call the API (open the link that kubectl terrarun ui printed; run it again for a new one)")
+		return
+	}
 	switch {
 	case r.URL.Path == sessionPath:
 		h.Set("Content-Type", "application/json")
@@ -231,8 +252,13 @@ func (s *Server) foreign(r *http.Request) string {
 	if origin != "" && origin != "http://"+r.Host {
 		return fmt.Sprintf("Origin %q is not this web view's: cross-site requests are refused", origin)
 	}
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site == "cross-site" {
 		return "cross-site requests are refused"
+	}
+	if site == "same-site" && (r.URL.Path == sessionPath || strings.HasPrefix(r.URL.Path, apiPrefix+"/")) {
+		// Another server on this host (another port) is same-site.
+		return "API requests from another page of this host are refused"
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && origin == "" {
 		return "a request that changes something must carry this web view's Origin"
@@ -264,12 +290,13 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: s.session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	next := *r.URL
-	q := next.Query()
+	q := r.URL.Query()
 	q.Del("token")
-	next.RawQuery = q.Encode()
-	next.Scheme, next.Host = "", ""
-	http.Redirect(w, r, next.RequestURI(), http.StatusSeeOther)
+	// A path of this server only: "//host/..." would send the browser to
+	// another one.
+	next := url.URL{Path: "/" + strings.TrimLeft(path.Clean("/"+r.URL.Path), "/"), RawQuery: q.Encode(),
+		Fragment: keyFragment + "=" + s.key}
+	http.Redirect(w, r, next.String(), http.StatusSeeOther)
 }
 
 // forward sends an API request the app may make to the cluster, and refuses

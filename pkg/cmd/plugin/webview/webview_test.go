@@ -56,22 +56,40 @@ func serve(s *Server, r *http.Request) *httptest.ResponseRecorder {
 	return w
 }
 
-// login spends the login link and returns the session cookie.
-func login(t *testing.T, s *Server) *http.Cookie {
+// session is what the login gives the user's page: the session cookie,
+// and the session key its redirect hands the page in the fragment.
+type session struct {
+	cookie *http.Cookie
+	key    string
+}
+
+// authorize makes r a request of the logged-in page.
+func (ss session) authorize(r *http.Request) *http.Request {
+	r.AddCookie(ss.cookie)
+	r.Header.Set(keyHeader, ss.key)
+	return r
+}
+
+// login spends the login link and returns the session.
+func login(t *testing.T, s *Server) session {
 	t.Helper()
 	u, err := url.Parse(s.LoginURL("/"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := serve(s, request(http.MethodGet, "/namespaces/team/terraformruns/r1?"+u.RawQuery))
-	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/namespaces/team/terraformruns/r1" {
+	page, key, _ := strings.Cut(w.Header().Get("Location"), "#"+keyFragment+"=")
+	if w.Code != http.StatusSeeOther || page != "/namespaces/team/terraformruns/r1" || len(key) < 40 {
 		t.Fatalf("login: %d, Location %q", w.Code, w.Header().Get("Location"))
 	}
 	cookies := w.Result().Cookies()
 	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" {
 		t.Fatalf("the session cookie: %+v", cookies)
 	}
-	return cookies[0]
+	if cookies[0].Value == key || strings.Contains(u.RawQuery, key) {
+		t.Fatalf("the session key is the cookie's value or in the login link")
+	}
+	return session{cookie: cookies[0], key: key}
 }
 
 func TestLoginOnce(t *testing.T) {
@@ -83,26 +101,49 @@ func TestLoginOnce(t *testing.T) {
 	if w := serve(s, request(http.MethodGet, "/?token=wrong")); w.Code != http.StatusUnauthorized {
 		t.Errorf("a wrong token: %d", w.Code)
 	}
-	cookie := login(t, s)
+	ss := login(t, s)
 	if w := serve(s, request(http.MethodGet, "/?"+u.RawQuery)); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "used already") {
 		t.Errorf("the link a second time: %d %s", w.Code, w.Body)
 	}
-	r := request(http.MethodGet, "/ui/session")
-	r.AddCookie(cookie)
-	if w := serve(s, r); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"namespace":"team"`) || !strings.Contains(w.Body.String(), `"context":"prod"`) {
+	if w := serve(s, ss.authorize(request(http.MethodGet, "/ui/session"))); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"namespace":"team"`) || !strings.Contains(w.Body.String(), `"context":"prod"`) {
 		t.Errorf("the session: %d %s", w.Code, w.Body)
 	}
-	r = request(http.MethodGet, "/ui/session")
-	r.AddCookie(&http.Cookie{Name: cookie.Name, Value: "forged"})
-	if w := serve(s, r); w.Code != http.StatusUnauthorized {
+	forged := ss
+	forged.cookie = &http.Cookie{Name: ss.cookie.Name, Value: "forged"}
+	if w := serve(s, forged.authorize(request(http.MethodGet, "/ui/session"))); w.Code != http.StatusUnauthorized {
 		t.Errorf("a forged session: %d", w.Code)
+	}
+	// The browser sends the cookie to every server on 127.0.0.1, whatever
+	// its port: such a server, holding the cookie, has no session key.
+	for _, key := range []string{"", "guess"} {
+		r := request(http.MethodGet, "/k8s/apis/terrarun.dev/v1alpha1/terraformruns")
+		r.AddCookie(ss.cookie)
+		if key != "" {
+			r.Header.Set(keyHeader, key)
+		}
+		if w := serve(s, r); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "no web view session key") {
+			t.Errorf("the cookie with key %q: %d %s", key, w.Code, w.Body)
+		}
+	}
+}
+
+// TestLoginStaysHere: the login's redirect never leaves the web view.
+func TestLoginStaysHere(t *testing.T) {
+	for _, target := range []string{"//evil.example/", "///evil.example/x", "/a/../../evil"} {
+		s := newServer(t, newUpstream(t))
+		u, _ := url.Parse(s.LoginURL("/"))
+		w := serve(s, request(http.MethodGet, target+"?"+u.RawQuery))
+		loc := w.Header().Get("Location")
+		if w.Code != http.StatusSeeOther || !strings.HasPrefix(loc, "/") || strings.HasPrefix(loc, "//") {
+			t.Errorf("login at %s: %d, Location %q", target, w.Code, loc)
+		}
 	}
 }
 
 func TestRefusesWhatIsNotTheUsersPage(t *testing.T) {
 	up := newUpstream(t)
 	s := newServer(t, up)
-	cookie := login(t, s)
+	ss := login(t, s)
 	for _, c := range []struct {
 		what  string
 		spoil func(*http.Request)
@@ -113,10 +154,10 @@ func TestRefusesWhatIsNotTheUsersPage(t *testing.T) {
 		{"another port's Host", func(r *http.Request) { r.Host = "127.0.0.1:9999" }, "Host"},
 		{"a foreign Origin", func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }, "Origin"},
 		{"a cross-site fetch", func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, "cross-site"},
+		{"another port's page", func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "same-site") }, "another page of this host"},
 		{"a write without Origin", func(r *http.Request) { r.Header.Del("Origin") }, "must carry"},
 	} {
-		r := request(http.MethodPost, "/k8s/apis/terrarun.dev/v1alpha1/namespaces/team/terraformruns/r1/approve")
-		r.AddCookie(cookie)
+		r := ss.authorize(request(http.MethodPost, "/k8s/apis/terrarun.dev/v1alpha1/namespaces/team/terraformruns/r1/approve"))
 		c.spoil(r)
 		if w := serve(s, r); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), c.says) {
 			t.Errorf("%s: %d %s", c.what, w.Code, w.Body)
@@ -126,9 +167,8 @@ func TestRefusesWhatIsNotTheUsersPage(t *testing.T) {
 		t.Errorf("%d refused requests reached the cluster", len(up.got))
 	}
 	// localhost is the same web view.
-	r := request(http.MethodGet, "/k8s/apis/terrarun.dev/v1alpha1/terraformruns")
+	r := ss.authorize(request(http.MethodGet, "/k8s/apis/terrarun.dev/v1alpha1/terraformruns"))
 	r.Host = "localhost:8123"
-	r.AddCookie(cookie)
 	if w := serve(s, r); w.Code != http.StatusOK {
 		t.Errorf("through localhost: %d %s", w.Code, w.Body)
 	}
@@ -137,7 +177,7 @@ func TestRefusesWhatIsNotTheUsersPage(t *testing.T) {
 func TestForwardsOnlyWhatTheAppNeeds(t *testing.T) {
 	up := newUpstream(t)
 	s := newServer(t, up)
-	cookie := login(t, s)
+	ss := login(t, s)
 	for _, c := range []struct {
 		method, path string
 		ok           bool
@@ -164,11 +204,16 @@ func TestForwardsOnlyWhatTheAppNeeds(t *testing.T) {
 		{"GET", "/apis/terrarun.dev/v1alpha1/namespaces/team/terraformruns/r1/state", false},
 		{"GET", "/apis/terrarun.dev/v1alpha1/namespaces/team/terraformruns/r1/outputs", false},
 		{"GET", "/apis/terrarun.dev/../../api/v1/secrets", false},
+		{"GET", "/apis/terrarun.dev.evil/v1alpha1/terraformruns", false},
+		{"GET", "/apis/terrarun.dev//v1alpha1/terraformruns", false},
+		{"GET", "/apis/terrarun.dev/./v1alpha1/terraformruns", false},
+		{"GET", "/apis/terrarun.dev/v1alpha1/terraformruns/", false},
+		{"GET", "/apis/terrarun.dev%2F..%2F..%2Fapi/v1/namespaces/team/secrets", false},
+		{"GET", "/api/v1/namespaces/team/events/../secrets", false},
 		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", false},
 	} {
 		up.got = nil
-		r := request(c.method, "/k8s"+c.path)
-		r.AddCookie(cookie)
+		r := ss.authorize(request(c.method, "/k8s"+c.path))
 		r.Header.Set("Authorization", "Bearer from-the-page")
 		r.Header.Set("Impersonate-User", "admin")
 		w := serve(s, r)
@@ -202,9 +247,9 @@ func TestForwardsOnlyWhatTheAppNeeds(t *testing.T) {
 
 func TestServesTheApp(t *testing.T) {
 	s := newServer(t, newUpstream(t))
-	cookie := login(t, s)
+	ss := login(t, s)
 	r := request(http.MethodGet, "/namespaces/team/terraformruns/r1")
-	r.AddCookie(cookie)
+	r.AddCookie(ss.cookie)
 	w := serve(s, r)
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<div id="app">`) {
 		t.Fatalf("a page of the app: %d %.200s", w.Code, w.Body)
@@ -214,7 +259,7 @@ func TestServesTheApp(t *testing.T) {
 	}
 	asset := strings.Split(strings.Split(w.Body.String(), `src="`)[1], `"`)[0]
 	r = request(http.MethodGet, asset)
-	r.AddCookie(cookie)
+	r.AddCookie(ss.cookie)
 	if w := serve(s, r); w.Code != http.StatusOK || !strings.Contains(w.Header().Get("Content-Type"), "javascript") {
 		t.Errorf("the app's script %s: %d %s", asset, w.Code, w.Header().Get("Content-Type"))
 	}
