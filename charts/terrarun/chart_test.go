@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -332,6 +333,49 @@ func TestValues(t *testing.T) {
 	}
 	if got, _, _ := unstructured.NestedString(dashboard.Object, "data", "terrarun.json"); strings.TrimSpace(got) != strings.TrimSpace(string(board)) {
 		t.Error("the dashboard ConfigMap does not hold files/grafana-dashboard.json")
+	}
+}
+
+// TestExecutorValue: executor selects the server's executor, and its
+// ClusterRole grants that executor's objects alone: Jobs by default,
+// Tekton TaskRuns with executor=tekton, never both.
+func TestExecutorValue(t *testing.T) {
+	for _, c := range []struct {
+		set         []string
+		arg         string
+		grants, not string
+	}{
+		{nil, "--executor=kubernetes", "jobs", "taskruns"},
+		{[]string{"--set", "executor=tekton"}, "--executor=tekton", "taskruns", "jobs"},
+	} {
+		objs := mustRender(t, c.set...)
+		var deploy appsv1.Deployment
+		find(t, objs, "Deployment", "terrarun-apiserver", &deploy)
+		if args := strings.Join(deploy.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, c.arg) {
+			t.Errorf("%v: the server's args lack %s: %s", c.set, c.arg, args)
+		}
+		var granted []string
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" || !strings.HasPrefix(o.GetName(), "terrarun-apiserver") {
+				continue
+			}
+			var role rbacv1.ClusterRole
+			find(t, objs, "ClusterRole", o.GetName(), &role)
+			for _, r := range role.Rules {
+				granted = append(granted, r.Resources...)
+			}
+		}
+		if !slices.Contains(granted, c.grants) || slices.Contains(granted, c.not) {
+			t.Errorf("%v: the server's ClusterRoles grant %v: want %s, not %s", c.set, granted, c.grants, c.not)
+		}
+		var binding rbacv1.ClusterRoleBinding
+		find(t, objs, "ClusterRoleBinding", "terrarun-apiserver-executor", &binding)
+		if binding.RoleRef.Name != "terrarun-apiserver-executor" || binding.Subjects[0].Name != "terrarun-apiserver" {
+			t.Errorf("%v: the executor role's binding %+v", c.set, binding)
+		}
+	}
+	if _, err := render(t, "--set", "executor=jobs"); err == nil || !strings.Contains(err.Error(), "executor") {
+		t.Errorf("executor=jobs: %v, want refused naming executor", err)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Command terrarun-executor runs one stage (plan or apply) of a TerraformRun.
 //
-//	terrarun-executor --stage-file FILE [--grace-period 20s]
+//	terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE]
 //
 // FILE holds the JSON stage.Spec (package
 // github.com/terrarun/terrarun/pkg/stage) written by the local or
@@ -67,11 +67,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	stageFile := fs.String("stage-file", "", "path of the JSON stage spec (required)")
 	grace := fs.Duration("grace-period", runner.DefaultGracePeriod, "how long terraform has to stop after SIGINT before it is killed")
+	fs.StringVar(&outcomeFile, "outcome-file", "", "also write how the stage ended (at most 1 KiB) to this file, as a Tekton step's result")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *stageFile == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: terrarun-executor --stage-file FILE [--grace-period 20s]")
+		fmt.Fprintln(stderr, "usage: terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE]")
 		return 2
 	}
 	if *grace <= 0 {
@@ -124,6 +125,14 @@ var terminationLog = "/dev/termination-log"
 // maxTerminationMessage is the most the kubelet keeps of it.
 const maxTerminationMessage = 4096
 
+// outcomeFile, when set (--outcome-file), also receives the termination
+// message, at most maxOutcome bytes: a Tekton step's result, which
+// Tekton keeps, with the step's other fields, in its 4 KiB termination
+// message.
+var outcomeFile string
+
+const maxOutcome = 1024
+
 // getpid and killOthers are os.Getpid and killNamespace; tests replace them.
 var (
 	getpid     = os.Getpid
@@ -143,13 +152,22 @@ func terminationMessage(msg string) {
 	if getpid() == 1 {
 		killOthers()
 	}
-	f, openErr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0)
-	if openErr != nil {
+	writeMessage(terminationLog, 0, msg, maxTerminationMessage)
+	if outcomeFile != "" {
+		writeMessage(outcomeFile, os.O_CREATE, msg, maxOutcome)
+	}
+}
+
+// writeMessage writes msg, cut to limit bytes, to the file path, opened
+// with flag besides write and truncate.
+func writeMessage(path string, flag int, msg string, limit int) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|flag, 0o644)
+	if err != nil {
 		return
 	}
 	defer f.Close()
-	if len(msg) > maxTerminationMessage {
-		msg = msg[:maxTerminationMessage-3] + "..."
+	if len(msg) > limit {
+		msg = msg[:limit-3] + "..."
 	}
 	_, _ = f.WriteString(msg)
 }

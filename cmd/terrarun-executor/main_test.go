@@ -75,6 +75,18 @@ func TestFailures(t *testing.T) {
 	if msg, err := os.ReadFile(terminationLog); err != nil || !strings.HasPrefix(string(msg), "server URL must not hold credentials") || strings.Contains(string(msg), "hunter2") {
 		t.Errorf("termination message %q (%v)", msg, err)
 	}
+	// Under Tekton, the outcome is also the step's result, which is
+	// created, and bounded to what Tekton's termination message keeps.
+	outcome := filepath.Join(dir, "results", "outcome")
+	if err := os.MkdirAll(filepath.Dir(outcome), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outcomeFile = "" })
+	long := filepath.Join(dir, strings.Repeat("a-long-name/", 120)+"spec.json")
+	run([]string{"--stage-file", long, "--outcome-file", outcome}, &stdout, &stderr)
+	if msg, err := os.ReadFile(outcome); err != nil || !strings.HasPrefix(string(msg), "reading the stage file") || len(msg) > 1024 || !strings.HasSuffix(string(msg), "...") {
+		t.Errorf("outcome result (%d bytes) %q (%v), want the message cut to 1 KiB", len(msg), msg, err)
+	}
 }
 
 // TestMain lets the tests run this program as a child process: the test

@@ -1,8 +1,9 @@
 // Package executor is the contract between the run controller
-// (pkg/controller/terraformrun), which decides what runs when, and the two
+// (pkg/controller/terraformrun), which decides what runs when, and the three
 // backends that start, observe and stop one stage execution: local (child
-// processes of the server, the standalone default) and job (one Kubernetes Job
-// per stage). Everything both sides must agree on is defined here once: the
+// processes of the server, the standalone default), job (one Kubernetes Job
+// per stage) and tekton (one Tekton TaskRun per stage, the Job's pod in
+// Tekton's form). Everything both sides must agree on is defined here once: the
 // execution, its observed state and reasons, the stage's spec and timeout, and
 // the executor identity that writes results back.
 package executor

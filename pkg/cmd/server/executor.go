@@ -24,12 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/executor/local"
+	"github.com/terrarun/terrarun/pkg/executor/tekton"
 	"github.com/terrarun/terrarun/pkg/fluxsource"
 	"github.com/terrarun/terrarun/pkg/sandbox"
 	"github.com/terrarun/terrarun/pkg/stagelimits"
@@ -39,7 +41,8 @@ import (
 
 // ExecutorOptions configure how runs execute.
 type ExecutorOptions struct {
-	// Kind is "local" (child processes on this host) or "kubernetes" (Jobs).
+	// Kind is "local" (child processes on this host), "kubernetes" (Jobs)
+	// or "tekton" (Tekton TaskRuns).
 	Kind string
 	// Binary is terrarun-executor for the local executor.
 	Binary string
@@ -192,7 +195,7 @@ func memTotal() int64 {
 
 // AddFlags adds the executor flags.
 func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kind, "executor", o.Kind, "Where stages run: local (child processes of this server; the standalone default) or kubernetes (one Job per stage).")
+	fs.StringVar(&o.Kind, "executor", o.Kind, "Where stages run: local (child processes of this server; the standalone default), kubernetes (one Job per stage) or tekton (one Tekton Pipelines TaskRun per stage, tekton.dev/v1; Tekton must be installed).")
 	fs.StringVar(&o.Binary, "executor-binary", o.Binary, "Local executor: path of terrarun-executor. Default: beside this binary, else on PATH.")
 	fs.StringVar(&o.ServerURL, "executor-server-url", o.ServerURL, "URL at which executors reach this server. Standalone mode sets it.")
 	fs.StringVar(&o.FluxArtifactHost, "flux-artifact-host", o.FluxArtifactHost, "Cluster mode: host[:port] of Flux source-controller's artifact server (its --storage-adv-addr). A run from a Flux source (spec.source.sourceRef) downloads the source's artifact only when its URL is on this host, below that source's own path.")
@@ -238,11 +241,16 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.LocalStageCPU, "local-stage-cpu", "CPU of each local stage, in its cgroup (500m: half a CPU); a stage over it is throttled. 0: no bound.")
 	fs.Var(&o.LocalStageDisk, "local-stage-disk", "Bytes each local stage may leave in its work directory and add to its namespace's state directory and plugin cache, measured every 2s and when it ends; a stage over it is stopped and fails with reason LimitExceeded, and what a plan added is removed. 0: no bound.")
 	fs.Var(&o.LocalNamespaceState, "local-namespace-state-size", "Size of a namespace's state directory (standalone and local executor); a stage that grows it past this fails with reason LimitExceeded. 0: no bound.")
-	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", o.MaxStateBytes, "With --executor=kubernetes, size cap of one version of a state that terrarun serves (runs that name no backend); a larger one fails the apply's state write. 0: 64 MiB.")
-	fs.Int64Var(&o.MaxNamespaceStateBytes, "max-namespace-state-bytes", o.MaxNamespaceStateBytes, "With --executor=kubernetes, cap of the stored (compressed) bytes of every kept version of every state that terrarun serves to one namespace. 0: 256 MiB.")
-	fs.IntVar(&o.StateVersions, "state-versions", o.StateVersions, "With --executor=kubernetes, versions kept of each state that terrarun serves. 0: 10.")
+	fs.Int64Var(&o.MaxStateBytes, "max-state-bytes", o.MaxStateBytes, "With --executor=kubernetes or tekton, size cap of one version of a state that terrarun serves (runs that name no backend); a larger one fails the apply's state write. 0: 64 MiB.")
+	fs.Int64Var(&o.MaxNamespaceStateBytes, "max-namespace-state-bytes", o.MaxNamespaceStateBytes, "With --executor=kubernetes or tekton, cap of the stored (compressed) bytes of every kept version of every state that terrarun serves to one namespace. 0: 256 MiB.")
+	fs.IntVar(&o.StateVersions, "state-versions", o.StateVersions, "With --executor=kubernetes or tekton, versions kept of each state that terrarun serves. 0: 10.")
 	fs.Int64Var(&o.MaxPlanBytes, "max-plan-bytes", o.MaxPlanBytes, "Size cap of the plan text and of the redacted plan JSON; past it they end with a truncation marker. 0: 32 MiB for text, 64 MiB for JSON.")
 }
+
+// inCluster says whether stages run in the cluster, as Jobs or as Tekton
+// TaskRuns, from the executor image, in pods that authenticate with their
+// projected tokens.
+func (o *ExecutorOptions) inCluster() bool { return o.Kind == "kubernetes" || o.Kind == "tekton" }
 
 // Validate reports invalid executor flags.
 func (o *ExecutorOptions) Validate(standalone bool) []error {
@@ -254,16 +262,16 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	if o.Kind == "local" && !standalone && (o.ServerURL == "" || o.CAFile == "") {
 		errs = append(errs, fmt.Errorf("--executor=local needs --executor-server-url and --executor-ca-file outside standalone mode"))
 	}
-	if o.Kind == "kubernetes" && o.ServerURL == "" {
-		errs = append(errs, fmt.Errorf("--executor=kubernetes needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc"))
+	if o.inCluster() && o.ServerURL == "" {
+		errs = append(errs, fmt.Errorf("--executor=%s needs --executor-server-url: the URL at which executor pods reach this server, e.g. https://terrarun-apiserver.terrarun-system.svc", o.Kind))
 	}
 	if o.Kind == "local" && o.LocalSandbox {
 		if _, err := o.localSandbox(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if o.Kind != "local" && o.Kind != "kubernetes" {
-		errs = append(errs, fmt.Errorf("--executor must be local or kubernetes, not %q", o.Kind))
+	if o.Kind != "local" && !o.inCluster() {
+		errs = append(errs, fmt.Errorf("--executor must be local, kubernetes or tekton, not %q", o.Kind))
 	}
 	if o.DefaultEngine != "" && o.DefaultEngine != "terraform" && o.DefaultEngine != "tofu" {
 		errs = append(errs, fmt.Errorf("--default-engine must be terraform or tofu, not %q", o.DefaultEngine))
@@ -279,8 +287,8 @@ func (o *ExecutorOptions) Validate(standalone bool) []error {
 	if o.NodeLostAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--executor-node-lost-after must be a positive duration, such as 1m, not %s", o.NodeLostAfter))
 	}
-	if o.PluginCacheStorageClass != "" && o.Kind != "kubernetes" {
-		errs = append(errs, fmt.Errorf("--executor-plugin-cache-storage-class applies to --executor=kubernetes only: the local executor keeps each creator's plugin cache on its host"))
+	if o.PluginCacheStorageClass != "" && !o.inCluster() {
+		errs = append(errs, fmt.Errorf("--executor-plugin-cache-storage-class applies to --executor=kubernetes and tekton only: the local executor keeps each creator's plugin cache on its host"))
 	}
 	if o.PluginCacheStorageClass != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(o.PluginCacheStorageClass) {
@@ -390,7 +398,7 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 // stages prove themselves with (applyExecutorAuth lets them in). Job stages
 // also prove themselves with their key (loadStageKeys). serverURL and
 // caFile are where executors reach this server.
-func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, etcd *clientv3.Client,
+func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, dyn dynamic.Interface, etcd *clientv3.Client,
 	root, serverURL, caFile string) (executor.Executor, stageCredentials, error) {
 	var (
 		exec  executor.Executor
@@ -428,7 +436,7 @@ func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, etcd *clientv3.
 		exec, creds = l, stageCredentials{tokens: bearertoken.New(l.Tokens()), identities: l.Tokens(), first: true}
 	default:
 		if kube == nil {
-			return nil, stageCredentials{}, fmt.Errorf("--executor=kubernetes needs the cluster's API: run in-cluster or pass --kubeconfig")
+			return nil, stageCredentials{}, fmt.Errorf("--executor=%s needs the cluster's API: run in-cluster or pass --kubeconfig", o.Kind)
 		}
 		var caBundle []byte
 		if caFile != "" {
@@ -445,8 +453,18 @@ func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, etcd *clientv3.
 		if err != nil {
 			return nil, stageCredentials{}, err
 		}
-		exec = job.NewExecutor(kube, job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter,
-			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}, StageKeys: keys})
+		opts := job.JobOptions{ServerURL: serverURL, CABundle: caBundle, SpreadTopologyKey: o.SpreadTopologyKey, NodeLostAfter: o.NodeLostAfter,
+			PluginCache: job.PluginCacheOptions{StorageClassName: o.PluginCacheStorageClass, Size: o.PluginCacheSize.Quantity}, StageKeys: keys}
+		if o.Kind == "tekton" {
+			if dyn == nil {
+				return nil, stageCredentials{}, fmt.Errorf("--executor=tekton needs the cluster's API: run in-cluster or pass --kubeconfig")
+			}
+			claims := tekton.NewClaims(etcd)
+			exec = tekton.NewExecutor(kube, dyn, opts, claims)
+			creds.identities = tekton.NewIdentityResolver(kube, dyn, keys, claims)
+			break
+		}
+		exec = job.NewExecutor(kube, opts)
 		creds.identities = job.NewIdentityResolver(kube, keys)
 	}
 

@@ -343,7 +343,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			}
 		}
 	}
-	exec, creds, err := o.Executor.newExecutor(kube, etcdClient, o.workRoot(), executorServer, executorCA)
+	exec, creds, err := o.Executor.newExecutor(kube, dyn, etcdClient, o.workRoot(), executorServer, executorCA)
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -354,7 +354,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 		return nil, cleanup, err
 	}
 	var states *terraformrun.StateBackend
-	if o.Executor.Kind == "kubernetes" {
+	if o.Executor.inCluster() {
 		if states, err = o.Executor.newStateBackend(ctx, config, recommended.Etcd, etcdClient, kube); err != nil {
 			return nil, cleanup, err
 		}

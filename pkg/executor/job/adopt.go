@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -30,7 +31,7 @@ import (
 
 // checkSecret refuses an existing stage Secret that is not the one built.
 func checkSecret(existing, built *corev1.Secret, uid string) error {
-	if err := checkOwned(&existing.ObjectMeta, "Secret", uid); err != nil {
+	if err := CheckOwned(&existing.ObjectMeta, "Secret", uid); err != nil {
 		return err
 	}
 	var differs string
@@ -44,7 +45,7 @@ func checkSecret(existing, built *corev1.Secret, uid string) error {
 	default:
 		return nil
 	}
-	return notBuilt("Secret", &existing.ObjectMeta, differs)
+	return NotBuilt("Secret", &existing.ObjectMeta, differs)
 }
 
 // sameButPluginCache reports whether the stage Secret data got is want's
@@ -83,23 +84,47 @@ func withKey(m map[string][]byte, key string, value []byte) map[string][]byte {
 // terrarun (withoutOptions, withoutBindingVariant, with secret the built
 // stage Secret).
 func checkJob(existing, built *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun) error {
-	if err := checkOwned(&existing.ObjectMeta, "Job", string(run.UID)); err != nil {
+	if err := CheckOwned(&existing.ObjectMeta, "Job", string(run.UID)); err != nil {
 		return err
 	}
+	return CheckPod("Job", &existing.ObjectMeta, "spec.template.spec.", &existing.Spec.Template.Spec, &built.Spec.Template.Spec, secret, run)
+}
+
+// CheckPod refuses got, the pod that an existing object of an execution's
+// name runs (a Job's template, or the pod a TaskRun describes), when it is
+// not want, the one built for run with stage Secret secret: different
+// containers, commands, volumes, service account or security settings.
+// Fields the API server defaults are compared only where terrarun sets
+// them, and those of options that may change while a stage runs only where
+// they could not come from terrarun (withoutOptions, withoutBindingVariant).
+// The error, which Forged recognises, names kind, m and the first field of
+// got (below prefix) that differs.
+func CheckPod(kind string, m *metav1.ObjectMeta, prefix string, got, want *corev1.PodSpec, secret *corev1.Secret, run *v1alpha1.TerraformRun) error {
 	// The options first: defaults are undone by matching volumes and
 	// containers in order, which a plugin cache turned on or off shifts.
-	got, want := existing.Spec.Template.Spec.DeepCopy(), built.Spec.Template.Spec.DeepCopy()
+	got, want = got.DeepCopy(), want.DeepCopy()
 	withoutOptions(got, want, run)
 	withoutBindingVariant(got, want, secret)
 	got = withoutDefaults(got, want)
 	if equality.Semantic.DeepEqual(got, want) {
 		return nil
 	}
-	return notBuilt("Job", &existing.ObjectMeta, "spec.template.spec."+firstDifference(got, want))
+	return NotBuilt(kind, m, prefix+firstDifference(got, want))
 }
 
-// checkOwned refuses an object that is not of the run with UID uid.
-func checkOwned(m *metav1.ObjectMeta, kind, uid string) error {
+// Forged says whether err is CheckPod's, or checkSecret's, refusal of an
+// object that carries a run's labels but that terrarun did not build, and
+// names that object.
+func Forged(err error) (name string, ok bool) {
+	var f *forgedError
+	if errors.As(err, &f) {
+		return f.name, true
+	}
+	return "", false
+}
+
+// CheckOwned refuses an object that is not of the run with UID uid.
+func CheckOwned(m *metav1.ObjectMeta, kind, uid string) error {
 	if got := m.Labels[LabelRunUID]; got != uid {
 		return fmt.Errorf("%s %s/%s exists and is not of this run (%s is %q, want %q)", kind, m.Namespace, m.Name, LabelRunUID, got, uid)
 	}
@@ -115,7 +140,10 @@ type forgedError struct {
 
 func (e *forgedError) Error() string { return e.msg }
 
-func notBuilt(kind string, m *metav1.ObjectMeta, field string) error {
+// NotBuilt is the refusal, which Forged recognises, of an object of kind
+// that carries a run's labels, but whose field differs from what terrarun
+// builds.
+func NotBuilt(kind string, m *metav1.ObjectMeta, field string) error {
 	return &forgedError{name: m.Name, msg: fmt.Sprintf("%s %s/%s carries this run's labels but is not the one terrarun builds for it (its %s differs): it was created by someone else or by another version of terrarun; "+
 		"delete it and check who may create %ss in namespace %s", kind, m.Namespace, m.Name, field, strings.ToLower(kind), m.Namespace)}
 }

@@ -81,10 +81,11 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 	}
 	st := executor.StageSpec(ex)
 	if ex.Stage == v1alpha1.StagePlan {
-		// Each pod's host name is its Job's name (below), which a state
-		// lock's "Who" records.
+		// Each pod's host name is its Job's name (below), or what
+		// JobOptions.HostName makes of it, which a state lock's "Who"
+		// records.
 		for a := int32(1); a < ex.Attempt; a++ {
-			st.LostPlanHosts = append(st.LostPlanHosts, JobName(run.Name, v1alpha1.StagePlan, a))
+			st.LostPlanHosts = append(st.LostPlanHosts, opts.HostName(JobName(run.Name, v1alpha1.StagePlan, a)))
 		}
 	}
 	st.Server = opts.ServerURL
@@ -217,7 +218,7 @@ func BuildJob(ex executor.Execution, opts JobOptions) (*batchv1.Job, *corev1.Sec
 				Spec: corev1.PodSpec{
 					// A host name that names the execution: engines record it
 					// in the state locks they take.
-					Hostname:                      name,
+					Hostname:                      opts.HostName(name),
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					ServiceAccountName:            serviceAccount,
 					AutomountServiceAccountToken:  ptr.To(false),

@@ -137,6 +137,11 @@ type JobOptions struct {
 	// PluginCache configures the provider plugin caches of the stages
 	// (plugincache.go); the zero value: none.
 	PluginCache PluginCacheOptions
+	// HostName, when set, is the host name of the pod of the execution
+	// named name, which state locks record: the Tekton executor's pods are
+	// named, and so host-named, by Tekton. Default: the name itself, which
+	// a Job's pod takes as spec.hostname.
+	HostName func(name string) string
 }
 
 func (o JobOptions) withDefaults() JobOptions {
@@ -157,6 +162,9 @@ func (o JobOptions) withDefaults() JobOptions {
 	}
 	if o.NodeLostAfter <= 0 {
 		o.NodeLostAfter = DefaultNodeLostAfter
+	}
+	if o.HostName == nil {
+		o.HostName = func(name string) string { return name }
 	}
 	return o
 }

@@ -53,32 +53,14 @@ func (e *Executor) Name(ex executor.Execution) string {
 	return JobName(ex.Run.Name, ex.Stage, ex.Attempt)
 }
 
-// Start creates the claim of the plugin cache of the run's creator when there
-// is none (JobOptions.PluginCache), the stage Secret, then the Job. The
-// Secret or the Job may already exist,
-// from an earlier Start of the same execution (a retried reconcile, another
-// replica): it is adopted when its terrarun.dev/run-uid label is the run's
-// UID and its content is what Start builds (see checkSecret and checkJob),
+// Start creates what the stage mounts (Prepare), then the Job. The Job may
+// already exist, from an earlier Start of the same execution (a retried
+// reconcile, another replica): it is adopted when its terrarun.dev/run-uid
+// label is the run's UID and its content is what Start builds (checkJob),
 // and an error otherwise. Start returns the Job's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
-	job, secret, err := BuildJob(ex, e.opts)
+	job, secret, err := e.Prepare(ctx, ex)
 	if err != nil {
-		return "", err
-	}
-	if err := e.ensurePluginCache(ctx, ex.Run); err != nil {
-		return "", err
-	}
-	uid := string(ex.Run.UID)
-	inputs, err := inputsSecret(ex, secret)
-	if err != nil {
-		return "", err
-	}
-	if inputs != nil {
-		if err := e.createSecret(ctx, inputs, uid); err != nil {
-			return "", err
-		}
-	}
-	if err := e.createSecret(ctx, secret, uid); err != nil {
 		return "", err
 	}
 	if _, err := e.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
@@ -94,6 +76,39 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		}
 	}
 	return job.Name, nil
+}
+
+// Prepare builds the execution's Job (BuildJob) and creates what its pod
+// mounts: the claim of the plugin cache of the run's creator when there is
+// none (JobOptions.PluginCache), the inputs Secret, and the stage Secret,
+// last. A Secret of its name may already exist, from an earlier Start of
+// the same execution: it is adopted when its terrarun.dev/run-uid label is
+// the run's UID and it holds exactly what Prepare builds (checkSecret), and
+// an error otherwise. It returns the Job, not created, and the stage
+// Secret: the Job executor creates the Job, the Tekton executor runs its
+// pod template as a TaskRun.
+func (e *Executor) Prepare(ctx context.Context, ex executor.Execution) (*batchv1.Job, *corev1.Secret, error) {
+	job, secret, err := BuildJob(ex, e.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := e.ensurePluginCache(ctx, ex.Run); err != nil {
+		return nil, nil, err
+	}
+	uid := string(ex.Run.UID)
+	inputs, err := inputsSecret(ex, secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if inputs != nil {
+		if err := e.createSecret(ctx, inputs, uid); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := e.createSecret(ctx, secret, uid); err != nil {
+		return nil, nil, err
+	}
+	return job, secret, nil
 }
 
 // createSecret creates secret, or adopts the one of its name that holds
@@ -154,27 +169,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		return executor.Status{}, err
 	}
 	if job == nil {
-		// Start creates the stage Secret before the Job: with the Secret
-		// present the Job existed, or was being created, and is gone (deleted,
-		// or removed by its TTL). Reporting it lost, rather than not started,
-		// keeps the controller from ever starting an apply a second time.
-		_, built, err := BuildJob(ex, e.opts)
-		if err != nil {
-			return executor.Status{}, err
-		}
-		name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
-		secret, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, built.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted}, nil
-		case err != nil:
-			return executor.Status{}, err
-		}
-		if err := checkSecret(secret, built, string(ex.Run.UID)); err != nil {
-			return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonForged, Message: err.Error()}, nil
-		}
-		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonExecutorLost,
-			Message: fmt.Sprintf("Job %s/%s no longer exists", ex.Run.Namespace, name)}, nil
+		return e.Missing(ctx, ex, "Job")
 	}
 	st := executor.Status{State: executor.StateRunning, Name: job.Name}
 	if t := job.Status.StartTime; t != nil {
@@ -251,16 +246,8 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			return st, nil
 		}
 	}
-	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
-		st.Reason, st.Message = cs.State.Waiting.Reason, cs.State.Waiting.Message
-	} else if pod != nil && pod.Status.Phase == corev1.PodPending && (cs == nil || cs.State.Waiting != nil) {
-		// The kubelet retries a mount of a Secret or ConfigMap that does not
-		// exist, and only its Events say so: say it here, with the name.
-		if msg, err := e.missingVolume(ctx, pod); err != nil {
-			return executor.Status{}, err
-		} else if msg != "" {
-			st.Reason, st.Message = reasonVolumeNotFound, msg
-		}
+	if st.Reason, st.Message, err = e.Waiting(ctx, pod, ContainerName); err != nil {
+		return executor.Status{}, err
 	}
 	if pod != nil && terminated == nil {
 		lost, recheck, err := e.nodeLost(ctx, pod)
@@ -273,6 +260,63 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		st.Recheck = recheck
 	}
 	return st, nil
+}
+
+// Missing is the status of an execution whose object (its Job, or the
+// TaskRun of kind) does not exist. Prepare creates the stage Secret before
+// that object: with the Secret present the object existed, or was being
+// created, and is gone (deleted, or removed by its TTL). Reporting it lost,
+// rather than not started, keeps the controller from ever starting an apply
+// a second time.
+func (e *Executor) Missing(ctx context.Context, ex executor.Execution, kind string) (executor.Status, error) {
+	_, built, err := BuildJob(ex, e.opts)
+	if err != nil {
+		return executor.Status{}, err
+	}
+	name := JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+	secret, err := e.client.CoreV1().Secrets(ex.Run.Namespace).Get(ctx, built.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonNotStarted}, nil
+	case err != nil:
+		return executor.Status{}, err
+	}
+	if err := checkSecret(secret, built, string(ex.Run.UID)); err != nil {
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonForged, Message: err.Error()}, nil
+	}
+	return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonExecutorLost,
+		Message: fmt.Sprintf("%s %s/%s no longer exists", kind, ex.Run.Namespace, name)}, nil
+}
+
+// Waiting says why container of pod, which has not ended, waits: the
+// kubelet's reason (ImagePullBackOff, CreateContainerConfigError, ...), or
+// VolumeNotFound naming a Secret or ConfigMap the pod mounts that does not
+// exist; "" when it does not wait, or only to be created.
+func (e *Executor) Waiting(ctx context.Context, pod *corev1.Pod, container string) (reason, message string, err error) {
+	if pod == nil {
+		return "", "", nil
+	}
+	cs := podContainerStatus(pod, container)
+	if cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" && cs.State.Waiting.Reason != "PodInitializing" {
+		return cs.State.Waiting.Reason, cs.State.Waiting.Message, nil
+	}
+	if pod.Status.Phase == corev1.PodPending && (cs == nil || cs.State.Waiting != nil) {
+		// The kubelet retries a mount of a Secret or ConfigMap that does not
+		// exist, and only its Events say so: say it here, with the name.
+		msg, err := e.missingVolume(ctx, pod)
+		if err != nil || msg == "" {
+			return "", "", err
+		}
+		return reasonVolumeNotFound, msg, nil
+	}
+	return "", "", nil
+}
+
+// NodeLost says whether pod, whose stage has not ended, went with its node
+// (nodeLost), and when to look again when its node is silent but not yet
+// for long enough.
+func (e *Executor) NodeLost(ctx context.Context, pod *corev1.Pod) (lost string, recheck time.Duration, err error) {
+	return e.nodeLost(ctx, pod)
 }
 
 // nodeLost says whether pod went with its node: the node is gone, or has not
@@ -382,11 +426,16 @@ func (e *Executor) missingVolume(ctx context.Context, pod *corev1.Pod) (string, 
 }
 
 func containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	return podContainerStatus(pod, ContainerName)
+}
+
+// podContainerStatus is the status of pod's container name, or nil.
+func podContainerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	if pod == nil {
 		return nil
 	}
 	for i := range pod.Status.ContainerStatuses {
-		if pod.Status.ContainerStatuses[i].Name == ContainerName {
+		if pod.Status.ContainerStatuses[i].Name == name {
 			return &pod.Status.ContainerStatuses[i]
 		}
 	}
@@ -496,8 +545,22 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 	}); err != nil {
 		return fmt.Errorf("watching Jobs: %w", err)
 	}
-	// A node that stops reporting changes no Job: the runs with a pod on it
-	// are told, and look again after NodeLostAfter (Status.Recheck).
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("syncing the %v cache failed", typ)
+		}
+	}
+	return e.WatchNodes(ctx, notify)
+}
+
+// WatchNodes watches the Nodes until ctx is done: a node that stops
+// reporting, or is deleted, changes no Job or TaskRun, so the runs with an
+// executor pod on it are told (notify), and look again after NodeLostAfter
+// (Status.Recheck). Once its cache has synced, NodeLost reads nodes from it.
+// It returns an error only when the cache cannot sync.
+func (e *Executor) WatchNodes(ctx context.Context, notify executor.Notifier) error {
 	nodes := informers.NewSharedInformerFactory(e.client, 0)
 	silent := func(obj any) bool {
 		node, ok := obj.(*corev1.Node)
@@ -530,15 +593,11 @@ func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
 	}); err != nil {
 		return fmt.Errorf("watching Nodes: %w", err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
 	nodes.Start(ctx.Done())
 	defer nodes.Shutdown()
-	for _, f := range []informers.SharedInformerFactory{factory, nodes} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok && ctx.Err() == nil {
-				return fmt.Errorf("syncing the %v cache failed", typ)
-			}
+	for typ, ok := range nodes.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("syncing the %v cache failed", typ)
 		}
 	}
 	if ctx.Err() == nil {

@@ -1,0 +1,75 @@
+package tekton
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/terrarun/terrarun/pkg/executor"
+)
+
+// claimPrefix is where Claims keeps, in terrarun's etcd, the pod of each
+// stage attempt: claimPrefix<run UID>/<stage>/<attempt> = pod UID.
+const claimPrefix = "/terrarun/tekton-stage-pods/"
+
+// Claims records the first pod of each stage attempt that speaks to the
+// server, in terrarun's etcd, which no tenant and no stage writes.
+//
+// Tekton starts a TaskRun's pod again when it is gone before the TaskRun
+// ended (deleted, or evicted with its node): the stage would run a second
+// time, and an apply must never. The new pod is the TaskRun's as much as
+// the first was (the same name, owner and stage Secret); only its UID
+// differs. So the first pod's UID is the stage attempt's, recorded at its
+// first request (IdentityResolver), and any other pod of the attempt is
+// refused; Status reports the attempt lost once its pod is not that one.
+type Claims struct {
+	etcd *clientv3.Client
+}
+
+// NewClaims returns the claims kept in etcd.
+func NewClaims(etcd *clientv3.Client) *Claims { return &Claims{etcd: etcd} }
+
+func claimKey(id executor.Identity) string {
+	return fmt.Sprintf("%s%s/%s/%d", claimPrefix, id.UID, id.Stage, id.Attempt)
+}
+
+// Claim records podUID as id's pod when id has none, and says whether id's
+// pod is podUID.
+func (c *Claims) Claim(ctx context.Context, id executor.Identity, podUID string) (bool, error) {
+	key := claimKey(id)
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, podUID)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("recording the pod of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	return len(kvs) == 1 && string(kvs[0].Value) == podUID, nil
+}
+
+// Pod is the UID of id's pod, "" when none has spoken yet.
+func (c *Claims) Pod(ctx context.Context, id executor.Identity) (string, error) {
+	resp, err := c.etcd.Get(ctx, claimKey(id))
+	if err != nil {
+		return "", fmt.Errorf("reading the pod of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// Forget removes the claims of the run with UID uid.
+func (c *Claims) Forget(ctx context.Context, uid string) error {
+	if uid == "" {
+		return nil
+	}
+	_, err := c.etcd.Delete(ctx, claimPrefix+uid+"/", clientv3.WithPrefix())
+	return err
+}

@@ -1,0 +1,479 @@
+package tekton
+
+import (
+	"context"
+	"crypto/md5" //nolint:gosec // Tekton's pod names, not cryptography.
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/terrarun/terrarun/pkg/executor"
+	"github.com/terrarun/terrarun/pkg/executor/job"
+	"github.com/terrarun/terrarun/pkg/stage"
+)
+
+// Executor runs each stage execution as a TaskRun in the run's namespace.
+// It implements executor.Executor.
+type Executor struct {
+	jobs   *job.Executor // builds the stage's pod and creates what it mounts
+	kube   kubernetes.Interface
+	dyn    dynamic.Interface
+	opts   job.JobOptions
+	claims *Claims
+}
+
+var _ executor.Executor = (*Executor)(nil)
+
+// NewExecutor returns an executor that creates TaskRuns with dyn, and the
+// Secrets, claims and pod reads of their stages with kube, built with opts
+// as the Job executor builds its Jobs' pods; claims holds each stage
+// attempt's pod.
+func NewExecutor(kube kubernetes.Interface, dyn dynamic.Interface, opts job.JobOptions, claims *Claims) *Executor {
+	opts.HostName = PodName
+	return &Executor{jobs: job.NewExecutor(kube, opts), kube: kube, dyn: dyn, opts: opts, claims: claims}
+}
+
+// PodName is the name Tekton gives the pod of the TaskRun taskRun, which
+// is also its host name: knative's kmeta.ChildName(taskRun, "-pod"), the
+// TaskRun's name and "-pod", or when that is longer than 63 characters,
+// its first 27 characters, the MD5 of the whole in hex, and "-pod".
+func PodName(taskRun string) string {
+	const suffix, longest, md5Hex = "-pod", 63, 32
+	if len(taskRun) <= longest-len(suffix) {
+		return taskRun + suffix
+	}
+	sum := md5.Sum([]byte(taskRun)) //nolint:gosec
+	return taskRun[:longest-md5Hex-len(suffix)] + hex.EncodeToString(sum[:]) + suffix
+}
+
+// Name implements executor.Executor: the TaskRun's name, which is the name
+// the Job executor gives its Job.
+func (e *Executor) Name(ex executor.Execution) string {
+	return job.JobName(ex.Run.Name, ex.Stage, ex.Attempt)
+}
+
+func (e *Executor) taskRuns(namespace string) dynamic.ResourceInterface {
+	return e.dyn.Resource(TaskRuns).Namespace(namespace)
+}
+
+// Start creates what the stage mounts as the Job executor does
+// (job.Executor.Prepare: the plugin cache claim, the inputs and stage
+// Secrets, each adopted only when terrarun's), then the TaskRun. A TaskRun
+// of its name may already exist, from an earlier Start of the same
+// execution: it is adopted when it is of the run and holds what Start
+// builds (checkTaskRun), and an error otherwise. It returns the TaskRun's
+// name.
+func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
+	built, secret, err := e.jobs.Prepare(ctx, ex)
+	if err != nil {
+		return "", err
+	}
+	tr, err := BuildTaskRun(built)
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.taskRuns(tr.GetNamespace()).Create(ctx, tr, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("creating TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
+		}
+		existing, err := e.taskRuns(tr.GetNamespace()).Get(ctx, tr.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("getting existing TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
+		}
+		if err := checkTaskRun(existing, built, secret, ex.Run); err != nil {
+			return "", err
+		}
+	}
+	return tr.GetName(), nil
+}
+
+// getTaskRun returns the execution's TaskRun, nil when there is none, and
+// an error when the TaskRun of its name is not the one Start builds.
+func (e *Executor) getTaskRun(ctx context.Context, ex executor.Execution) (*unstructured.Unstructured, *batchv1.Job, error) {
+	if ex.Run == nil {
+		return nil, nil, fmt.Errorf("no run")
+	}
+	built, secret, err := job.BuildJob(ex, e.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := e.taskRuns(ex.Run.Namespace).Get(ctx, built.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, built, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("getting TaskRun %s/%s: %w", ex.Run.Namespace, built.Name, err)
+	}
+	if err := checkTaskRun(tr, built, secret, ex.Run); err != nil {
+		return nil, nil, err
+	}
+	return tr, built, nil
+}
+
+// taskRunStatus is what Status reads of a TaskRun's status.
+type taskRunStatus struct {
+	PodName        string       `json:"podName"`
+	StartTime      *metav1.Time `json:"startTime"`
+	CompletionTime *metav1.Time `json:"completionTime"`
+	Conditions     []struct {
+		Type    string `json:"type"`
+		Status  string `json:"status"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	} `json:"conditions"`
+	Steps []struct {
+		Name       string                           `json:"name"`
+		Terminated *corev1.ContainerStateTerminated `json:"terminated"`
+	} `json:"steps"`
+}
+
+func readStatus(tr *unstructured.Unstructured) (taskRunStatus, error) {
+	var st taskRunStatus
+	raw, ok := tr.Object["status"]
+	if !ok {
+		return st, nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("TaskRun %s/%s: reading its status: %w", tr.GetNamespace(), tr.GetName(), err)
+	}
+	return st, nil
+}
+
+// succeeded is the TaskRun's Succeeded condition: status "" while there is
+// none.
+func (s taskRunStatus) succeeded() (status, reason, message string) {
+	for _, c := range s.Conditions {
+		if c.Type == "Succeeded" {
+			return c.Status, c.Reason, c.Message
+		}
+	}
+	return "", "", ""
+}
+
+// Reasons of Tekton's Succeeded condition that Status maps.
+const (
+	reasonTimeout   = "TaskRunTimeout"
+	reasonCancelled = "TaskRunCancelled"
+)
+
+// neverRan are the reasons of a failed TaskRun whose step's container
+// never ran: nothing of the stage happened, and the failure is the
+// platform's, passed through.
+var neverRan = map[string]bool{
+	"TaskRunImagePullFailed":     true,
+	"CreateContainerConfigError": true,
+	"ExceededResourceQuota":      true,
+	"ExceededNodeResources":      true,
+	"TaskRunValidationFailed":    true,
+	"PodCreationFailed":          true,
+	"FailedValidation":           true,
+}
+
+// Status maps the TaskRun's Succeeded condition, its step's termination
+// and its pod to an executor.Status. A TaskRun that does not exist is
+// reported as the Job executor reports a missing Job (job.Executor.Missing).
+// While it runs, Reason and Message report why its container waits; and it
+// is lost (StateUnknown, ReasonExecutorLost) when its pod went with its
+// node, or is gone, or is not the pod that first spoke for the stage
+// (Claims): Tekton starts a gone pod again, so the TaskRun is canceled
+// then, and the stage never runs twice.
+func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
+	tr, _, err := e.getTaskRun(ctx, ex)
+	if name, ok := job.Forged(err); ok {
+		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonForged, Message: err.Error()}, nil
+	}
+	if err != nil {
+		return executor.Status{}, err
+	}
+	if tr == nil {
+		return e.jobs.Missing(ctx, ex, kind)
+	}
+	trs, err := readStatus(tr)
+	if err != nil {
+		return executor.Status{}, err
+	}
+	st := executor.Status{State: executor.StateRunning, Name: tr.GetName()}
+	if t := trs.StartTime; t != nil {
+		st.StartTime = ptr.To(t.Time)
+	}
+	var pod *corev1.Pod
+	if trs.PodName != "" {
+		p, err := e.kube.CoreV1().Pods(tr.GetNamespace()).Get(ctx, trs.PodName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return executor.Status{}, fmt.Errorf("getting pod %s/%s of TaskRun %s: %w", tr.GetNamespace(), trs.PodName, tr.GetName(), err)
+		default:
+			pod = p
+		}
+	}
+	terminated := stepTerminated(trs, pod)
+	if terminated != nil {
+		st.ExitCode = ptr.To(terminated.ExitCode)
+	}
+
+	switch status, reason, message := trs.succeeded(); status {
+	case "True":
+		st.State, st.Reason = executor.StateSucceeded, executor.ReasonCompleted
+		if st.ExitCode == nil {
+			st.ExitCode = ptr.To[int32](0)
+		}
+		st.CompletionTime = completion(trs)
+		return st, nil
+	case "False":
+		st.State, st.Reason, st.Message = executor.StateFailed, reason, message
+		st.CompletionTime = completion(trs)
+		switch {
+		case reason == reasonTimeout:
+			st.Reason = executor.ReasonDeadlineExceeded
+		case reason == reasonCancelled:
+			st.Reason = executor.ReasonCanceled
+		case terminated == nil && neverRan[reason]:
+			// The platform's reason, passed through.
+		case terminated == nil:
+			// The pod ended without its step ever ending: deleted, or
+			// evicted with its node. What it did, if anything, is unknown.
+			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonExecutorLost,
+				Message: fmt.Sprintf("TaskRun %s/%s failed before its step ended (%s: %s)", tr.GetNamespace(), tr.GetName(), reason, message)}, nil
+		case terminated.ExitCode == stage.ExitForged:
+			// terrarun-executor found that what it was handed is not what
+			// terrarun wrote: it ran nothing, and the stage is not trusted.
+			// (Its reason is in the stage's log, not here: see ResultOutcome.)
+			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonForged,
+				Message: fmt.Sprintf("its executor refused to run it: what it was handed is not what terrarun wrote (see the log of the %s stage)", ex.Stage)}, nil
+		case terminated.Reason != "" && terminated.Reason != executor.ReasonError && terminated.Reason != executor.ReasonCompleted:
+			// OOMKilled, ContainerCannotRun, ...
+			st.Reason = terminated.Reason
+		case terminated.ExitCode != 0:
+			st.Reason = executor.ReasonError
+			st.Message = fmt.Sprintf("terrarun-executor exited with code %d (its log says why)", terminated.ExitCode)
+		}
+		if st.Reason == "" {
+			st.Reason = executor.ReasonFailed
+		}
+		return st, nil
+	}
+
+	// Running, or about to.
+	if trs.PodName != "" {
+		id := executor.Identity{Namespace: ex.Run.Namespace, Name: ex.Run.Name, UID: string(ex.Run.UID), Stage: ex.Stage, Attempt: ex.Attempt}
+		claimed, err := e.claims.Pod(ctx, id)
+		if err != nil {
+			return executor.Status{}, err
+		}
+		var lost string
+		switch {
+		case pod == nil:
+			lost = fmt.Sprintf("pod %s of TaskRun %s no longer exists", trs.PodName, tr.GetName())
+		case claimed != "" && string(pod.UID) != claimed:
+			lost = fmt.Sprintf("pod %s of TaskRun %s (UID %s) is not the stage's first pod (UID %s), which is gone", pod.Name, tr.GetName(), pod.UID, claimed)
+		default:
+			if lost, st.Recheck, err = e.jobs.NodeLost(ctx, pod); err != nil {
+				return executor.Status{}, err
+			}
+		}
+		if lost != "" {
+			// Tekton starts the pod of a TaskRun again when it is gone:
+			// cancel it, so that it runs nothing more.
+			if err := e.cancel(ctx, tr); err != nil {
+				return executor.Status{}, err
+			}
+			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonExecutorLost,
+				Message: lost + "; its TaskRun is canceled, so that Tekton does not run the stage again"}, nil
+		}
+		if st.Reason, st.Message, err = e.jobs.Waiting(ctx, pod, containerName); err != nil {
+			return executor.Status{}, err
+		}
+	}
+	return st, nil
+}
+
+// stepTerminated is how the stage's step ended: as the TaskRun records it,
+// else as its pod does; nil while it has not.
+func stepTerminated(trs taskRunStatus, pod *corev1.Pod) *corev1.ContainerStateTerminated {
+	for _, s := range trs.Steps {
+		if s.Name == stepName && s.Terminated != nil {
+			return s.Terminated
+		}
+	}
+	if pod == nil {
+		return nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerName && cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
+
+func completion(trs taskRunStatus) *time.Time {
+	if t := trs.CompletionTime; t != nil {
+		return ptr.To(t.Time)
+	}
+	return nil
+}
+
+// cancel cancels tr (spec.status TaskRunCancelled), unless it has ended:
+// Tekton then stops its pod, and starts none again.
+func (e *Executor) cancel(ctx context.Context, tr *unstructured.Unstructured) error {
+	if spec, _, _ := unstructured.NestedString(tr.Object, "spec", "status"); spec == cancelled {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		// The UID makes the patch a precondition: never another TaskRun of
+		// the name.
+		"metadata": map[string]any{"uid": tr.GetUID()},
+		"spec":     map[string]any{"status": cancelled, "statusMessage": "terrarun stopped the stage"},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = e.taskRuns(tr.GetNamespace()).Patch(ctx, tr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("canceling TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
+	}
+	return nil
+}
+
+// Stop cancels the execution's TaskRun, then deletes its pod with grace
+// as the pod's grace period: the kubelet sends SIGTERM, which Tekton's
+// entrypoint passes to terrarun-executor, which passes it to terraform as
+// SIGINT so that it releases its state lock, and SIGKILL after grace.
+// Tekton deletes the pod of a canceled TaskRun too, with the pod's own
+// grace period (Kubernetes' default, 30s; a TaskRun cannot set it): a
+// longer grace is cut to that. The TaskRun is canceled first, so that
+// Tekton does not start its pod again. Stopping an ended or missing
+// TaskRun does nothing.
+func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.Duration) error {
+	tr, _, err := e.getTaskRun(ctx, ex)
+	if err != nil || tr == nil {
+		return err
+	}
+	trs, err := readStatus(tr)
+	if err != nil {
+		return err
+	}
+	if status, _, _ := trs.succeeded(); status == "True" || status == "False" {
+		return nil
+	}
+	if err := e.cancel(ctx, tr); err != nil {
+		return err
+	}
+	if trs.PodName == "" {
+		return nil
+	}
+	pod, err := e.kube.CoreV1().Pods(tr.GetNamespace()).Get(ctx, trs.PodName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("getting pod %s/%s: %w", tr.GetNamespace(), trs.PodName, err)
+	}
+	if ref := metav1.GetControllerOf(pod); ref == nil || ref.Kind != kind || ref.UID != tr.GetUID() {
+		return nil // not the TaskRun's pod
+	}
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(pod.UID)}}
+	if grace > 0 {
+		opts.GracePeriodSeconds = ptr.To(int64(grace.Round(time.Second).Seconds()))
+	}
+	if err := e.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// Shutdown does nothing: TaskRuns run in the cluster, not in this process,
+// and a later leader adopts them by their deterministic names.
+func (e *Executor) Shutdown(context.Context, executor.ShutdownOptions) error { return nil }
+
+// Forget removes the claims of a deleted run's stage pods. The run's
+// ownerReferences let the host's garbage collector delete its TaskRuns and
+// Secrets.
+func (e *Executor) Forget(ctx context.Context, namespace, name string, uid string) error {
+	return e.claims.Forget(ctx, uid)
+}
+
+// Run watches the TaskRuns and pods labeled terrarun.dev/run, in every
+// namespace, and the Nodes (job.Executor.WatchNodes), and calls notify with
+// the run's namespace and name whenever one changes or is deleted. It
+// blocks until ctx is done, and returns an error only when a cache cannot
+// sync, such as when Tekton's CRDs are not installed.
+func (e *Executor) Run(ctx context.Context, notify executor.Notifier) error {
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = job.LabelRun }
+	handle := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		m, err := metaOf(obj)
+		if err != nil {
+			return
+		}
+		label, ok := m.GetLabels()[job.LabelRun]
+		if !ok {
+			return
+		}
+		name := m.GetAnnotations()[job.AnnotationRunName]
+		if name == "" {
+			name = label
+		}
+		notify(m.GetNamespace(), name)
+	}
+	handlers := cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, obj any) { handle(obj) }, DeleteFunc: handle}
+
+	trs := dynamicinformer.NewFilteredDynamicSharedInformerFactory(e.dyn, 0, metav1.NamespaceAll, tweak)
+	if _, err := trs.ForResource(TaskRuns).Informer().AddEventHandler(handlers); err != nil {
+		return fmt.Errorf("watching TaskRuns: %w", err)
+	}
+	// A pod gone (deleted, evicted) changes its TaskRun only once Tekton
+	// has seen it; the run looks at once.
+	pods := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, informers.WithTweakListOptions(tweak))
+	if _, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: handle}); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	trs.Start(ctx.Done())
+	defer trs.Shutdown()
+	pods.Start(ctx.Done())
+	defer pods.Shutdown()
+	for typ, ok := range trs.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("syncing the %v cache failed: are Tekton Pipelines' CRDs installed (TaskRuns of tekton.dev/v1), and may terrarun list and watch them?", typ)
+		}
+	}
+	for typ, ok := range pods.WaitForCacheSync(ctx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return fmt.Errorf("syncing the %v cache failed", typ)
+		}
+	}
+	return e.jobs.WatchNodes(ctx, notify)
+}
+
+// metaOf is the object metadata of a watched TaskRun or pod.
+func metaOf(obj any) (metav1.Object, error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return o, nil
+	case *corev1.Pod:
+		return o, nil
+	}
+	return nil, errors.New("not a TaskRun or pod")
+}
