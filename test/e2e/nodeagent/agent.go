@@ -379,6 +379,7 @@ func (a *Agent) sync(key string) error {
 		return nil
 	}
 	if r != nil {
+		r.updateMetadata(a.ctx, pod)
 		// The node lifecycle controller marks the pods of a node that went
 		// silent not ready; once the node reports again, the kubelet's
 		// status manager writes its own view back, and so does the agent.

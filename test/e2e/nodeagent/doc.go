@@ -33,9 +33,13 @@
 //     failure, a container that exits runs again, as the kubelet does: at
 //     once the first time, then after a back-off of 10s doubling up to 5
 //     minutes (CrashLoopBackOff), with restartCount and lastState in the
-//     status. Pods with init or ephemeral containers fail at once
-//     (UnsupportedPodSpec), as do pods with other volumes
-//     (UnsupportedVolume).
+//     status. Init containers (Tekton's TaskRun pods have one) run one
+//     after the other, each to its end, before the containers, with
+//     initContainerStatuses, the pod Pending and its containers waiting
+//     (PodInitializing) meanwhile; one that fails fails the pod, and is
+//     never retried. Pods with ephemeral or sidecar (restartPolicy) init
+//     containers fail at once (UnsupportedPodSpec), as do pods with other
+//     volumes (UnsupportedVolume).
 //   - On deletion (deletionTimestamp), sends SIGTERM to each container's main
 //     process, as a runtime signals a container's PID 1, then SIGKILL to its
 //     process group after deletionGracePeriodSeconds (else
@@ -72,7 +76,10 @@
 // metadata.uid, metadata.labels and metadata.annotations (whole or ['key']);
 // env's resourceFieldRef gives cpu and memory limits and requests as the
 // kubelet does (a limit not set is the node's capacity). Secret and ConfigMap volumes are not updated when the
-// objects change.
+// objects change; downwardAPI volumes (and projected volumes of downwardAPI,
+// Secret and ConfigMap sources) are written again when the pod's labels or
+// annotations change while it runs, as the kubelet does: Tekton's
+// entrypoint waits for its tekton.dev/ready annotation so.
 //
 // # Processes and mounts
 //
@@ -83,7 +90,9 @@
 // ".../terrarun-executor:tag" key serves every ".../terrarun-executor" image)
 // and command[0] (or its base name) is that binary's base name or the
 // image's last path element; a container without a command runs the image's
-// binary. Otherwise a bare name is looked up in Options.PathDirs and then
+// binary. When command[0] names that binary by an absolute path (the path
+// it has in its image, such as Tekton's /ko-app/entrypoint, which copies
+// itself from there), the binary is also mounted there, read-only. Otherwise a bare name is looked up in Options.PathDirs and then
 // the agent's PATH, and an absolute path is used as it is. An image that maps
 // to nothing is fine when the command is found (e.g. /bin/sh).
 //

@@ -58,7 +58,14 @@ type podRunner struct {
 	stopOnce sync.Once
 	killOnce sync.Once
 
+	// metaMu guards labels and annotations: the pod's as last seen (nil
+	// until they change from r.pod's).
+	metaMu      sync.Mutex
+	labels      map[string]string
+	annotations map[string]string
+
 	mu         sync.Mutex
+	inits      []*container // init containers, run one after the other first
 	containers []*container
 	stopping   bool
 	ready      bool   // volumes and environment were made (PodReadyToStartContainers)
@@ -73,6 +80,10 @@ type container struct {
 	spec    corev1.Container
 	logPath string
 	termLog string
+
+	// init marks an init container: it runs once, to its end, before the
+	// containers, and never again.
+	init bool
 
 	// under podRunner.mu
 	pid        int
@@ -108,15 +119,27 @@ func newPodRunner(a *Agent, key string, pod *corev1.Pod) *podRunner {
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
-	for _, c := range pod.Spec.Containers {
-		r.containers = append(r.containers, &container{
+	newContainer := func(c *corev1.Container, init bool) *container {
+		return &container{
 			spec:    *c.DeepCopy(),
+			init:    init,
 			logPath: filepath.Join(r.dir, c.Name+".log"),
 			termLog: filepath.Join(r.dir, c.Name+".termination-log"),
 			exited:  make(chan struct{}),
-		})
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		r.inits = append(r.inits, newContainer(&pod.Spec.InitContainers[i], true))
+	}
+	for i := range pod.Spec.Containers {
+		r.containers = append(r.containers, newContainer(&pod.Spec.Containers[i], false))
 	}
 	return r
+}
+
+// all is the pod's init containers, then its containers.
+func (r *podRunner) all() []*container {
+	return append(append([]*container{}, r.inits...), r.containers...)
 }
 
 func (a *Agent) podDir(pod *corev1.Pod) string {
@@ -124,7 +147,7 @@ func (a *Agent) podDir(pod *corev1.Pod) string {
 }
 
 func (r *podRunner) container(name string) *container {
-	for _, c := range r.containers {
+	for _, c := range r.all() {
 		if c.spec.Name == name {
 			return c
 		}
@@ -153,7 +176,7 @@ func (r *podRunner) run() {
 	ctx := r.a.ctx
 	defer func() {
 		r.mu.Lock()
-		for _, c := range r.containers {
+		for _, c := range r.all() {
 			c.closeExited()
 		}
 		r.mu.Unlock()
@@ -196,7 +219,7 @@ func (r *podRunner) run() {
 		case <-r.stopCh:
 			now := time.Now()
 			r.mu.Lock()
-			for _, c := range r.containers {
+			for _, c := range r.all() {
 				c.terminated, c.exitCode, c.reason = true, 137, "Error"
 				c.message = "the pod was deleted before the container started"
 				c.startedAt, c.finishedAt = now, now
@@ -214,16 +237,12 @@ func (r *podRunner) run() {
 	r.waitMsg = ""
 	r.mu.Unlock()
 
-	exits := make(chan struct{}, 4*len(r.containers))
-	for i, c := range r.containers {
-		r.startContainer(c, specs[i], exits)
-	}
-	r.updateStatus(ctx)
-
+	exits := make(chan struct{}, 4*len(r.all()))
+	initSpecs, specs := specs[:len(r.inits)], specs[len(r.inits):]
+	refreshDone, refreshExited := make(chan struct{}), make(chan struct{})
 	if !refreshAt.IsZero() {
 		// Stopped and waited for before done is closed: the pod directory may
 		// be removed then.
-		refreshDone, refreshExited := make(chan struct{}), make(chan struct{})
 		defer func() {
 			close(refreshDone)
 			<-refreshExited
@@ -233,6 +252,39 @@ func (r *podRunner) run() {
 			r.refreshTokens(ctx, refreshAt, refreshDone)
 		}()
 	}
+	// The init containers, one after the other, each to its end: one that
+	// fails fails the pod (restartPolicy Never; the agent retries no init
+	// container), and the containers never start.
+	for i, c := range r.inits {
+		r.startContainer(c, initSpecs[i], exits)
+		r.updateStatus(ctx)
+		select {
+		case <-c.exited:
+		case <-r.stopCh:
+			<-c.exited
+		}
+		r.mu.Lock()
+		failed, stopping := c.exitCode != 0, r.stopping
+		r.mu.Unlock()
+		if failed || stopping {
+			now := time.Now()
+			r.mu.Lock()
+			for _, c := range r.containers {
+				c.terminated, c.exitCode, c.reason = true, 137, "Error"
+				c.message = "the pod's init container " + r.inits[i].spec.Name + " did not succeed"
+				c.startedAt, c.finishedAt = now, now
+				c.closeExited()
+			}
+			r.mu.Unlock()
+			r.updateStatus(ctx)
+			return
+		}
+	}
+
+	for i, c := range r.containers {
+		r.startContainer(c, specs[i], exits)
+	}
+	r.updateStatus(ctx)
 
 	for {
 		r.mu.Lock()
@@ -287,9 +339,9 @@ func (r *podRunner) allTerminated() bool {
 	return true
 }
 
-// restarts says whether a container that exited with code runs again.
-func (r *podRunner) restarts(code int32) bool {
-	if r.stopping {
+// restarts says whether container c, which exited with code, runs again.
+func (r *podRunner) restarts(c *container, code int32) bool {
+	if r.stopping || c.init {
 		return false
 	}
 	switch r.pod.Spec.RestartPolicy {
@@ -350,9 +402,12 @@ func (r *podRunner) hostname() string {
 // unsupported returns why the agent cannot run the pod at all.
 func (r *podRunner) unsupported() (reason, msg string) {
 	spec := &r.pod.Spec
+	for _, c := range spec.InitContainers {
+		if c.RestartPolicy != nil {
+			return "UnsupportedPodSpec", fmt.Sprintf("init container %s: the test node agent does not run sidecar (restartPolicy) init containers", c.Name)
+		}
+	}
 	switch {
-	case len(spec.InitContainers) > 0:
-		return "UnsupportedPodSpec", "the test node agent does not run init containers"
 	case len(spec.EphemeralContainers) > 0:
 		return "UnsupportedPodSpec", "the test node agent does not run ephemeral containers"
 	case len(spec.Containers) == 0:
@@ -363,7 +418,7 @@ func (r *podRunner) unsupported() (reason, msg string) {
 			return "UnsupportedVolume", fmt.Sprintf("volume %s: %s", v.Name, msg)
 		}
 	}
-	for _, c := range spec.Containers {
+	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
 		if _, mapped := r.a.imageBinary(c.Image); !mapped && len(c.Command) == 0 {
 			return "ErrImageNeverPull", fmt.Sprintf("container %s: image %q has no local binary in the test node agent and the container has no command", c.Name, c.Image)
 		}
@@ -424,7 +479,7 @@ func (r *podRunner) prepare(ctx context.Context) ([]*execSpec, time.Time, error)
 	}
 	objs := &objects{ns: r.pod.Namespace, a: r.a}
 	var specs []*execSpec
-	for _, c := range r.containers {
+	for _, c := range r.all() {
 		spec, err := r.execSpec(ctx, c, objs)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("container %s: %w", c.spec.Name, err)
@@ -484,6 +539,12 @@ func (r *podRunner) execSpec(ctx context.Context, c *container, objs *objects) (
 		staged := filepath.Join("bin", filepath.Base(hostPath))
 		spec.Stage = append(spec.Stage, bindSpec{Source: hostPath, Target: staged, File: true, ReadOnly: true})
 		containerPath = filepath.Join(a.staging, staged)
+		if filepath.IsAbs(argv[0]) && filepath.Clean(argv[0]) != hostPath {
+			// The command names the binary where its image has it (Tekton's
+			// entrypoint, /ko-app/entrypoint, copies itself from there):
+			// it is there in the container too.
+			spec.Mounts = append(spec.Mounts, bindSpec{Source: containerPath, Target: filepath.Clean(argv[0]), File: true, ReadOnly: true})
+		}
 	}
 	spec.Path = containerPath
 
@@ -652,7 +713,7 @@ func (r *podRunner) startContainer(c *container, spec *execSpec, exits chan<- st
 		if code != 0 {
 			c.reason = "Error"
 		}
-		restart := r.restarts(code)
+		restart := r.restarts(c, code)
 		if restart {
 			c.last = &corev1.ContainerStateTerminated{
 				ExitCode: code, Reason: c.reason, Message: msg,
@@ -771,7 +832,7 @@ func (r *podRunner) stop(grace time.Duration, deleteObject, keepDir bool) {
 		r.mu.Lock()
 		r.stopping = true
 		close(r.stopCh)
-		for _, c := range r.containers {
+		for _, c := range r.all() {
 			if c.running && c.cmd != nil {
 				_ = c.cmd.Process.Signal(syscall.SIGTERM)
 			}
@@ -799,7 +860,7 @@ func (r *podRunner) terminate(grace time.Duration, deleteObject, keepDir bool) {
 	case <-r.done:
 	default:
 		r.mu.Lock()
-		for _, c := range r.containers {
+		for _, c := range r.all() {
 			if c.running && c.cmd != nil {
 				_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 			}
@@ -874,49 +935,32 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 		status.StartTime = &metav1.Time{Time: r.startTime}
 	}
 
+	initialized, initFailed := true, false
+	var initStatuses []corev1.ContainerStatus
+	for _, c := range r.inits {
+		initStatuses = append(initStatuses, r.containerStatus(c, "PodInitializing"))
+		initialized = initialized && c.terminated && c.exitCode == 0
+		initFailed = initFailed || c.terminated && c.exitCode != 0
+	}
+	status.InitContainerStatuses = initStatuses
+	waiting := "ContainerCreating"
+	if !initialized && r.ready {
+		waiting = "PodInitializing"
+	}
 	var statuses []corev1.ContainerStatus
 	running, terminated, failed, restarting := 0, 0, 0, 0
 	for _, c := range r.containers {
-		cs := corev1.ContainerStatus{
-			Name:         c.spec.Name,
-			Image:        c.spec.Image,
-			ImageID:      "nodeagent://" + c.spec.Image,
-			Ready:        c.running,
-			Started:      ptr.To(c.running),
-			RestartCount: c.restarts,
-		}
-		if c.last != nil {
-			cs.LastTerminationState.Terminated = c.last.DeepCopy()
-		}
-		if c.pid != 0 {
-			cs.ContainerID = fmt.Sprintf("nodeagent://%s-%s-%d", r.uid, c.spec.Name, c.pid)
-		}
+		cs := r.containerStatus(c, waiting)
 		switch {
 		case c.terminated:
 			terminated++
 			if c.exitCode != 0 {
 				failed++
 			}
-			cs.State.Terminated = &corev1.ContainerStateTerminated{
-				ExitCode:    c.exitCode,
-				Reason:      c.reason,
-				Message:     c.message,
-				StartedAt:   metav1.Time{Time: c.startedAt},
-				FinishedAt:  metav1.Time{Time: c.finishedAt},
-				ContainerID: cs.ContainerID,
-			}
 		case c.running:
 			running++
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: c.startedAt}}
 		case !c.restartAt.IsZero():
 			restarting++
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
-				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", time.Until(c.restartAt).Round(time.Second), c.spec.Name, r.pod.Name)}
-		default:
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: r.waitMsg}
-			if r.failReason != "" {
-				cs.State.Waiting.Reason, cs.State.Waiting.Message = r.failReason, r.failMsg
-			}
 		}
 		statuses = append(statuses, cs)
 	}
@@ -927,6 +971,8 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 	case r.failReason != "":
 		phase = corev1.PodFailed
 		status.Reason, status.Message = r.failReason, r.failMsg
+	case initFailed:
+		phase = corev1.PodFailed
 	case terminated == len(r.containers) && failed == 0:
 		phase = corev1.PodSucceeded
 	case terminated == len(r.containers):
@@ -954,9 +1000,50 @@ func (r *podRunner) fillStatus(status *corev1.PodStatus, now time.Time) {
 	}
 	cond(corev1.PodScheduled, true, "")
 	cond(corev1.PodReadyToStartContainers, r.ready && phase != corev1.PodSucceeded && phase != corev1.PodFailed, "")
-	cond(corev1.PodInitialized, true, "")
+	cond(corev1.PodInitialized, initialized, "ContainersNotInitialized")
 	cond(corev1.ContainersReady, allReady, notReady)
 	cond(corev1.PodReady, allReady, notReady)
+}
+
+// containerStatus is c's status, with waiting as the reason of a container
+// that waits to be created.
+func (r *podRunner) containerStatus(c *container, waiting string) corev1.ContainerStatus {
+	cs := corev1.ContainerStatus{
+		Name:         c.spec.Name,
+		Image:        c.spec.Image,
+		ImageID:      "nodeagent://" + c.spec.Image,
+		Ready:        c.running,
+		Started:      ptr.To(c.running),
+		RestartCount: c.restarts,
+	}
+	if c.last != nil {
+		cs.LastTerminationState.Terminated = c.last.DeepCopy()
+	}
+	if c.pid != 0 {
+		cs.ContainerID = fmt.Sprintf("nodeagent://%s-%s-%d", r.uid, c.spec.Name, c.pid)
+	}
+	switch {
+	case c.terminated:
+		cs.State.Terminated = &corev1.ContainerStateTerminated{
+			ExitCode:    c.exitCode,
+			Reason:      c.reason,
+			Message:     c.message,
+			StartedAt:   metav1.Time{Time: c.startedAt},
+			FinishedAt:  metav1.Time{Time: c.finishedAt},
+			ContainerID: cs.ContainerID,
+		}
+	case c.running:
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: c.startedAt}}
+	case !c.restartAt.IsZero():
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", time.Until(c.restartAt).Round(time.Second), c.spec.Name, r.pod.Name)}
+	default:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting, Message: r.waitMsg}
+		if r.failReason != "" {
+			cs.State.Waiting.Reason, cs.State.Waiting.Message = r.failReason, r.failMsg
+		}
+	}
+	return cs
 }
 
 // setCondition replaces or adds c, keeping the transition time when the

@@ -249,12 +249,12 @@ func (r *podRunner) downwardField(item corev1.DownwardAPIVolumeFile) ([]byte, er
 	if item.FieldRef == nil {
 		return nil, fmt.Errorf("downwardAPI item %s: only fieldRef is supported by the test node agent", item.Path)
 	}
-	pod := r.pod
+	labels, annotations := r.metadata()
 	switch path := item.FieldRef.FieldPath; path {
 	case "metadata.labels":
-		return formatMap(pod.Labels), nil
+		return formatMap(labels), nil
 	case "metadata.annotations":
-		return formatMap(pod.Annotations), nil
+		return formatMap(annotations), nil
 	default:
 		v, err := r.fieldValue(path)
 		return []byte(v), err
@@ -274,11 +274,12 @@ func formatMap(m map[string]string) []byte {
 // fieldValue resolves a fieldRef of an env var or a downward API file.
 func (r *podRunner) fieldValue(path string) (string, error) {
 	pod := r.pod
+	labels, annotations := r.metadata()
 	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
+		return labels[k], nil
 	}
 	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
+		return annotations[k], nil
 	}
 	switch path {
 	case "metadata.name":
@@ -446,4 +447,57 @@ func writeAtomic(dir string, files map[string]payloadFile, fsGroup *int64) error
 		_ = os.RemoveAll(filepath.Join(dir, old))
 	}
 	return nil
+}
+
+// metadata is the pod's labels and annotations as last seen: unlike its
+// spec, they may change while it runs.
+func (r *podRunner) metadata() (labels, annotations map[string]string) {
+	r.metaMu.Lock()
+	defer r.metaMu.Unlock()
+	if r.labels == nil && r.annotations == nil {
+		return r.pod.Labels, r.pod.Annotations
+	}
+	return r.labels, r.annotations
+}
+
+// updateMetadata takes pod's labels and annotations and, once the volumes
+// were made, writes again the downward API volumes (and the projected
+// volumes of downward API, Secret and ConfigMap sources only) that show
+// them, as the kubelet does: Tekton's entrypoint waits for an annotation to
+// appear in such a file before it runs a step.
+func (r *podRunner) updateMetadata(ctx context.Context, pod *corev1.Pod) {
+	r.metaMu.Lock()
+	labels, annotations := r.labels, r.annotations
+	if labels == nil && annotations == nil {
+		labels, annotations = r.pod.Labels, r.pod.Annotations
+	}
+	changed := !maps.Equal(labels, pod.Labels) || !maps.Equal(annotations, pod.Annotations)
+	if changed {
+		r.labels, r.annotations = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
+	}
+	r.metaMu.Unlock()
+	r.mu.Lock()
+	ready := r.ready
+	r.mu.Unlock()
+	if !changed || !ready {
+		return
+	}
+	for i := range r.pod.Spec.Volumes {
+		v := &r.pod.Spec.Volumes[i]
+		if v.DownwardAPI == nil && (v.Projected == nil || hasToken(v.Projected) || !hasDownward(v.Projected)) {
+			continue
+		}
+		if _, err := r.materializeVolume(ctx, v); err != nil {
+			r.a.logf("nodeagent: pod %s: updating volume %s: %v", r.key, v.Name, err)
+		}
+	}
+}
+
+func hasDownward(p *corev1.ProjectedVolumeSource) bool {
+	for _, s := range p.Sources {
+		if s.DownwardAPI != nil {
+			return true
+		}
+	}
+	return false
 }
