@@ -108,10 +108,10 @@ e2e-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl fr
 	@hack/e2e-tools.sh
 
 .PHONY: e2e
-e2e: requirements-e2e images ## End-to-end tests (root): the node agent's own tests, with the race detector; then a real cluster in a network namespace (with Flux's source-controller), terrarun installed by its chart from its images behind an APIService, executor Jobs, all through kubectl.
+e2e: requirements-e2e images ## End-to-end tests (root): the node agent's own tests, with the race detector; then a real cluster in a network namespace (with Flux's source-controller and Tekton Pipelines' controller), terrarun installed by its chart from its images behind an APIService, executor Jobs and TaskRuns, all through kubectl.
 	$(GO_TEST) ./test/e2e/nodeagent/...
-	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && objectstore=$$(hack/objectstore.sh) && registry=$$(hack/registry.sh) && flux=$$(hack/flux.sh) && \
-	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_REGISTRY=$$registry TERRARUN_FLUX=$$flux \
+	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && objectstore=$$(hack/objectstore.sh) && registry=$$(hack/registry.sh) && flux=$$(hack/flux.sh) && tekton=$$(hack/tekton.sh) && \
+	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm TERRARUN_OBJECTSTORE=$$objectstore TERRARUN_REGISTRY=$$registry TERRARUN_FLUX=$$flux TERRARUN_TEKTON=$$tekton \
 	  $(GO) test -count=1 -timeout 30m ./test/e2e/
 
 .PHONY: bench-ha

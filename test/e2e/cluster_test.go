@@ -466,19 +466,27 @@ func (c *cluster) bootstrap() error {
 	if err := startProvisioner(ctx, kube, volumeDir); err != nil {
 		return err
 	}
+	images := map[string]string{
+		"terrarun-apiserver": filepath.Join(roots["terrarun-apiserver"], "usr", "local", "bin", "terrarun-apiserver"),
+		"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
+	}
+	// Tekton's TaskRun pods run its entrypoint, nop and workingdirinit
+	// images (TestTektonExecutor), built by hack/tekton.sh.
+	if dir := os.Getenv("TERRARUN_TEKTON"); dir != "" {
+		for _, program := range tektonImages {
+			images[tektonImage(program)] = filepath.Join(dir, program)
+		}
+	}
 	c.agents = map[string]*nodeAgent{}
 	for _, n := range nodes {
 		agent := &nodeAgent{ctx: ctx, opts: nodeagent.Options{
-			NodeName:  n.name,
-			Address:   n.ip,
-			Port:      kubeletPort,
-			Client:    kube,
-			RootDir:   filepath.Join(c.agentDir, n.name),
-			Scheduled: true,
-			Images: map[string]string{
-				"terrarun-apiserver": filepath.Join(roots["terrarun-apiserver"], "usr", "local", "bin", "terrarun-apiserver"),
-				"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
-			},
+			NodeName:     n.name,
+			Address:      n.ip,
+			Port:         kubeletPort,
+			Client:       kube,
+			RootDir:      filepath.Join(c.agentDir, n.name),
+			Scheduled:    true,
+			Images:       images,
 			PathDirs:     []string{filepath.Join(roots["terrarun-executor"], "usr", "local", "bin")},
 			ServingCert:  kubeletCerts[n.name][0],
 			ServingKey:   kubeletCerts[n.name][1],

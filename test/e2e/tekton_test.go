@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/terrarun/terrarun/test/internal/harness"
+)
+
+// tektonImages are the programs of Tekton's images that its TaskRun pods
+// run, built by hack/tekton.sh ($TERRARUN_TEKTON): the node agents run
+// each image from its binary.
+var tektonImages = []string{"entrypoint", "nop", "workingdirinit"}
+
+// tektonImage is the image reference the controller is given for program.
+func tektonImage(program string) string { return "ghcr.io/tektoncd/pipeline/" + program + ":v1.9.0" }
+
+// tektonController is Tekton Pipelines' controller (hack/tekton.sh), run
+// beside the control plane as the cluster's admin, as Flux's
+// source-controller is (startFlux), with leader election.
+type tektonController struct {
+	dir  string
+	proc *harness.Proc
+	n    int
+}
+
+// startTekton installs Tekton's CRDs (without their conversion webhook:
+// terrarun and the controller use tekton.dev/v1, their storage version,
+// and no webhook runs here) and the controller's ConfigMaps, with short
+// leader election times, and starts the controller.
+func startTekton(t *testing.T) *tektonController {
+	t.Helper()
+	dir := os.Getenv("TERRARUN_TEKTON")
+	if dir == "" {
+		t.Fatal("TERRARUN_TEKTON is not set: pass the directory that hack/tekton.sh prints (make e2e does)")
+	}
+	if _, err := cl.kubectlAs("admin", "create", "namespace", "tekton-pipelines"); err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+		t.Fatal(err)
+	}
+	mustAs(t, "admin", "apply", "--server-side", "-f", filepath.Join(dir, "crds"))
+	for _, crd := range []string{"customruns", "pipelineruns", "pipelines", "resolutionrequests", "stepactions", "taskruns", "tasks", "verificationpolicies"} {
+		name := crd + ".tekton.dev"
+		if _, err := cl.kubectlAs("admin", "get", "crd", name); err != nil {
+			continue // not in this release
+		}
+		mustAs(t, "admin", "patch", "crd", name, "--type=json", `-p=[{"op":"replace","path":"/spec/conversion","value":{"strategy":"None"}}]`)
+		mustAs(t, "admin", "wait", "--for=condition=established", "--timeout=60s", "crd/"+name)
+	}
+	mustAs(t, "admin", "apply", "--server-side", "-n", "tekton-pipelines", "-f", filepath.Join(dir, "config"))
+	// A killed leader's lease is taken over within seconds; init
+	// containers as hardened as the step (what a restricted namespace
+	// needs).
+	mustAs(t, "admin", "patch", "configmap", "config-leader-election-controller", "-n", "tekton-pipelines", "--type=merge",
+		`-p={"data":{"lease-duration":"8s","renew-deadline":"6s","retry-period":"2s"}}`)
+	mustAs(t, "admin", "patch", "configmap", "feature-flags", "-n", "tekton-pipelines", "--type=merge",
+		`-p={"data":{"set-security-context":"true"}}`)
+	tk := &tektonController{dir: dir}
+	tk.start(t)
+	t.Cleanup(func() {
+		if tk.proc != nil {
+			tk.proc.Stop(syscall.SIGTERM)
+		}
+	})
+	return tk
+}
+
+// start starts a controller process.
+func (tk *tektonController) start(t *testing.T) {
+	t.Helper()
+	tk.n++
+	args := []string{"SYSTEM_NAMESPACE=tekton-pipelines", "KUBECONFIG=" + cl.kubeconfigs["admin"], "METRICS_DOMAIN=tekton.dev/pipeline",
+		// Its probes, metrics and profiling off the ports this cluster uses.
+		"PROBES_PORT=18080", "METRICS_PROMETHEUS_PORT=19090", "PROFILING_PORT=18008",
+		filepath.Join(tk.dir, "controller")}
+	for flag, program := range map[string]string{"entrypoint": "entrypoint", "nop": "nop", "workingdirinit": "workingdirinit", "sidecarlogresults": "sidecarlogresults"} {
+		args = append(args, "-"+flag+"-image", tektonImage(program))
+	}
+	args = append(args, "-shell-image", "busybox", "-shell-image-win", "mcr.microsoft.com/powershell:nanoserver")
+	p, err := cl.start(fmt.Sprintf("tekton-controller-%d", tk.n), append([]string{"/usr/bin/env"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.proc = p
+}
+
+// kill kills the controller, the leader, as a crash would.
+func (tk *tektonController) kill() { tk.proc.Stop(syscall.SIGKILL) }
+
+// taskRun is a jsonpath of the TaskRun name in ns.
+func taskRun(t *testing.T, ns, name, jsonpath string) string {
+	t.Helper()
+	return mustAs(t, "admin", "get", "taskruns.tekton.dev", name, "-n", ns, "-o", "jsonpath="+jsonpath)
+}
+
+// TestTektonExecutor runs stages as Tekton TaskRuns (--executor=tekton,
+// the chart's executor: tekton) under a real Tekton Pipelines controller:
+// a Manual run plans, is approved and applies, in one TaskRun per stage
+// labeled for the run; an Auto run; a TaskRun of a run's name that someone
+// else made is never adopted; a cancel stops an apply mid-way; and the
+// controller's leader killed mid-apply leaves the apply applied once. The
+// Job executor is restored afterwards.
+func TestTektonExecutor(t *testing.T) {
+	tk := startTekton(t)
+	t.Cleanup(func() {
+		if err := cl.applyTerrarun(nil); err != nil {
+			t.Errorf("restoring the Job executor: %v", err)
+		}
+	})
+	if err := cl.applyTerrarun(func(values map[string]any) { values["executor"] = "tekton" }); err != nil {
+		t.Fatalf("deploying terrarun with the Tekton executor: %v", err)
+	}
+	ns := newNamespace(t)
+
+	// A Manual run: each stage a TaskRun, no Job.
+	createRun(t, "alice", ns, "manual", helloTF, "")
+	if got := waitPhase(t, ns, "manual", 4*time.Minute, "AwaitingApproval", "Failed"); got != "AwaitingApproval" {
+		t.Fatalf("run manual: %s: %s", got, mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if labels := taskRun(t, ns, "manual-plan-1", `{.metadata.labels.terrarun\.dev/run} {.metadata.labels.terrarun\.dev/stage} {.metadata.labels.terrarun\.dev/attempt} {.metadata.ownerReferences[0].kind}`); labels != "manual plan 1 TerraformRun" {
+		t.Errorf("the plan TaskRun's labels and owner: %q", labels)
+	}
+	if jobs := mustAs(t, "admin", "get", "jobs", "-n", ns, "-o", "name"); jobs != "" {
+		t.Errorf("the Tekton executor made Jobs: %s", jobs)
+	}
+	if out, err := approve(t, "bob", ns, "manual"); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	if got := waitPhase(t, ns, "manual", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("run manual: %s: %s", got, mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if out := mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", `jsonpath={.status.outputs[?(@.name=="greeting")].value}`); out != "hello" {
+		t.Errorf("output greeting = %q", out)
+	}
+	if log := mustAs(t, "admin", "get", "--raw", raw(ns, "manual", "logs?stage=apply")); !strings.Contains(log, "Apply complete!") {
+		t.Errorf("the apply log:\n%s", log)
+	}
+	if outcome := taskRun(t, ns, "manual-apply-1", `{.status.results[?(@.name=="outcome")].value}`); outcome != "stage apply attempt 1 succeeded" {
+		t.Errorf("the apply TaskRun's outcome result: %q", outcome)
+	}
+	stages := mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.job}-{.reason} {end}`)
+	if strings.TrimSpace(stages) != "plan-1-manual-plan-1-Completed apply-1-manual-apply-1-Completed" {
+		t.Errorf("stages %q", stages)
+	}
+
+	// An Auto run.
+	createRun(t, "alice", ns, "auto", helloTF, "  approval:\n    mode: Auto\n")
+	if got := waitPhase(t, ns, "auto", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("run auto: %s: %s", got, mustAs(t, "admin", "get", "tfr", "auto", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+
+	// A TaskRun of the run's apply, with its labels, made by someone else
+	// before the approval: never adopted.
+	createRun(t, "alice", ns, "forged", helloTF, "")
+	waitPhase(t, ns, "forged", 4*time.Minute, "AwaitingApproval")
+	uid := mustAs(t, "admin", "get", "tfr", "forged", "-n", ns, "-o", "jsonpath={.metadata.uid}")
+	forgery := fmt.Sprintf(`apiVersion: tekton.dev/v1
+kind: TaskRun
+metadata:
+  name: forged-apply-1
+  namespace: %s
+  labels: {terrarun.dev/run: forged, terrarun.dev/run-uid: %s, terrarun.dev/stage: apply, terrarun.dev/attempt: "1"}
+spec:
+  taskSpec:
+    steps:
+    - name: executor
+      image: busybox
+      command: ["/bin/sh", "-c", "echo not terrarun's"]
+`, ns, uid)
+	if out, err := cl.kubectlStdin("admin", forgery, "create", "-f", "-"); err != nil {
+		t.Fatalf("creating the forged TaskRun: %v %s", err, out)
+	}
+	if out, err := approve(t, "bob", ns, "forged"); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	if got := waitPhase(t, ns, "forged", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
+		t.Fatalf("run forged: %s, want Failed", got)
+	}
+	if msg := mustAs(t, "admin", "get", "tfr", "forged", "-n", ns, "-o", "jsonpath={.status.message}"); !strings.Contains(msg, "TaskRun "+ns+"/forged-apply-1") || !strings.Contains(msg, "not the one terrarun builds") {
+		t.Errorf("the forged TaskRun's run says: %s", msg)
+	}
+
+	// A cancel mid-apply stops the apply.
+	dir := sharedDir(t)
+	stopped := filepath.Join(dir, "stopped")
+	createRun(t, "alice", ns, "cancel", fmt.Sprintf(`resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "sleep 600; echo applied >> %s"
+  }
+}
+`, stopped), "")
+	waitPhase(t, ns, "cancel", 4*time.Minute, "AwaitingApproval")
+	if out, err := approve(t, "bob", ns, "cancel"); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	waitFor(t, 3*time.Minute, "the apply to run its provisioner", func() bool {
+		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, "cancel", "logs?stage=apply"))
+		return strings.Contains(log, "Provisioning with 'local-exec'")
+	})
+	body := filepath.Join(t.TempDir(), "cancel.json")
+	if err := os.WriteFile(body, []byte(`{"apiVersion":"terrarun.dev/v1alpha1","kind":"TerraformRunCancel","comment":"e2e"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustAs(t, "alice", "create", "--raw", raw(ns, "cancel", "cancel"), "-f", body)
+	if got := waitPhase(t, ns, "cancel", 2*time.Minute, "Canceled", "Failed", "Succeeded"); got != "Canceled" {
+		t.Fatalf("run cancel: %s, want Canceled: %s", got, mustAs(t, "admin", "get", "tfr", "cancel", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	if s := taskRun(t, ns, "cancel-apply-1", "{.spec.status}"); s != "TaskRunCancelled" {
+		t.Errorf("the canceled apply's TaskRun: spec.status %q", s)
+	}
+	if _, err := os.Stat(stopped); !os.IsNotExist(err) {
+		t.Errorf("the canceled apply finished its provisioner (%v)", err)
+	}
+
+	// The controller's leader killed mid-apply: a new controller takes over,
+	// and the apply ran once.
+	marker := filepath.Join(dir, "applied")
+	createRun(t, "alice", ns, "leader", fmt.Sprintf(`resource "terraform_data" "once" {
+  provisioner "local-exec" {
+    command = "sleep 20; echo applied >> %s"
+  }
+}
+`, marker), "")
+	waitPhase(t, ns, "leader", 4*time.Minute, "AwaitingApproval")
+	if out, err := approve(t, "bob", ns, "leader"); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	waitFor(t, 3*time.Minute, "the apply to run its provisioner", func() bool {
+		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, "leader", "logs?stage=apply"))
+		return strings.Contains(log, "Provisioning with 'local-exec'")
+	})
+	tk.kill()
+	tk.start(t)
+	appliedOnce(t, ns, "leader", marker)
+}
