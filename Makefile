@@ -115,9 +115,9 @@ e2e: requirements-e2e images ## End-to-end tests (root): the node agent's own te
 	  $(GO) test -count=1 -timeout 30m ./test/e2e/
 
 .PHONY: bench-ha
-bench-ha: images ## Benchmarks of the e2e suite's HA topology (root): leader failover, log follow across replicas, throughput against one replica and node; figures go in docs/benchmarks.md.
-	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && \
-	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm \
+bench-ha: images ## Benchmarks of the e2e suite's HA topology (root): leader failover, log follow across replicas, throughput against one replica and node, a trivial run's cost on Jobs and on Tekton; figures go in docs/benchmarks.md.
+	tools=$$(hack/e2e-tools.sh) && helm=$$(hack/helm.sh) && tekton=$$(hack/tekton.sh) && \
+	  TERRARUN_E2E_TOOLS=$$tools TERRARUN_IMAGES=$(IMAGES) TERRARUN_HELM=$$helm TERRARUN_TEKTON=$$tekton \
 	  $(GO) test -count=1 -timeout 6h -run '^$$' -bench '$(BENCH)' -benchtime 1x ./test/e2e/
 
 .PHONY: bench-crd

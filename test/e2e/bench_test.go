@@ -235,3 +235,43 @@ func loadAverage() float64 {
 	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
 	return f
 }
+
+// BenchmarkExecutorOverhead: the same trivial Auto run (one terraform_data,
+// planned and applied in the plan stage's execution), one after the other,
+// TERRARUN_BENCH_EXECUTOR_RUNS times (default 5) with the Job executor,
+// then with the Tekton executor under a real Tekton controller; the figures
+// are each one's mean seconds from create to Succeeded, and their ratio.
+func BenchmarkExecutorOverhead(b *testing.B) {
+	runs := envInt("TERRARUN_BENCH_EXECUTOR_RUNS", 5)
+	for b.Loop() {
+		startTekton(b)
+		b.Cleanup(func() {
+			if err := cl.applyTerrarun(nil); err != nil {
+				b.Errorf("restoring the Job executor: %v", err)
+			}
+		})
+		ns := newNamespace(b)
+		series := func(prefix string) float64 {
+			start := time.Now()
+			for i := range runs {
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				begun := time.Now()
+				createRun(b, "alice", ns, name, `resource "terraform_data" "x" {}`+"\n", "  approval:\n    mode: Auto\n")
+				if got := waitPhase(b, ns, name, 5*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+					b.Fatalf("run %s: %s", name, got)
+				}
+				b.Logf("%s: %s", name, time.Since(begun).Round(10*time.Millisecond))
+			}
+			return time.Since(start).Seconds() / float64(runs)
+		}
+		jobs := series("jobs")
+		if err := cl.applyTerrarun(func(values map[string]any) { values["executor"] = "tekton" }); err != nil {
+			b.Fatal(err)
+		}
+		tekton := series("tekton")
+		b.ReportMetric(jobs, "s/run-jobs")
+		b.ReportMetric(tekton, "s/run-tekton")
+		b.ReportMetric(tekton/jobs, "ratio")
+		b.ReportMetric(loadAverage(), "load1")
+	}
+}

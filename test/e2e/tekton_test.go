@@ -33,7 +33,7 @@ type tektonController struct {
 // terrarun and the controller use tekton.dev/v1, their storage version,
 // and no webhook runs here) and the controller's ConfigMaps, with short
 // leader election times, and starts the controller.
-func startTekton(t *testing.T) *tektonController {
+func startTekton(t testing.TB) *tektonController {
 	t.Helper()
 	dir := os.Getenv("TERRARUN_TEKTON")
 	if dir == "" {
@@ -70,7 +70,7 @@ func startTekton(t *testing.T) *tektonController {
 }
 
 // start starts a controller process.
-func (tk *tektonController) start(t *testing.T) {
+func (tk *tektonController) start(t testing.TB) {
 	t.Helper()
 	tk.n++
 	args := []string{"SYSTEM_NAMESPACE=tekton-pipelines", "KUBECONFIG=" + cl.kubeconfigs["admin"], "METRICS_DOMAIN=tekton.dev/pipeline",
