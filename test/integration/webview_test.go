@@ -266,10 +266,11 @@ output "password" {
 		waitText(`.answer`, "recorded for run default/review"))
 	// The apply's log streams: the page shows what local-exec printed
 	// first while the run still applies and before it printed the rest (a
-	// log read once at the end could not show that).
+	// log read once at the end could not show that; the command line it
+	// logs first holds both words, its output lines do not).
 	do(t, ctx, "the apply log streaming while the run applies", until(`(() => {
 		const log = document.querySelector('pre.log'), h1 = document.querySelector('h1');
-		return !!log && !!h1 && h1.innerText.includes('Applying') && log.innerText.includes('migrating') && !log.innerText.includes('migrated');
+		return !!log && !!h1 && h1.innerText.includes('Applying') && log.innerText.includes('(local-exec): migrating') && !log.innerText.includes('(local-exec): migrated');
 	})()`))
 	screenshot(t, ctx, "run-applying")
 	do(t, ctx, "the run applied",
@@ -299,11 +300,12 @@ output "password" {
 		waitText(`figure.graph`, "app"))
 	screenshot(t, ctx, "workspaces")
 	do(t, ctx, "a workspace's page",
-		click(`figure.graph a[href$="/terraformworkspaces/app"]`),
+		click(`table a[href$="/terraformworkspaces/app"]`),
 		waitText(`h1`, "Workspace app"),
 		waitText(`dl.facts`, "Depends on"),
 		waitText(`dl.facts`, "network"),
-		visible(`section[aria-labelledby="ws-history"] table`))
+		waitText(`section[aria-labelledby="ws-conditions"]`, "Waiting for workspace network"),
+		waitText(`section[aria-labelledby="ws-history"]`, "No runs."))
 	screenshot(t, ctx, "workspace")
 
 	// A viewer: the run that waits shows no approve button, and an approval
