@@ -24,22 +24,7 @@ func TestNodeLost(t *testing.T) {
 	victim := cordonAllButOneFreeNode(t)
 	dir := sharedDir(t)
 
-	// The plan reads a FIFO: it holds the state lock until the test opens
-	// the FIFO's other end.
-	gate := newGate(t, dir)
-	marker := filepath.Join(dir, "applied")
-	createRun(t, "alice", ns, "lostplan", harness.TestProviderRequirement+fmt.Sprintf(`
-data "testing_file" "gate" {
-  path = %q
-}
-
-resource "terraform_data" "once" {
-  input = data.testing_file.gate.content
-  provisioner "local-exec" {
-    command = "echo applied >> %s"
-  }
-}
-`, gate, marker), "  approval:\n    mode: Auto\n")
+	gate, marker := gatedRun(t, ns, "lostplan", dir)
 	waitStageHoldsLock(t, ns, "lostplan-plan-1", victim)
 	killNode(t, victim)
 	stop := openGate(gate)
@@ -65,13 +50,7 @@ resource "terraform_data" "once" {
 
 	// An apply lost with its node.
 	victim = cordonAllButOneFreeNode(t)
-	marker = filepath.Join(dir, "applied-2")
-	createRun(t, "alice", ns, "lostapply", fmt.Sprintf(`resource "terraform_data" "once" {
-  provisioner "local-exec" {
-    command = "sleep 600; echo applied >> %s"
-  }
-}
-`, marker), "")
+	marker = slowApplyRun(t, ns, "lostapply", dir)
 	waitPhase(t, ns, "lostapply", 3*time.Minute, "AwaitingApproval")
 	if out, err := approve(t, "bob", ns, "lostapply"); err != nil {
 		t.Fatalf("approve: %v %s", err, out)
@@ -130,6 +109,43 @@ resource "terraform_data" "once" {
 		t.Fatalf("run unlock: phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "unlock", "-n", ns, "-o", "jsonpath={.status.message}"))
 	}
 	restartNode(t, victim)
+}
+
+// gatedRun creates an Auto run whose plan reads a FIFO in dir: it holds the
+// state lock until the test opens the FIFO's other end (openGate). Its
+// apply appends a line to a marker file. It returns the FIFO and the
+// marker.
+func gatedRun(t *testing.T, ns, name, dir string) (gate, marker string) {
+	t.Helper()
+	gate = newGate(t, dir)
+	marker = filepath.Join(dir, name+"-applied")
+	createRun(t, "alice", ns, name, harness.TestProviderRequirement+fmt.Sprintf(`
+data "testing_file" "gate" {
+  path = %q
+}
+
+resource "terraform_data" "once" {
+  input = data.testing_file.gate.content
+  provisioner "local-exec" {
+    command = "echo applied >> %s"
+  }
+}
+`, gate, marker), "  approval:\n    mode: Auto\n")
+	return gate, marker
+}
+
+// slowApplyRun creates a Manual run whose apply sleeps ten minutes, then
+// appends a line to a marker file in dir, which it returns.
+func slowApplyRun(t *testing.T, ns, name, dir string) string {
+	t.Helper()
+	marker := filepath.Join(dir, name+"-applied")
+	createRun(t, "alice", ns, name, fmt.Sprintf(`resource "terraform_data" "once" {
+  provisioner "local-exec" {
+    command = "sleep 600; echo applied >> %s"
+  }
+}
+`, marker), "")
+	return marker
 }
 
 // sharedDir returns a directory that executor pods can write, outside the

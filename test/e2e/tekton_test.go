@@ -101,9 +101,10 @@ func taskRun(t *testing.T, ns, name, jsonpath string) string {
 // the chart's executor: tekton) under a real Tekton Pipelines controller:
 // a Manual run plans, is approved and applies, in one TaskRun per stage
 // labeled for the run; an Auto run; a TaskRun of a run's name that someone
-// else made is never adopted; a cancel stops an apply mid-way; and the
-// controller's leader killed mid-apply leaves the apply applied once. The
-// Job executor is restored afterwards.
+// else made is never adopted; a cancel stops an apply mid-way; the
+// controller's leader killed mid-apply leaves the apply applied once; and a
+// node lost with a stage's pod (tektonNodeLost): a plan planned again, an
+// apply never. The Job executor is restored afterwards.
 func TestTektonExecutor(t *testing.T) {
 	tk := startTekton(t)
 	t.Cleanup(func() {
@@ -186,13 +187,7 @@ spec:
 
 	// A cancel mid-apply stops the apply.
 	dir := sharedDir(t)
-	stopped := filepath.Join(dir, "stopped")
-	createRun(t, "alice", ns, "cancel", fmt.Sprintf(`resource "terraform_data" "slow" {
-  provisioner "local-exec" {
-    command = "sleep 600; echo applied >> %s"
-  }
-}
-`, stopped), "")
+	stopped := slowApplyRun(t, ns, "cancel", dir)
 	waitPhase(t, ns, "cancel", 4*time.Minute, "AwaitingApproval")
 	if out, err := approve(t, "bob", ns, "cancel"); err != nil {
 		t.Fatalf("approve: %v %s", err, out)
@@ -236,4 +231,85 @@ spec:
 	tk.kill()
 	tk.start(t)
 	appliedOnce(t, ns, "leader", marker)
+
+	tektonNodeLost(t, ns)
+}
+
+// tektonNodeLost: a node dies with a TaskRun's pod on it. A plan is
+// reported lost and planned again in a new TaskRun on another node; an
+// apply is reported lost, its TaskRun canceled, and never run again.
+func tektonNodeLost(t *testing.T, ns string) {
+	victim := cordonAllButOneFreeNode(t)
+	dir := sharedDir(t)
+	gate, marker := gatedRun(t, ns, "lostplan", dir)
+	waitTaskRunHoldsLock(t, ns, "lostplan-plan-1", victim)
+	killNode(t, victim)
+	stop := openGate(gate)
+	defer stop()
+	if got := waitPhase(t, ns, "lostplan", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("run lostplan: phase %s: %s", got, mustAs(t, "admin", "get", "tfr", "lostplan", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	stages := mustAs(t, "admin", "get", "tfr", "lostplan", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`)
+	if strings.TrimSpace(stages) != "plan-1-ExecutorLost plan-2-Completed apply-1-Completed" {
+		t.Errorf("stages %q, want plan-1 lost, then plan-2 and apply-1", stages)
+	}
+	if node := taskRunNode(t, ns, "lostplan-plan-2"); node == victim || node == "" {
+		t.Errorf("the plan was planned again on node %q, want another than %s", node, victim)
+	}
+	if s := taskRun(t, ns, "lostplan-plan-1", "{.spec.status}"); s != "TaskRunCancelled" {
+		t.Errorf("the lost plan's TaskRun: spec.status %q, want TaskRunCancelled", s)
+	}
+	if data, err := os.ReadFile(marker); err != nil || strings.Count(string(data), "applied") != 1 {
+		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
+	}
+	restartNode(t, victim)
+
+	// An apply lost with its node.
+	victim = cordonAllButOneFreeNode(t)
+	marker = slowApplyRun(t, ns, "lostapply", dir)
+	waitPhase(t, ns, "lostapply", 4*time.Minute, "AwaitingApproval")
+	if out, err := approve(t, "bob", ns, "lostapply"); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	waitTaskRunHoldsLock(t, ns, "lostapply-apply-1", victim)
+	waitFor(t, time.Minute, "the apply to run its provisioner", func() bool {
+		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, "lostapply", "logs?stage=apply"))
+		return strings.Contains(log, "Provisioning with 'local-exec'")
+	})
+	killNode(t, victim)
+	if got := waitPhase(t, ns, "lostapply", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
+		t.Fatalf("run lostapply: phase %s, want Failed", got)
+	}
+	stages = mustAs(t, "admin", "get", "tfr", "lostapply", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`)
+	if strings.TrimSpace(stages) != "plan-1-Completed apply-1-ExecutorLost" {
+		t.Errorf("stages %q, want the apply lost and never run again", stages)
+	}
+	if s := taskRun(t, ns, "lostapply-apply-1", "{.spec.status}"); s != "TaskRunCancelled" {
+		t.Errorf("the lost apply's TaskRun: spec.status %q, want TaskRunCancelled (so that Tekton does not start its pod again)", s)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("the lost apply's provisioner finished (%v)", err)
+	}
+	restartNode(t, victim)
+}
+
+// taskRunNode is the node of the TaskRun's pod.
+func taskRunNode(t *testing.T, ns, name string) string {
+	out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "--selector=tekton.dev/taskRun="+name, "-o", "jsonpath={.items[0].spec.nodeName}")
+	return out
+}
+
+// waitTaskRunHoldsLock waits until the TaskRun's pod runs on node and the
+// state lock of its run is taken.
+func waitTaskRunHoldsLock(t *testing.T, ns, name, node string) {
+	t.Helper()
+	waitFor(t, 3*time.Minute, name+"'s pod to run on "+node, func() bool {
+		out, _ := cl.kubectlAs("admin", "get", "pods", "-n", ns, "--selector=tekton.dev/taskRun="+name, "-o", "jsonpath={.items[0].spec.nodeName} {.items[0].status.phase}")
+		return out == node+" Running"
+	})
+	run := name[:strings.LastIndex(name[:strings.LastIndex(name, "-")], "-")]
+	waitFor(t, 2*time.Minute, "the state lock of "+run+" to be taken", func() bool {
+		_, err := cl.kubectlAs("admin", "get", "--raw", raw(ns, run, "statelock"))
+		return err == nil
+	})
 }

@@ -145,9 +145,14 @@
 // (spec.hostname, else its name), so that os.Hostname in a container names
 // its pod, as in a real pod.
 //
-// Each container is its own process group and dies with the agent's process
-// (Pdeathsig SIGKILL); whatever is left in its group when its main process
-// exits is killed. Containers share the node's network namespace (the
-// harness's), PID namespace and root file system: readOnlyRootFilesystem,
-// capabilities, seccomp, resources, probes and lifecycle hooks are ignored.
+// Each container is its own process group and PID namespace, whose PID 1 is
+// its command (as in a runtime's container: a process that handles no
+// SIGTERM ignores it, and is killed after the grace period), and dies with
+// the agent's process (Pdeathsig SIGKILL); when its main process exits, the
+// kernel kills whatever is left in the container, in whatever process
+// group (Tekton's entrypoint starts its step in one of its own).
+// Containers share the node's network namespace (the harness's) and root
+// file system (and /proc, which shows the node's PIDs):
+// readOnlyRootFilesystem, capabilities, seccomp, resources, probes and
+// lifecycle hooks are ignored.
 package nodeagent

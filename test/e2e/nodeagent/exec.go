@@ -317,7 +317,8 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 func (s *spawner) close() { close(s.reqs) }
 
 // startHelper starts the helper on spec (written to specFile) with stdout and
-// stderr to out, in a new process group and a private mount namespace. It
+// stderr to out, in a new process group, PID namespace and private mount
+// namespace. It
 // returns once the command is executed, or with the reason it was not; in
 // that case the helper has exited or is exiting, and cmd must still be
 // waited for. cmd is nil when nothing was started.
@@ -343,7 +344,14 @@ func startHelper(sp *spawner, spec *execSpec, specFile string, out *os.File) (cm
 		Stderr:     out,
 		ExtraFiles: []*os.File{w},
 		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:      true,
+			Setpgid: true,
+			// A PID namespace of its own, whose first process (the
+			// helper, then the container's command) is PID 1: when it
+			// ends, the kernel kills every process left in the
+			// container, also those in process groups of their own
+			// (Tekton's entrypoint starts its step so), as a runtime's
+			// container ends.
+			Cloneflags:   syscall.CLONE_NEWPID,
 			Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS,
 			// Containers do not outlive the agent's process.
 			Pdeathsig: syscall.SIGKILL,

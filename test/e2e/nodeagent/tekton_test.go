@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,4 +128,21 @@ func TestDownwardAPIFollowsAnnotations(t *testing.T) {
 		t.Errorf("went = %q", went)
 	}
 	h.waitPhase("ready", corev1.PodSucceeded)
+}
+
+// TestContainerEndsWithItsMainProcess: when a container's main process
+// ends, nothing it started lives on, not even a process in a process group
+// or session of its own (Tekton's entrypoint starts its step so), as with a
+// runtime's container (its PID namespace).
+func TestContainerEndsWithItsMainProcess(t *testing.T) {
+	h := newHarness(t, nil)
+	out := worldDir(t)
+	p := shPod("leaver", "setsid /bin/sh -c 'sleep 2; touch "+out+"/survived' & sleep 0.5; echo left > "+out+"/left")
+	h.create(p)
+	h.waitPhase("leaver", corev1.PodSucceeded)
+	waitFile(t, filepath.Join(out, "left"))
+	time.Sleep(4 * time.Second)
+	if _, err := os.Stat(filepath.Join(out, "survived")); !os.IsNotExist(err) {
+		t.Errorf("a process the container started in a session of its own outlived it (%v)", err)
+	}
 }
