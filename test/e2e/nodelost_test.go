@@ -43,36 +43,18 @@ func TestNodeLost(t *testing.T) {
 		!strings.Contains(log, "plan stage attempt 1, which has ended") {
 		t.Errorf("the retried plan's log does not show the lost attempt's lock released:\n%s", log)
 	}
-	if data, err := os.ReadFile(marker); err != nil || strings.Count(string(data), "applied") != 1 {
-		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
-	}
+	ranOnce(t, marker)
 	restartNode(t, victim)
 
 	// An apply lost with its node.
 	victim = cordonAllButOneFreeNode(t)
 	marker = slowApplyRun(t, ns, "lostapply", dir)
-	waitPhase(t, ns, "lostapply", 3*time.Minute, "AwaitingApproval")
-	if out, err := approve(t, "bob", ns, "lostapply"); err != nil {
-		t.Fatalf("approve: %v %s", err, out)
-	}
-	waitStageHoldsLock(t, ns, "lostapply-apply-1", victim)
-	waitFor(t, time.Minute, "the apply to run its provisioner", func() bool {
-		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, "lostapply", "logs?stage=apply"))
-		return strings.Contains(log, "Provisioning with 'local-exec'")
-	})
-	killNode(t, victim)
-	if got := waitPhase(t, ns, "lostapply", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
-		t.Fatalf("run lostapply: phase %s, want Failed", got)
-	}
+	loseApply(t, ns, "lostapply", victim, waitStageHoldsLock)
 	msg := mustAs(t, "admin", "get", "tfr", "lostapply", "-n", ns, "-o", "jsonpath={.status.message}")
 	for _, want := range []string{"The apply stage attempt 1 was lost with its executor", victim, "never re-applies", "spec.forceUnlock"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the lost apply's message lacks %q: %s", want, msg)
 		}
-	}
-	stages = mustAs(t, "admin", "get", "tfr", "lostapply", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`)
-	if strings.TrimSpace(stages) != "plan-1-Completed apply-1-ExecutorLost" {
-		t.Errorf("stages %q, want the apply lost and never run again", stages)
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Errorf("the lost apply's provisioner finished (%v)", err)
@@ -146,6 +128,39 @@ func slowApplyRun(t *testing.T, ns, name, dir string) string {
 }
 `, marker), "")
 	return marker
+}
+
+// loseApply approves the run name, waits until its apply's pod holds the
+// state lock on node victim (holdsLock) and runs its provisioner, kills the
+// node, and checks that the run fails with its apply lost and never run
+// again.
+func loseApply(t *testing.T, ns, name, victim string, holdsLock func(t *testing.T, ns, stage, node string)) {
+	t.Helper()
+	waitPhase(t, ns, name, 4*time.Minute, "AwaitingApproval")
+	if out, err := approve(t, "bob", ns, name); err != nil {
+		t.Fatalf("approve: %v %s", err, out)
+	}
+	holdsLock(t, ns, name+"-apply-1", victim)
+	waitFor(t, time.Minute, "the apply to run its provisioner", func() bool {
+		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, name, "logs?stage=apply"))
+		return strings.Contains(log, "Provisioning with 'local-exec'")
+	})
+	killNode(t, victim)
+	if got := waitPhase(t, ns, name, 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
+		t.Fatalf("run %s: phase %s, want Failed", name, got)
+	}
+	stages := mustAs(t, "admin", "get", "tfr", name, "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`)
+	if strings.TrimSpace(stages) != "plan-1-Completed apply-1-ExecutorLost" {
+		t.Errorf("stages %q, want the apply lost and never run again", stages)
+	}
+}
+
+// ranOnce checks that the marker file holds one line "applied".
+func ranOnce(t *testing.T, marker string) {
+	t.Helper()
+	if data, err := os.ReadFile(marker); err != nil || strings.Count(string(data), "applied") != 1 {
+		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
+	}
 }
 
 // sharedDir returns a directory that executor pods can write, outside the

@@ -259,31 +259,13 @@ func tektonNodeLost(t *testing.T, ns string) {
 	if s := taskRun(t, ns, "lostplan-plan-1", "{.spec.status}"); s != "TaskRunCancelled" {
 		t.Errorf("the lost plan's TaskRun: spec.status %q, want TaskRunCancelled", s)
 	}
-	if data, err := os.ReadFile(marker); err != nil || strings.Count(string(data), "applied") != 1 {
-		t.Errorf("the apply ran %d times (%v), want once", strings.Count(string(data), "applied"), err)
-	}
+	ranOnce(t, marker)
 	restartNode(t, victim)
 
 	// An apply lost with its node.
 	victim = cordonAllButOneFreeNode(t)
 	marker = slowApplyRun(t, ns, "lostapply", dir)
-	waitPhase(t, ns, "lostapply", 4*time.Minute, "AwaitingApproval")
-	if out, err := approve(t, "bob", ns, "lostapply"); err != nil {
-		t.Fatalf("approve: %v %s", err, out)
-	}
-	waitTaskRunHoldsLock(t, ns, "lostapply-apply-1", victim)
-	waitFor(t, time.Minute, "the apply to run its provisioner", func() bool {
-		log, _ := cl.kubectlAs("admin", "get", "--raw", raw(ns, "lostapply", "logs?stage=apply"))
-		return strings.Contains(log, "Provisioning with 'local-exec'")
-	})
-	killNode(t, victim)
-	if got := waitPhase(t, ns, "lostapply", 3*time.Minute, "Succeeded", "Failed"); got != "Failed" {
-		t.Fatalf("run lostapply: phase %s, want Failed", got)
-	}
-	stages = mustAs(t, "admin", "get", "tfr", "lostapply", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`)
-	if strings.TrimSpace(stages) != "plan-1-Completed apply-1-ExecutorLost" {
-		t.Errorf("stages %q, want the apply lost and never run again", stages)
-	}
+	loseApply(t, ns, "lostapply", victim, waitTaskRunHoldsLock)
 	if s := taskRun(t, ns, "lostapply-apply-1", "{.spec.status}"); s != "TaskRunCancelled" {
 		t.Errorf("the lost apply's TaskRun: spec.status %q, want TaskRunCancelled (so that Tekton does not start its pod again)", s)
 	}

@@ -130,12 +130,16 @@ func openBrowser(link string) error {
 		return err
 	}
 	time.AfterFunc(time.Minute, func() { os.Remove(f.Name()) })
-	opener := "xdg-open"
+	return openCommand(f.Name()).Start()
+}
+
+// openCommand is the desktop's opener of file; tests replace it.
+var openCommand = func(file string) *exec.Cmd {
 	switch runtime.GOOS {
 	case "darwin":
-		opener = "open"
+		return exec.Command("open", file)
 	case "windows":
-		return exec.Command("rundll32", "url.dll,FileProtocolHandler", f.Name()).Start()
+		return exec.Command("rundll32", "url.dll,FileProtocolHandler", file)
 	}
-	return exec.Command(opener, f.Name()).Start()
+	return exec.Command("xdg-open", file)
 }
