@@ -52,11 +52,13 @@ type Resolver interface {
 
 // RequestProver is a Resolver that also checks, of each request, a proof
 // beyond the credential that it comes from the identity's own stage (the
-// Job executor's stage key).
+// Job executor's stage key). It is called only once ExecutorIdentity has
+// resolved u to id, and is the place for what may be done only for a
+// proven stage (the Tekton executor's claim of an attempt's pod).
 type RequestProver interface {
-	// ProveRequest returns an error wrapping ErrRejected when req does not
-	// prove that it comes from id's stage.
-	ProveRequest(req *http.Request, id executor.Identity) error
+	// ProveRequest returns an error wrapping ErrRejected when req, of user
+	// u, does not prove that it comes from id's stage.
+	ProveRequest(req *http.Request, u user.Info, id executor.Identity) error
 }
 
 // executorUser is the user of an executor credential. Only the Authenticator
@@ -84,7 +86,7 @@ func NewAuthenticator(tokens authenticator.Request, resolver Resolver) authentic
 			return resp, true, nil
 		}
 		if p, ok := resolver.(RequestProver); ok && err == nil {
-			err = p.ProveRequest(req, id)
+			err = p.ProveRequest(req, resp.User, id)
 		}
 		resp.User = &executorUser{Info: resp.User, id: id, err: err}
 		return resp, true, nil

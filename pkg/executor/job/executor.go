@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,7 +59,9 @@ func (e *Executor) Name(ex executor.Execution) string {
 // already exist, from an earlier Start of the same execution (a retried
 // reconcile, another replica): it is adopted when its terrarun.dev/run-uid
 // label is the run's UID and its content is what Start builds (checkJob),
-// and an error otherwise. Start returns the Job's name.
+// and an error otherwise. When the API server refuses the Job for good,
+// the stage Secret goes again (Unprepare), so that the attempt is not
+// taken for lost. Start returns the Job's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
 	job, secret, err := e.Prepare(ctx, ex)
 	if err != nil {
@@ -65,7 +69,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	if _, err := e.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err)
+			return "", e.Unprepare(ctx, secret, fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err))
 		}
 		existing, err := e.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 		if err != nil {
@@ -101,31 +105,73 @@ func (e *Executor) Prepare(ctx context.Context, ex executor.Execution) (*batchv1
 		return nil, nil, err
 	}
 	if inputs != nil {
-		if err := e.createSecret(ctx, inputs, uid); err != nil {
+		if _, err := e.createSecret(ctx, inputs, uid); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := e.createSecret(ctx, secret, uid); err != nil {
+	stored, err := e.createSecret(ctx, secret, uid)
+	if err != nil {
 		return nil, nil, err
 	}
+	secret.UID = stored
 	return job, secret, nil
 }
 
+// Unprepare is what Start does when creating the stage's Job or TaskRun
+// failed with err: when the API server refused it for good (Refused: a
+// denial, an invalid object, an admission webhook that failed), nothing of
+// the stage exists, and Unprepare deletes the stage Secret that Prepare
+// wrote (secret, with its UID as the precondition), so that the attempt
+// reads as never started (Missing) rather than lost, and starts again. It
+// returns err, with what the deletion said when it failed.
+func (e *Executor) Unprepare(ctx context.Context, secret *corev1.Secret, err error) error {
+	if !Refused(err) || secret.UID == "" {
+		return err
+	}
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(secret.UID)}}
+	if derr := e.client.CoreV1().Secrets(secret.Namespace).Delete(ctx, secret.Name, opts); derr != nil && !apierrors.IsNotFound(derr) && !apierrors.IsConflict(derr) {
+		return fmt.Errorf("%w; deleting its stage Secret %s/%s: %v", err, secret.Namespace, secret.Name, derr)
+	}
+	return err
+}
+
+// Refused reports whether err, of a create, says that the object was not
+// created and that no retry of the same request creates it now: a 4xx
+// answer other than a conflict, a timeout or throttling, or an admission
+// webhook that could not be called (which kube-apiserver answers with a
+// 500 before anything is stored). A timeout or a lost connection says
+// nothing of whether the object exists.
+func Refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	s := status.Status()
+	switch {
+	case s.Code == http.StatusInternalServerError:
+		return strings.Contains(s.Message, "failed calling webhook")
+	case s.Code >= 400 && s.Code < 500:
+		return s.Code != http.StatusConflict && s.Code != http.StatusRequestTimeout && s.Code != http.StatusTooManyRequests
+	}
+	return false
+}
+
 // createSecret creates secret, or adopts the one of its name that holds
-// exactly what it holds (checkSecret).
-func (e *Executor) createSecret(ctx context.Context, secret *corev1.Secret, uid string) error {
-	_, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+// exactly what it holds (checkSecret). It returns the UID of the Secret
+// created or adopted.
+func (e *Executor) createSecret(ctx context.Context, secret *corev1.Secret, uid string) (types.UID, error) {
+	created, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 	if err == nil {
-		return nil
+		return created.UID, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		return "", fmt.Errorf("creating Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
 	existing, err := e.client.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		return "", fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
-	return checkSecret(existing, secret, uid)
+	return existing.UID, checkSecret(existing, secret, uid)
 }
 
 // getJob returns the execution's Job, nil when there is none, and an error

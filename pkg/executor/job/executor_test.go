@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -796,5 +799,65 @@ func TestStatusMissingVolume(t *testing.T) {
 	}
 	if st, err := e.Status(ctx, planExecution()); err != nil || st.Reason != "" || st.State != executor.StateRunning {
 		t.Errorf("once the Secrets exist: %+v, %v", st, err)
+	}
+}
+
+// withUIDs makes the fake API server give each Secret it creates a UID, as
+// a real one does.
+func withUIDs(client *fake.Clientset) {
+	client.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
+		s.UID = types.UID("uid-of-" + s.Name)
+		return false, nil, nil
+	})
+}
+
+// TestStartRefused: a Job the API server refuses for good (a denial, an
+// admission webhook that could not be called) leaves no stage Secret, so
+// that the attempt reads as never started and starts again, rather than
+// lost; a create whose outcome is unknown (a timeout) leaves it.
+func TestStartRefused(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		err     error
+		started bool
+	}{
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, "web-plan-2", errors.New("quota")), true},
+		{"a webhook that could not be called", apierrors.NewInternalError(errors.New(`failed calling webhook "x.example": connection refused`)), true},
+		{"a timeout", apierrors.NewTimeoutError("the request did not complete", 1), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			withUIDs(client)
+			refuse := true
+			client.PrependReactor("create", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if refuse {
+					return true, nil, c.err
+				}
+				return false, nil, nil
+			})
+			e := NewExecutor(client, testOptions())
+			ctx := context.Background()
+			if _, err := e.Start(ctx, planExecution()); err == nil {
+				t.Fatal("Start succeeded")
+			}
+			st, err := e.Status(ctx, planExecution())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Startable() != c.started {
+				t.Errorf("Status after the refusal = %+v, startable %v; want %v", st, st.Startable(), c.started)
+			}
+			if !c.started {
+				return
+			}
+			refuse = false
+			if _, err := e.Start(ctx, planExecution()); err != nil {
+				t.Errorf("Start once the API server accepts the Job: %v", err)
+			}
+			if st, err := e.Status(ctx, planExecution()); err != nil || st.State != executor.StateRunning {
+				t.Errorf("Status = %+v, %v; want Running", st, err)
+			}
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/auth"
 	"github.com/terrarun/terrarun/pkg/stage"
@@ -43,7 +45,7 @@ func (k *StageKeys) For(id executor.Identity) string {
 
 // ProveRequest implements auth.RequestProver: req carries the key of id's
 // stage attempt.
-func (r *IdentityResolver) ProveRequest(req *http.Request, id executor.Identity) error {
+func (r *IdentityResolver) ProveRequest(req *http.Request, _ user.Info, id executor.Identity) error {
 	if r.keys == nil {
 		return nil
 	}

@@ -76,9 +76,15 @@ func (e *Executor) taskRuns(namespace string) dynamic.ResourceInterface {
 // Secrets, each adopted only when terrarun's), then the TaskRun. A TaskRun
 // of its name may already exist, from an earlier Start of the same
 // execution: it is adopted when it is of the run and holds what Start
-// builds (checkTaskRun), and an error otherwise. It returns the TaskRun's
-// name.
+// builds (checkTaskRun), and an error otherwise, found before the stage
+// Secret is written, so that the pod of a TaskRun someone made in advance
+// never gets the stage's key. When the API server refuses the TaskRun for
+// good (Tekton's webhook, a denial), the stage Secret goes again
+// (job.Executor.Unprepare). It returns the TaskRun's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
+	if _, _, err := e.getTaskRun(ctx, ex); err != nil {
+		return "", err
+	}
 	built, secret, err := e.jobs.Prepare(ctx, ex)
 	if err != nil {
 		return "", err
@@ -89,7 +95,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	if _, err := e.taskRuns(tr.GetNamespace()).Create(ctx, tr, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("creating TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
+			return "", e.jobs.Unprepare(ctx, secret, fmt.Errorf("creating TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err))
 		}
 		existing, err := e.taskRuns(tr.GetNamespace()).Get(ctx, tr.GetName(), metav1.GetOptions{})
 		if err != nil {

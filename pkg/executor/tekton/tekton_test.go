@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -239,6 +241,39 @@ func TestStartCreatesSecretAndTaskRun(t *testing.T) {
 	}
 }
 
+// TestStartRefused: a TaskRun the API server refuses for good (Tekton's
+// webhook down, a denial) leaves no stage Secret, so that the attempt
+// reads as never started and starts again, rather than lost.
+func TestStartRefused(t *testing.T) {
+	v := newEnv(t)
+	v.kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
+		s.UID = types.UID("uid-of-" + s.Name)
+		return false, nil, nil
+	})
+	refuse := true
+	v.dyn.PrependReactor("create", "taskruns", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refuse {
+			return true, nil, apierrors.NewInternalError(errors.New(`failed calling webhook "validation.webhook.pipeline.tekton.dev": connection refused`))
+		}
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	if _, err := v.e.Start(ctx, plan(t)); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Fatalf("Start = %v", err)
+	}
+	if st, err := v.e.Status(ctx, plan(t)); err != nil || !st.Startable() {
+		t.Errorf("Status after the refusal = %+v, %v; want startable", st, err)
+	}
+	refuse = false
+	if _, err := v.e.Start(ctx, plan(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := v.e.Status(ctx, plan(t)); err != nil || st.State != executor.StateRunning {
+		t.Errorf("Status = %+v, %v; want Running", st, err)
+	}
+}
+
 // TestForgedTaskRun: a TaskRun of the execution's name and the run's
 // labels that terrarun did not build (another image, a second step or a
 // sidecar, an override of its steps, another service account) is never
@@ -290,6 +325,10 @@ func TestForgedTaskRun(t *testing.T) {
 			v := newEnv(t, tr)
 			if _, err := v.e.Start(context.Background(), ex); err == nil || !strings.Contains(err.Error(), "is not the one terrarun builds") {
 				t.Errorf("Start adopted the forged TaskRun: %v", err)
+			}
+			// Its pod never gets the stage's key: the stage Secret is not written.
+			if _, err := v.kube.CoreV1().Secrets("team-a").Get(context.Background(), "web-plan-1-stage", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the stage Secret was written for the forged TaskRun's pod to mount (%v)", err)
 			}
 			st, err := v.e.Status(context.Background(), ex)
 			if err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonForged {
@@ -553,48 +592,87 @@ func TestForget(t *testing.T) {
 	}
 }
 
-// TestIdentity: the first pod of a TaskRun of the run is the stage
-// attempt; a second pod of the same TaskRun (Tekton's, after the first was
-// gone), a pod of a TaskRun that is not the run's, or a pod not controlled
-// by the TaskRun its labels name, is refused.
+// TestIdentity: the first pod of a TaskRun of the run that proves its
+// stage key is the stage attempt; a second pod of the same TaskRun
+// (Tekton's, after the first was gone), a pod of a TaskRun that is not the
+// run's, a pod not controlled by the TaskRun its labels name, or one not
+// named as Tekton names the TaskRun's pod, is refused; and a request
+// without the key (a token minted for a pending pod) claims nothing.
 func TestIdentity(t *testing.T) {
 	v := newEnv(t)
 	ex := executor.Execution{Run: testRun(t), Stage: v1alpha1.StageApply, Attempt: 1, PlanDigest: "sha256:abc"}
 	if _, err := v.e.Start(context.Background(), ex); err != nil {
 		t.Fatal(err)
 	}
-	r := NewIdentityResolver(v.kube, v.dyn, nil, NewClaims(etcdClient))
+	keys, err := job.NewStageKeys([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := NewClaims(etcdClient)
+	r := NewIdentityResolver(v.kube, v.dyn, keys, claims)
 	tokenOf := func(p *corev1.Pod) user.Info {
 		return &user.DefaultInfo{Name: serviceaccount.MakeUsername("team-a", "default"),
 			Extra: map[string][]string{serviceaccount.PodNameKey: {p.Name}, serviceaccount.PodUIDKey: {string(p.UID)}}}
 	}
+	want := executor.Identity{Namespace: "team-a", Name: "web", UID: string(ex.Run.UID), Stage: v1alpha1.StageApply, Attempt: 1}
+	// resolve is what auth.NewAuthenticator does with a request of pod p,
+	// with the stage key or without.
+	resolve := func(p *corev1.Pod, withKey bool) (executor.Identity, error) {
+		u := tokenOf(p)
+		id, ok, err := r.ExecutorIdentity(context.Background(), u)
+		if err != nil || !ok {
+			return id, fmt.Errorf("ExecutorIdentity: %v, %w", ok, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "https://terrarun/", nil)
+		if withKey {
+			req.Header.Set(stage.StageKeyHeader, keys.For(id))
+		}
+		return id, r.ProveRequest(req, u, id)
+	}
 	first := v.pod(t, "web-apply-1", "first-pod", nil)
+	// A token minted for the pending pod, without the stage key: refused,
+	// and the attempt is still unclaimed.
+	if _, err := resolve(first, false); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "carries no stage key") {
+		t.Errorf("the pod's token without the stage key: %v", err)
+	}
+	if got, err := claims.Pod(context.Background(), want); got != "" || err != nil {
+		t.Fatalf("a request without the stage key claimed the attempt for pod %q (%v)", got, err)
+	}
 	for range 2 {
-		id, ok, err := r.ExecutorIdentity(context.Background(), tokenOf(first))
-		if err != nil || !ok || id.Name != "web" || id.UID != string(ex.Run.UID) || id.Stage != v1alpha1.StageApply || id.Attempt != 1 {
-			t.Fatalf("the first pod: %+v %v %v", id, ok, err)
+		id, err := resolve(first, true)
+		if err != nil || id != want {
+			t.Fatalf("the first pod: %+v %v", id, err)
 		}
 	}
 	if err := v.kube.CoreV1().Pods("team-a").Delete(context.Background(), first.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	second := v.pod(t, "web-apply-1", "second-pod", nil)
-	if _, _, err := r.ExecutorIdentity(context.Background(), tokenOf(second)); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is not the first pod of TaskRun web-apply-1") {
+	if _, err := resolve(second, true); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is not the first pod of TaskRun web-apply-1") {
 		t.Errorf("Tekton's second pod of the attempt: %v", err)
 	}
 	// A pod that copies the labels, controlled by no TaskRun.
 	stray := v.pod(t, "web-apply-1", "stray-pod", func(p *corev1.Pod) {
 		p.Name, p.OwnerReferences = "stray", nil
 	})
-	if _, _, err := r.ExecutorIdentity(context.Background(), tokenOf(stray)); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is not controlled by TaskRun web-apply-1") {
-		t.Errorf("a pod with the run's labels and no TaskRun: %v", err)
+	if _, err := resolve(stray, true); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is not the pod Tekton names for TaskRun web-apply-1") {
+		t.Errorf("a pod with the run's labels and another name: %v", err)
+	}
+	if err := v.kube.CoreV1().Pods("team-a").Delete(context.Background(), second.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	orphan := v.pod(t, "web-apply-1", "orphan-pod", func(p *corev1.Pod) { p.OwnerReferences = nil })
+	if _, err := resolve(orphan, true); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is not controlled by TaskRun web-apply-1") {
+		t.Errorf("a pod of the TaskRun's name controlled by no TaskRun: %v", err)
+	}
+	if err := v.kube.CoreV1().Pods("team-a").Delete(context.Background(), orphan.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	// A pod that names the TaskRun as its controller, with another UID.
 	forged := v.pod(t, "web-apply-1", "forged-pod", func(p *corev1.Pod) {
-		p.Name = "forged"
 		p.OwnerReferences[0].UID = "another-taskrun"
 	})
-	if _, _, err := r.ExecutorIdentity(context.Background(), tokenOf(forged)); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is controlled by TaskRun UID another-taskrun") {
+	if _, err := resolve(forged, true); !errors.Is(err, auth.ErrRejected) || !strings.Contains(err.Error(), "is controlled by TaskRun UID another-taskrun") {
 		t.Errorf("a pod of another TaskRun of the name: %v", err)
 	}
 	// Not an executor's pod at all: no claim.
