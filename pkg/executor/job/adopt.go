@@ -152,7 +152,7 @@ func NotBuilt(kind string, m *metav1.ObjectMeta, field string) error {
 // server defaults, and that want leaves unset, are unset too.
 func withoutDefaults(got, want *corev1.PodSpec) *corev1.PodSpec {
 	out := got.DeepCopy()
-	if want.DNSPolicy == "" {
+	if want.DNSPolicy == "" && out.DNSPolicy == corev1.DNSClusterFirst {
 		out.DNSPolicy = ""
 	}
 	if want.SchedulerName == "" {

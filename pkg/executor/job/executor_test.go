@@ -557,6 +557,7 @@ func TestStartForgedJob(t *testing.T) {
 			}
 		},
 		"host PID":                func(j *batchv1.Job) { j.Spec.Template.Spec.HostPID = true },
+		"the node's resolver":     func(j *batchv1.Job) { j.Spec.Template.Spec.DNSPolicy = corev1.DNSDefault },
 		"another service account": func(j *batchv1.Job) { j.Spec.Template.Spec.ServiceAccountName = "admin" },
 	} {
 		t.Run(name, func(t *testing.T) {

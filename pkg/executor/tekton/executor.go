@@ -191,17 +191,23 @@ var neverRan = map[string]bool{
 	"ExceededNodeResources":      true,
 	"TaskRunValidationFailed":    true,
 	"PodCreationFailed":          true,
+	"PodAdmissionFailed":         true,
 	"FailedValidation":           true,
 }
 
 // Status maps the TaskRun's Succeeded condition, its step's termination
 // and its pod to an executor.Status. A TaskRun that does not exist is
 // reported as the Job executor reports a missing Job (job.Executor.Missing).
-// While it runs, Reason and Message report why its container waits; and it
-// is lost (StateUnknown, ReasonExecutorLost) when its pod went with its
-// node, or is gone, or is not the pod that first spoke for the stage
-// (Claims): Tekton starts a gone pod again, so the TaskRun is canceled
-// then, and the stage never runs twice.
+// While it runs, Reason and Message report why its container waits.
+//
+// It is lost (StateUnknown, ReasonExecutorLost) when its pod is not the
+// pod that first proved the stage (Claims), whatever Tekton says of it
+// since: Tekton starts a gone pod again, and what the replacement did (it
+// is refused as the stage) says nothing of the stage. It is lost too when
+// its pod went with its node or is gone while it runs, and when it failed
+// before its step ended although its pod had spoken. A running TaskRun
+// found lost is canceled (cancelLost), so that Tekton runs nothing more of
+// it, and reads as lost afterwards too.
 func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
 	tr, _, err := e.getTaskRun(ctx, ex)
 	if name, ok := job.Forged(err); ok {
@@ -221,7 +227,11 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 	if t := trs.StartTime; t != nil {
 		st.StartTime = ptr.To(t.Time)
 	}
+	lostStatus := func(message string) executor.Status {
+		return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonExecutorLost, Message: message}
+	}
 	var pod *corev1.Pod
+	var claimed string
 	if trs.PodName != "" {
 		p, err := e.kube.CoreV1().Pods(tr.GetNamespace()).Get(ctx, trs.PodName, metav1.GetOptions{})
 		switch {
@@ -231,13 +241,25 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		default:
 			pod = p
 		}
+		id := executor.Identity{Namespace: ex.Run.Namespace, Name: ex.Run.Name, UID: string(ex.Run.UID), Stage: ex.Stage, Attempt: ex.Attempt}
+		if claimed, err = e.claims.Pod(ctx, id); err != nil {
+			return executor.Status{}, err
+		}
+	}
+	status, reason, message := trs.succeeded()
+	var replaced string
+	if claimed != "" && pod != nil && string(pod.UID) != claimed {
+		replaced = fmt.Sprintf("pod %s of TaskRun %s (UID %s) is not the stage's first pod (UID %s), which is gone", pod.Name, tr.GetName(), pod.UID, claimed)
+		if status == "True" || status == "False" {
+			return lostStatus(replaced), nil
+		}
 	}
 	terminated := stepTerminated(trs, pod)
 	if terminated != nil {
 		st.ExitCode = ptr.To(terminated.ExitCode)
 	}
 
-	switch status, reason, message := trs.succeeded(); status {
+	switch status {
 	case "True":
 		st.State, st.Reason = executor.StateSucceeded, executor.ReasonCompleted
 		if st.ExitCode == nil {
@@ -249,17 +271,19 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		st.State, st.Reason, st.Message = executor.StateFailed, reason, message
 		st.CompletionTime = completion(trs)
 		switch {
+		case reason == reasonCancelled && lostCancel(tr):
+			return lostStatus(fmt.Sprintf("TaskRun %s/%s: %s", tr.GetNamespace(), tr.GetName(), lostMessage)), nil
 		case reason == reasonTimeout:
 			st.Reason = executor.ReasonDeadlineExceeded
 		case reason == reasonCancelled:
 			st.Reason = executor.ReasonCanceled
-		case terminated == nil && neverRan[reason]:
-			// The platform's reason, passed through.
+		case terminated == nil && neverRan[reason] && claimed == "":
+			// The platform's reason, passed through: no pod of the stage
+			// ever spoke.
 		case terminated == nil:
 			// The pod ended without its step ever ending: deleted, or
 			// evicted with its node. What it did, if anything, is unknown.
-			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonExecutorLost,
-				Message: fmt.Sprintf("TaskRun %s/%s failed before its step ended (%s: %s)", tr.GetNamespace(), tr.GetName(), reason, message)}, nil
+			return lostStatus(fmt.Sprintf("TaskRun %s/%s failed before its step ended (%s: %s)", tr.GetNamespace(), tr.GetName(), reason, message)), nil
 		case terminated.ExitCode == stage.ExitForged:
 			// terrarun-executor found that what it was handed is not what
 			// terrarun wrote: it ran nothing, and the stage is not trusted.
@@ -281,17 +305,11 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 
 	// Running, or about to.
 	if trs.PodName != "" {
-		id := executor.Identity{Namespace: ex.Run.Namespace, Name: ex.Run.Name, UID: string(ex.Run.UID), Stage: ex.Stage, Attempt: ex.Attempt}
-		claimed, err := e.claims.Pod(ctx, id)
-		if err != nil {
-			return executor.Status{}, err
-		}
-		var lost string
+		lost := replaced
 		switch {
+		case lost != "":
 		case pod == nil:
 			lost = fmt.Sprintf("pod %s of TaskRun %s no longer exists", trs.PodName, tr.GetName())
-		case claimed != "" && string(pod.UID) != claimed:
-			lost = fmt.Sprintf("pod %s of TaskRun %s (UID %s) is not the stage's first pod (UID %s), which is gone", pod.Name, tr.GetName(), pod.UID, claimed)
 		default:
 			if lost, st.Recheck, err = e.jobs.NodeLost(ctx, pod); err != nil {
 				return executor.Status{}, err
@@ -299,18 +317,32 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		}
 		if lost != "" {
 			// Tekton starts the pod of a TaskRun again when it is gone:
-			// cancel it, so that it runs nothing more.
-			if err := e.cancel(ctx, tr); err != nil {
-				return executor.Status{}, err
+			// cancel it, so that it runs nothing more. Were the cancel
+			// refused, the stage is lost all the same: a pod Tekton starts
+			// again is refused as the stage.
+			if err := e.cancel(ctx, tr, lostMessage); err != nil {
+				return lostStatus(fmt.Sprintf("%s; canceling its TaskRun failed (%v): its pods are refused as the stage", lost, err)), nil
 			}
-			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonExecutorLost,
-				Message: lost + "; its TaskRun is canceled, so that Tekton does not run the stage again"}, nil
+			return lostStatus(lost + "; its TaskRun is canceled, so that Tekton does not run the stage again"), nil
 		}
 		if st.Reason, st.Message, err = e.jobs.Waiting(ctx, pod, containerName); err != nil {
 			return executor.Status{}, err
 		}
 	}
 	return st, nil
+}
+
+// lostMessage is the statusMessage of a TaskRun that Status canceled
+// because its stage was lost; stopMessage that of one Stop canceled.
+const (
+	lostMessage = "terrarun canceled it: its stage was lost"
+	stopMessage = "terrarun stopped the stage"
+)
+
+// lostCancel says whether tr was canceled by Status as lost.
+func lostCancel(tr *unstructured.Unstructured) bool {
+	msg, _, _ := unstructured.NestedString(tr.Object, "spec", "statusMessage")
+	return msg == lostMessage
 }
 
 // stepTerminated is how the stage's step ended: as the TaskRun records it,
@@ -339,26 +371,42 @@ func completion(trs taskRunStatus) *time.Time {
 	return nil
 }
 
-// cancel cancels tr (spec.status TaskRunCancelled), unless it has ended:
-// Tekton then stops its pod, and starts none again.
-func (e *Executor) cancel(ctx context.Context, tr *unstructured.Unstructured) error {
+// cancel cancels tr (spec.status TaskRunCancelled, with message as its
+// spec.statusMessage), unless it has ended: Tekton then stops its pod, and
+// starts none again. The patch tests tr's UID, so that it never cancels
+// another TaskRun of the name. A TaskRun found gone, replaced or ended once
+// the patch fails needs no cancel.
+func (e *Executor) cancel(ctx context.Context, tr *unstructured.Unstructured, message string) error {
 	if spec, _, _ := unstructured.NestedString(tr.Object, "spec", "status"); spec == cancelled {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{
-		// The UID makes the patch a precondition: never another TaskRun of
-		// the name.
-		"metadata": map[string]any{"uid": tr.GetUID()},
-		"spec":     map[string]any{"status": cancelled, "statusMessage": "terrarun stopped the stage"},
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": tr.GetUID()},
+		{"op": "add", "path": "/spec/status", "value": cancelled},
+		{"op": "add", "path": "/spec/statusMessage", "value": message},
 	})
 	if err != nil {
 		return err
 	}
-	_, err = e.taskRuns(tr.GetNamespace()).Patch(ctx, tr.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("canceling TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
+	client := e.taskRuns(tr.GetNamespace())
+	_, err = client.Patch(ctx, tr.GetName(), types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		return nil
 	}
-	return nil
+	now, gerr := client.Get(ctx, tr.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(gerr):
+		return nil
+	case gerr != nil:
+	case now.GetUID() != tr.GetUID():
+		return nil
+	default:
+		trs, rerr := readStatus(now)
+		if status, _, _ := trs.succeeded(); rerr == nil && (status == "True" || status == "False") {
+			return nil
+		}
+	}
+	return fmt.Errorf("canceling TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
 }
 
 // Stop cancels the execution's TaskRun, then deletes its pod with grace
@@ -382,7 +430,7 @@ func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.D
 	if status, _, _ := trs.succeeded(); status == "True" || status == "False" {
 		return nil
 	}
-	if err := e.cancel(ctx, tr); err != nil {
+	if err := e.cancel(ctx, tr, stopMessage); err != nil {
 		return err
 	}
 	if trs.PodName == "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -189,13 +190,13 @@ func serviceAccount(pod *corev1.PodSpec) string {
 // schedulingOnly are the podTemplate fields that only say where the pod
 // may run: a Tekton default-pod-template (config-defaults) may add them to
 // a TaskRun that leaves them unset, and they change nothing of what it runs.
+// (Not dnsPolicy or dnsConfig: they say whom the stage's names resolve
+// to.)
 var schedulingOnly = []func(*podTemplate){
 	func(p *podTemplate) { p.NodeSelector = nil },
 	func(p *podTemplate) { p.Tolerations = nil },
 	func(p *podTemplate) { p.Affinity = nil },
 	func(p *podTemplate) { p.RuntimeClassName = nil },
-	func(p *podTemplate) { p.DNSPolicy = nil },
-	func(p *podTemplate) { p.DNSConfig = nil },
 	func(p *podTemplate) { p.PriorityClassName = nil },
 	func(p *podTemplate) { p.SchedulerName = "" },
 	func(p *podTemplate) { p.ImagePullSecrets = nil },
@@ -229,6 +230,17 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 	if got.Status != "" && got.Status != cancelled {
 		return forged(meta, fmt.Sprintf("spec.status %q", got.Status))
 	}
+	if !equalJSON(got.Timeout, want.Timeout) && want.Timeout != nil {
+		return forged(meta, "spec.timeout")
+	}
+	for _, m := range []struct {
+		field     string
+		got, want map[string]string
+	}{{"metadata.labels", existing.GetLabels(), built.GetLabels()}, {"metadata.annotations", existing.GetAnnotations(), built.GetAnnotations()}} {
+		if key, ok := sameMetadata(m.got, m.want); !ok {
+			return forged(meta, fmt.Sprintf("%s[%s]", m.field, key))
+		}
+	}
 	if got.TaskSpec == nil || len(got.TaskSpec.Steps) != 1 || got.TaskSpec.Steps[0].Name != stepName {
 		return forged(meta, "spec.taskSpec.steps")
 	}
@@ -249,6 +261,34 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 		}
 	}
 	return job.CheckPod(kind, meta, "pod's ", podOf(got, builtJob), podOf(want, builtJob), secret, run)
+}
+
+// sameMetadata says whether got, a TaskRun's labels or annotations, are
+// want's, but for those Tekton and its tools (Chains, Results, the
+// Dashboard) add, in Tekton's domain: Tekton copies a TaskRun's labels and
+// annotations to its pod, where others (a sidecar injector's, an AppArmor
+// profile's) would change what runs. It returns the first key that
+// differs.
+func sameMetadata(got, want map[string]string) (string, bool) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if v, ok := got[k]; !ok || v != want[k] {
+			return k, false
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; ok || tektons(k) {
+			continue
+		}
+		return k, false
+	}
+	return "", true
+}
+
+// tektons says whether key is of Tekton's domain (tekton.dev/...,
+// chains.tekton.dev/..., ...) or the managed-by label Tekton sets.
+func tektons(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	return ok && (prefix == "tekton.dev" || strings.HasSuffix(prefix, ".tekton.dev")) || key == "app.kubernetes.io/managed-by"
 }
 
 // decodeSpec reads a TaskRun's spec strictly into taskRunSpec: any field

@@ -111,6 +111,21 @@ func newEnv(t *testing.T, objects ...runtime.Object) *env {
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{TaskRuns: "TaskRunList"}, objects...)
 	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+	// The fake API servers give what they create a UID, as real ones do.
+	kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
+		if s.UID == "" {
+			s.UID = types.UID("uid-of-" + s.Name)
+		}
+		return false, nil, nil
+	})
+	dyn.PrependReactor("create", "taskruns", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
+		if tr.GetUID() == "" {
+			tr.SetUID(types.UID("uid-of-" + tr.GetName()))
+		}
+		return false, nil, nil
+	})
 	return &env{kube: kube, dyn: dyn, e: NewExecutor(kube, dyn, testOptions(), NewClaims(etcdClient))}
 }
 
@@ -246,11 +261,6 @@ func TestStartCreatesSecretAndTaskRun(t *testing.T) {
 // reads as never started and starts again, rather than lost.
 func TestStartRefused(t *testing.T) {
 	v := newEnv(t)
-	v.kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
-		s.UID = types.UID("uid-of-" + s.Name)
-		return false, nil, nil
-	})
 	refuse := true
 	v.dyn.PrependReactor("create", "taskruns", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if refuse {
@@ -279,33 +289,57 @@ func TestStartRefused(t *testing.T) {
 // sidecar, an override of its steps, another service account) is never
 // adopted, and its state is not the stage's.
 func TestForgedTaskRun(t *testing.T) {
-	for what, spoil := range map[string]func(map[string]any){
-		"another image": func(s map[string]any) {
+	for what, spoil := range map[string]func(*unstructured.Unstructured){
+		"another image": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			firstStep(s)["image"] = "evil.example/exfiltrate:latest"
 		},
-		"another command": func(s map[string]any) {
+		"another command": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			firstStep(s)["command"] = []any{"sh", "-c", "cat /etc/terrarun/stage/*"}
 		},
-		"a second step": func(s map[string]any) {
+		"a second step": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			ts := s["taskSpec"].(map[string]any)
 			ts["steps"] = append(ts["steps"].([]any), map[string]any{"name": "steal", "image": "busybox"})
 		},
-		"a sidecar": func(s map[string]any) {
+		"a sidecar": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			s["taskSpec"].(map[string]any)["sidecars"] = []any{map[string]any{"name": "steal", "image": "busybox"}}
 		},
-		"stepSpecs": func(s map[string]any) {
+		"stepSpecs": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			s["stepSpecs"] = []any{map[string]any{"name": "executor", "computeResources": map[string]any{}}}
 		},
-		"another service account": func(s map[string]any) {
+		"another service account": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			s["serviceAccountName"] = "admin"
 		},
-		"env in the pod template": func(s map[string]any) {
+		"env in the pod template": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			s["podTemplate"].(map[string]any)["env"] = []any{map[string]any{"name": "TF_CLI_ARGS", "value": "-lock=false"}}
 		},
-		"another volume": func(s map[string]any) {
+		"another volume": func(tr *unstructured.Unstructured) {
+			s := tr.Object["spec"].(map[string]any)
 			ts := s["taskSpec"].(map[string]any)
 			vols := ts["volumes"].([]any)
 			vols[0].(map[string]any)["secret"].(map[string]any)["secretName"] = "someone-elses"
+		},
+		"another timeout": func(tr *unstructured.Unstructured) {
+			tr.Object["spec"].(map[string]any)["timeout"] = "72h0m0s"
+		},
+		"a DNS policy": func(tr *unstructured.Unstructured) {
+			tr.Object["spec"].(map[string]any)["podTemplate"].(map[string]any)["dnsPolicy"] = "None"
+		},
+		"a sidecar injector's annotation": func(tr *unstructured.Unstructured) {
+			a := tr.GetAnnotations()
+			a["sidecar.istio.io/inject"] = "true"
+			tr.SetAnnotations(a)
+		},
+		"another stage label": func(tr *unstructured.Unstructured) {
+			l := tr.GetLabels()
+			l[job.LabelAttempt] = "2"
+			tr.SetLabels(l)
 		},
 	} {
 		t.Run(what, func(t *testing.T) {
@@ -320,7 +354,7 @@ func TestForgedTaskRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			spoil(tr.Object["spec"].(map[string]any))
+			spoil(tr)
 			tr.SetUID("f0f0f0f0-0000-4000-8000-000000000001")
 			v := newEnv(t, tr)
 			if _, err := v.e.Start(context.Background(), ex); err == nil || !strings.Contains(err.Error(), "is not the one terrarun builds") {
@@ -519,6 +553,12 @@ func TestStatusPodReplaced(t *testing.T) {
 			if !v.cancelled(t, "web-apply-1") {
 				t.Errorf("the TaskRun of the lost attempt was not canceled")
 			}
+			// Tekton ends the TaskRun canceled: the stage is still lost,
+			// not canceled.
+			v.setStatus(t, "web-apply-1", map[string]any{"podName": "web-apply-1-pod", "conditions": []any{condition("False", "TaskRunCancelled")}})
+			if st, err := v.e.Status(context.Background(), ex); err != nil || st.Reason != executor.ReasonExecutorLost {
+				t.Errorf("Status once Tekton canceled the lost TaskRun = %+v, %v; want lost", st, err)
+			}
 		})
 	}
 	// The first pod, running, is the stage's.
@@ -537,6 +577,84 @@ func TestStatusPodReplaced(t *testing.T) {
 	}
 	if v.cancelled(t, "web-plan-1") {
 		t.Errorf("a running stage's TaskRun was canceled")
+	}
+}
+
+// TestStatusEndedAfterReplacement: what Tekton says of a TaskRun whose
+// first pod is gone is not the stage's: a failure once it replaced the
+// pod (the replacement, refused as the stage, exited non-zero; or it could
+// not be created) is a lost stage, which a plan retries, not a failed one.
+func TestStatusEndedAfterReplacement(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		status  map[string]any
+		replace bool
+	}{
+		{"the replacement failed", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "Failed")}, "steps": steps(1, "Error")}, true},
+		{"the replacement succeeded", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("True", "Succeeded")}, "steps": steps(0, "Completed")}, true},
+		{"the replacement could not be created", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "PodCreationFailed")}}, false},
+		{"the replacement was not admitted", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "PodAdmissionFailed")}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := newEnv(t)
+			ex := plan(t)
+			if _, err := v.e.Start(context.Background(), ex); err != nil {
+				t.Fatal(err)
+			}
+			id := executor.Identity{Namespace: "team-a", Name: "web", UID: string(ex.Run.UID), Stage: v1alpha1.StagePlan, Attempt: 1}
+			if _, err := v.e.claims.Claim(context.Background(), id, "first-pod"); err != nil {
+				t.Fatal(err)
+			}
+			v.setStatus(t, "web-plan-1", c.status)
+			if c.replace {
+				v.pod(t, "web-plan-1", "second-pod", nil)
+			}
+			st, err := v.e.Status(context.Background(), ex)
+			if err != nil || st.State != executor.StateUnknown || st.Reason != executor.ReasonExecutorLost {
+				t.Errorf("Status = %+v, %v; want lost", st, err)
+			}
+		})
+	}
+}
+
+// TestStatusLostCancelRefused: a lost stage whose TaskRun cannot be
+// canceled (Tekton's webhook down) is reported lost all the same: a pod
+// Tekton starts again is refused as the stage.
+func TestStatusLostCancelRefused(t *testing.T) {
+	v := newEnv(t)
+	ex := plan(t)
+	if _, err := v.e.Start(context.Background(), ex); err != nil {
+		t.Fatal(err)
+	}
+	v.setStatus(t, "web-plan-1", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("Unknown", "Running")}})
+	v.dyn.PrependReactor("patch", "taskruns", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New(`failed calling webhook "validation.webhook.pipeline.tekton.dev": connection refused`))
+	})
+	st, err := v.e.Status(context.Background(), ex)
+	if err != nil || st.Reason != executor.ReasonExecutorLost || !strings.Contains(st.Message, "canceling its TaskRun failed") {
+		t.Errorf("Status = %+v, %v; want lost, saying the cancel failed", st, err)
+	}
+}
+
+// TestCancelOnlyItsTaskRun: the cancel is a patch that tests the TaskRun's
+// UID: another TaskRun made under the name since is not canceled.
+func TestCancelOnlyItsTaskRun(t *testing.T) {
+	v := newEnv(t)
+	ex := plan(t)
+	if _, err := v.e.Start(context.Background(), ex); err != nil {
+		t.Fatal(err)
+	}
+	old := v.taskRun(t, "web-plan-1")
+	now := old.DeepCopy()
+	now.SetUID("another-taskrun")
+	if _, err := v.dyn.Resource(TaskRuns).Namespace("team-a").Update(context.Background(), now, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.e.cancel(context.Background(), old, stopMessage); err != nil {
+		t.Errorf("cancel of a TaskRun that is gone: %v", err)
+	}
+	if v.cancelled(t, "web-plan-1") {
+		t.Errorf("another TaskRun of the name was canceled")
 	}
 }
 
