@@ -2,13 +2,17 @@ package policy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -239,7 +243,87 @@ func Validate(cfg *Config) error {
 		}
 	}
 
+	if t := cfg.TaskRunTemplate; t != nil {
+		for _, m := range validateTaskRunTemplate(t) {
+			errs = append(errs, errors.New(m))
+		}
+	}
+
 	return utilerrors.NewAggregate(errs)
+}
+
+// validateTaskRunTemplate returns what is wrong with t, each message
+// starting with its field's path.
+func validateTaskRunTemplate(t *TaskRunTemplate) []string {
+	var msgs []string
+	add := func(path, format string, args ...any) {
+		msgs = append(msgs, "taskRunTemplate."+path+": "+fmt.Sprintf(format, args...))
+	}
+	dnsName := func(path, v string) {
+		for _, m := range validation.IsDNS1123Subdomain(v) {
+			add(path, "%q: %s", v, m)
+		}
+	}
+	if t.ServiceAccountName != "" {
+		dnsName("serviceAccountName", t.ServiceAccountName)
+	}
+	if p := t.PodTemplate; p != nil {
+		for _, k := range slices.Sorted(maps.Keys(p.NodeSelector)) {
+			for _, m := range validation.IsQualifiedName(k) {
+				add(fmt.Sprintf("podTemplate.nodeSelector[%s]", k), "%s", m)
+			}
+			for _, m := range validation.IsValidLabelValue(p.NodeSelector[k]) {
+				add(fmt.Sprintf("podTemplate.nodeSelector[%s]", k), "%s", m)
+			}
+		}
+		for i, tol := range p.Tolerations {
+			path := fmt.Sprintf("podTemplate.tolerations[%d]", i)
+			switch tol.Operator {
+			case "", corev1.TolerationOpEqual:
+			case corev1.TolerationOpExists:
+				if tol.Value != "" {
+					add(path+".value", "must be empty with operator Exists")
+				}
+			default:
+				add(path+".operator", "unsupported value %q: must be Equal or Exists", tol.Operator)
+			}
+			switch tol.Effect {
+			case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+			default:
+				add(path+".effect", "unsupported value %q: must be NoSchedule, PreferNoSchedule or NoExecute", tol.Effect)
+			}
+			if tol.Key == "" && tol.Operator != corev1.TolerationOpExists {
+				add(path+".key", "is required unless operator is Exists")
+			}
+		}
+		for _, f := range []struct{ path, v string }{
+			{"podTemplate.priorityClassName", p.PriorityClassName},
+			{"podTemplate.runtimeClassName", p.RuntimeClassName},
+			{"podTemplate.schedulerName", p.SchedulerName},
+		} {
+			if f.v != "" {
+				dnsName(f.path, f.v)
+			}
+		}
+		for i, s := range p.ImagePullSecrets {
+			dnsName(fmt.Sprintf("podTemplate.imagePullSecrets[%d].name", i), s.Name)
+		}
+	}
+	if r := t.Task; r != nil {
+		if r.Namespace == "" {
+			add("task.namespace", "is required: the namespace of the Tekton Task, one that only operators may write")
+		} else {
+			for _, m := range validation.IsDNS1123Label(r.Namespace) {
+				add("task.namespace", "%q: %s", r.Namespace, m)
+			}
+		}
+		if r.Name == "" {
+			add("task.name", "is required")
+		} else {
+			dnsName("task.name", r.Name)
+		}
+	}
+	return msgs
 }
 
 // MaxImageVerificationTimeout bounds imageVerification.timeout, and

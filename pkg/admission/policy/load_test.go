@@ -23,6 +23,13 @@ allowedGitHosts: ["github.com", "*.corp.example.com"]
 manualApprovalNamespaceSelector: {matchLabels: {env: prod}}
 maxTimeouts: {plan: 2h, apply: 4h, approval: 72h}
 separationOfDuties: true
+taskRunTemplate:
+  serviceAccountName: terraform-stages
+  podTemplate:
+    nodeSelector: {pool: terraform}
+    tolerations: [{key: dedicated, value: terraform, effect: NoSchedule}]
+    runtimeClassName: gvisor
+  task: {namespace: terrarun-system, name: stage-with-scanner}
 `
 
 const header = "apiVersion: admission.terrarun.dev/v1alpha1\nkind: TerraformRunPolicy\n"
@@ -46,6 +53,10 @@ func TestLoadValid(t *testing.T) {
 	}
 	if len(cfg.AllowedGitHosts) != 2 || !cfg.SeparationOfDutiesEnabled() {
 		t.Errorf("cfg = %+v", cfg)
+	}
+	if tr := cfg.TaskRunTemplate; tr == nil || tr.ServiceAccountName != "terraform-stages" || tr.PodTemplate.NodeSelector["pool"] != "terraform" ||
+		len(tr.PodTemplate.Tolerations) != 1 || tr.PodTemplate.RuntimeClassName != "gvisor" || *tr.Task != (TaskReference{Namespace: "terrarun-system", Name: "stage-with-scanner"}) {
+		t.Errorf("taskRunTemplate = %+v", tr)
 	}
 	sel, err := cfg.NamespaceSelector()
 	if err != nil {
@@ -143,6 +154,13 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`imageVerification.images[0]: "registry.*/x": "*" may only end a pattern`, `imageVerification.images[1]: must be non-empty`,
 				"imageVerification.publicKeys: holds no PEM public key", "imageVerification.caBundle: holds no PEM certificate",
 				"imageVerification.credentialsFile: must be an absolute path", "imageVerification.timeout: must be positive and at most 30s"}},
+		{"taskRunTemplate with bad parts", header + "taskRunTemplate:\n  serviceAccountName: Not_A_Name\n  podTemplate:\n    nodeSelector: {\"bad key!\": x}\n    tolerations: [{operator: Maybe}, {key: k, operator: Exists, value: v, effect: Never}]\n    runtimeClassName: \"g visor\"\n    imagePullSecrets: [{name: \"\"}]\n  task: {name: scan}\n",
+			[]string{`taskRunTemplate.serviceAccountName: "Not_A_Name"`, "taskRunTemplate.podTemplate.nodeSelector[bad key!]: name part must consist of",
+				`taskRunTemplate.podTemplate.tolerations[0].operator: unsupported value "Maybe"`, "taskRunTemplate.podTemplate.tolerations[0].key: is required unless operator is Exists",
+				"taskRunTemplate.podTemplate.tolerations[1].value: must be empty with operator Exists", `taskRunTemplate.podTemplate.tolerations[1].effect: unsupported value "Never"`,
+				`taskRunTemplate.podTemplate.runtimeClassName: "g visor"`, `taskRunTemplate.podTemplate.imagePullSecrets[0].name: ""`,
+				"taskRunTemplate.task.namespace: is required"}},
+		{"taskRunTemplate unknown field", header + "taskRunTemplate: {podTemplate: {env: [{name: X, value: y}]}}\n", []string{`unknown field "taskRunTemplate.podTemplate.env"`}},
 		{"not yaml", "{", []string{"decoding TerraformRunPolicy"}},
 	}
 	for _, tc := range cases {

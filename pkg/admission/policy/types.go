@@ -30,12 +30,19 @@
 //	- namespaceSelector: {matchLabels: {env: dev}}
 //	  ttlSecondsAfterFinished: 604800
 //	separationOfDuties: true
+//	taskRunTemplate:
+//	  serviceAccountName: terraform-stages
+//	  podTemplate:
+//	    nodeSelector: {pool: terraform}
+//	    tolerations: [{key: dedicated, value: terraform, effect: NoSchedule}]
+//	  task: {namespace: terrarun-system, name: stage-with-scanner}
 //
 // Every field is optional. An empty file, or no file at all, is the zero
 // policy: no defaults, no restrictions, and separation of duties on.
 package policy
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
@@ -161,6 +168,64 @@ type Config struct {
 	// server without authentication, where every request is anonymous).
 	// +optional
 	SeparationOfDuties *bool `json:"separationOfDuties,omitempty"`
+
+	// TaskRunTemplate shapes every stage's TaskRun when stages run on
+	// Tekton (--executor=tekton); other executors ignore it.
+	// +optional
+	TaskRunTemplate *TaskRunTemplate `json:"taskRunTemplate,omitempty"`
+}
+
+// TaskRunTemplate is what the Tekton executor gives the TaskRun of every
+// stage, besides what terrarun builds for it.
+type TaskRunTemplate struct {
+	// ServiceAccountName is the ServiceAccount of the stages of runs that
+	// name none (spec.executor.serviceAccountName), over the server's
+	// --executor-service-account.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// PodTemplate says where the stages' pods run.
+	// +optional
+	PodTemplate *StagePodTemplate `json:"podTemplate,omitempty"`
+	// Task names a Tekton Task (tekton.dev/v1) whose steps run around the
+	// stage, in the stage's pod: a scanner before a plan, a notifier after
+	// an apply. Its step named "stage" marks the stage's place (its image
+	// and script are not used): the steps before it run before the stage,
+	// those after it after the stage, and only once it succeeded. A step
+	// that fails fails the stage. The Task is read when each stage starts;
+	// keep it in a namespace that only operators may write, for its steps
+	// run beside the stage's credentials.
+	// +optional
+	Task *TaskReference `json:"task,omitempty"`
+}
+
+// StagePodTemplate are the scheduling fields of the stages' pods: the
+// run's own spec.executor.nodeSelector and tolerations are added to them,
+// and a key of nodeSelector set here wins over the run's.
+type StagePodTemplate struct {
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// RuntimeClassName runs the stages with this RuntimeClass (gVisor,
+	// Kata): a sandbox around the run's code.
+	// +optional
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+	// +optional
+	SchedulerName string `json:"schedulerName,omitempty"`
+	// ImagePullSecrets lets the stages' pods pull a private executor
+	// image; the Secrets must exist in each run's namespace.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// TaskReference names a Tekton Task.
+type TaskReference struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 }
 
 // ImageVerification says which executor images must carry a cosign

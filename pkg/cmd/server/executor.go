@@ -22,11 +22,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/terrarun/terrarun/pkg/admission/plugin/terraformrunpolicy"
+	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/apis/terrarun"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/job"
@@ -399,7 +402,7 @@ func setLongRunning(config *genericapiserver.RecommendedConfig) {
 // also prove themselves with their key (loadStageKeys). serverURL and
 // caFile are where executors reach this server.
 func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, dyn dynamic.Interface, etcd *clientv3.Client,
-	root, serverURL, caFile string) (executor.Executor, stageCredentials, error) {
+	root, serverURL, caFile, admissionConfig string) (executor.Executor, stageCredentials, error) {
 	var (
 		exec  executor.Executor
 		creds stageCredentials
@@ -459,8 +462,12 @@ func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, dyn dynamic.Int
 			if dyn == nil {
 				return nil, stageCredentials{}, fmt.Errorf("--executor=tekton needs the cluster's API: run in-cluster or pass --kubeconfig")
 			}
+			template, err := taskRunTemplate(admissionConfig)
+			if err != nil {
+				return nil, stageCredentials{}, err
+			}
 			claims := tekton.NewClaims(etcd)
-			exec = tekton.NewExecutor(kube, dyn, opts, claims)
+			exec = tekton.NewExecutor(kube, dyn, opts, claims, template)
 			creds.identities = tekton.NewIdentityResolver(kube, dyn, keys, claims)
 			break
 		}
@@ -469,6 +476,29 @@ func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, dyn dynamic.Int
 	}
 
 	return exec, creds, nil
+}
+
+// taskRunTemplate is the taskRunTemplate of the cluster policy, the
+// configuration of the TerraformRunPolicy plugin in the admission
+// configuration file configFile (--admission-control-config-file); nil
+// when there is none.
+func taskRunTemplate(configFile string) (*policy.TaskRunTemplate, error) {
+	if configFile == "" {
+		return nil, nil
+	}
+	read, err := admission.ReadAdmissionConfiguration([]string{terraformrunpolicy.PluginName}, configFile, admissionConfigScheme)
+	if err != nil {
+		return nil, fmt.Errorf("reading --admission-control-config-file: %w", err)
+	}
+	config, err := read.ConfigFor(terraformrunpolicy.PluginName)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s configuration of --admission-control-config-file: %w", terraformrunpolicy.PluginName, err)
+	}
+	cfg, err := policy.Load(config)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.TaskRunTemplate, nil
 }
 
 // defaultEngine is --default-engine, or with the local executor the engine

@@ -343,7 +343,7 @@ func (o *Options) Config(ctx context.Context) (_ *apiserver.Config, cleanup func
 			}
 		}
 	}
-	exec, creds, err := o.Executor.newExecutor(kube, dyn, etcdClient, o.workRoot(), executorServer, executorCA)
+	exec, creds, err := o.Executor.newExecutor(kube, dyn, etcdClient, o.workRoot(), executorServer, executorCA, o.Recommended.Admission.ConfigFile)
 	if err != nil {
 		return nil, cleanup, err
 	}

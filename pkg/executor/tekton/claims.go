@@ -10,8 +10,12 @@ import (
 )
 
 // claimPrefix is where Claims keeps, in terrarun's etcd, the pod of each
-// stage attempt: claimPrefix<run UID>/<stage>/<attempt> = pod UID.
-const claimPrefix = "/terrarun/tekton-stage-pods/"
+// stage attempt: claimPrefix<run UID>/<stage>/<attempt> = pod UID; and
+// shapePrefix the shape of its TaskRun (shape), in JSON.
+const (
+	claimPrefix = "/terrarun/tekton-stage-pods/"
+	shapePrefix = "/terrarun/tekton-taskrun-shapes/"
+)
 
 // Claims records the first pod of each stage attempt that speaks to the
 // server, in terrarun's etcd, which no tenant and no stage writes.
@@ -32,6 +36,44 @@ func NewClaims(etcd *clientv3.Client) *Claims { return &Claims{etcd: etcd} }
 
 func claimKey(id executor.Identity) string {
 	return fmt.Sprintf("%s%s/%s/%d", claimPrefix, id.UID, id.Stage, id.Attempt)
+}
+
+func shapeKey(id executor.Identity) string {
+	return fmt.Sprintf("%s%s/%s/%d", shapePrefix, id.UID, id.Stage, id.Attempt)
+}
+
+// RecordShape records data as the shape of id's TaskRun unless one is
+// recorded, and returns the one recorded.
+func (c *Claims) RecordShape(ctx context.Context, id executor.Identity, data []byte) ([]byte, error) {
+	key := shapeKey(id)
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(data))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("recording the TaskRun template of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)
+	}
+	if resp.Succeeded {
+		return data, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) != 1 {
+		return nil, fmt.Errorf("recording the TaskRun template of the %s stage of run %s/%s: it was removed meanwhile", id.Stage, id.Namespace, id.Name)
+	}
+	return kvs[0].Value, nil
+}
+
+// Shape is the shape recorded for id's TaskRun, nil when none is.
+func (c *Claims) Shape(ctx context.Context, id executor.Identity) ([]byte, error) {
+	resp, err := c.etcd.Get(ctx, shapeKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("reading the TaskRun template of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return resp.Kvs[0].Value, nil
 }
 
 // Claim records podUID as id's pod when id has none, and says whether id's
@@ -65,11 +107,15 @@ func (c *Claims) Pod(ctx context.Context, id executor.Identity) (string, error) 
 	return string(resp.Kvs[0].Value), nil
 }
 
-// Forget removes the claims of the run with UID uid.
+// Forget removes the claims and shapes of the run with UID uid.
 func (c *Claims) Forget(ctx context.Context, uid string) error {
 	if uid == "" {
 		return nil
 	}
-	_, err := c.etcd.Delete(ctx, claimPrefix+uid+"/", clientv3.WithPrefix())
-	return err
+	for _, prefix := range []string{claimPrefix, shapePrefix} {
+		if _, err := c.etcd.Delete(ctx, prefix+uid+"/", clientv3.WithPrefix()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,7 +10,7 @@
 // The TaskRun is the Job executor's pod (package job builds it, and creates
 // what it mounts: the stage and inputs Secrets, content-checked and never
 // adopted when someone else made them, and the plugin cache's claim) in
-// Tekton's form (BuildTaskRun): the Job's name (<run>-<stage>-<attempt>),
+// Tekton's form (buildTaskRun): the Job's name (<run>-<stage>-<attempt>),
 // labels (terrarun.dev/run, run-uid, stage, attempt: Tekton Dashboard and
 // Chains see the run), annotations and owner (the run); one step,
 // "executor", that is the Job's container, with terrarun-executor's outcome

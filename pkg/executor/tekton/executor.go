@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/terrarun/terrarun/pkg/admission/policy"
 	"github.com/terrarun/terrarun/pkg/executor"
 	"github.com/terrarun/terrarun/pkg/executor/job"
 	"github.com/terrarun/terrarun/pkg/stage"
@@ -30,22 +30,24 @@ import (
 // Executor runs each stage execution as a TaskRun in the run's namespace.
 // It implements executor.Executor.
 type Executor struct {
-	jobs   *job.Executor // builds the stage's pod and creates what it mounts
-	kube   kubernetes.Interface
-	dyn    dynamic.Interface
-	opts   job.JobOptions
-	claims *Claims
+	jobs     *job.Executor // builds the stage's pod and creates what it mounts
+	kube     kubernetes.Interface
+	dyn      dynamic.Interface
+	opts     job.JobOptions
+	claims   *Claims
+	template *policy.TaskRunTemplate
 }
 
 var _ executor.Executor = (*Executor)(nil)
 
 // NewExecutor returns an executor that creates TaskRuns with dyn, and the
 // Secrets, claims and pod reads of their stages with kube, built with opts
-// as the Job executor builds its Jobs' pods; claims holds each stage
-// attempt's pod.
-func NewExecutor(kube kubernetes.Interface, dyn dynamic.Interface, opts job.JobOptions, claims *Claims) *Executor {
+// as the Job executor builds its Jobs' pods, and shaped by template, the
+// cluster policy's taskRunTemplate (nil: none); claims holds each stage
+// attempt's pod and shape.
+func NewExecutor(kube kubernetes.Interface, dyn dynamic.Interface, opts job.JobOptions, claims *Claims, template *policy.TaskRunTemplate) *Executor {
 	opts.HostName = PodName
-	return &Executor{jobs: job.NewExecutor(kube, opts), kube: kube, dyn: dyn, opts: opts, claims: claims}
+	return &Executor{jobs: job.NewExecutor(kube, opts), kube: kube, dyn: dyn, opts: opts, claims: claims, template: template}
 }
 
 // PodName is the name Tekton gives the pod of the TaskRun taskRun, which
@@ -73,23 +75,32 @@ func (e *Executor) taskRuns(namespace string) dynamic.ResourceInterface {
 
 // Start creates what the stage mounts as the Job executor does
 // (job.Executor.Prepare: the plugin cache claim, the inputs and stage
-// Secrets, each adopted only when terrarun's), then the TaskRun. A TaskRun
-// of its name may already exist, from an earlier Start of the same
-// execution: it is adopted when it is of the run and holds what Start
-// builds (checkTaskRun), and an error otherwise, found before the stage
-// Secret is written, so that the pod of a TaskRun someone made in advance
-// never gets the stage's key. When the API server refuses the TaskRun for
-// good (Tekton's webhook, a denial), the stage Secret goes again
-// (job.Executor.Unprepare). It returns the TaskRun's name.
+// Secrets, each adopted only when terrarun's), then the TaskRun, shaped by
+// the cluster policy's taskRunTemplate as it is now (recorded for the
+// stage: shapeFor). A TaskRun of its name may already exist, from an
+// earlier Start of the same execution: it is adopted when it is of the run
+// and holds what Start builds (checkTaskRun), and an error otherwise, found
+// before the stage Secret is written, so that the pod of a TaskRun someone
+// made in advance never gets the stage's key. When the API server refuses
+// the TaskRun for good (Tekton's webhook, a denial), the stage Secret goes
+// again (job.Executor.Unprepare). It returns the TaskRun's name.
 func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, error) {
-	if _, _, err := e.getTaskRun(ctx, ex); err != nil {
+	if ex.Run == nil {
+		return "", fmt.Errorf("no run")
+	}
+	sh, err := e.shapeFor(ctx, ex, true)
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.getTaskRun(ctx, ex); err != nil {
 		return "", err
 	}
 	built, secret, err := e.jobs.Prepare(ctx, ex)
 	if err != nil {
 		return "", err
 	}
-	tr, err := BuildTaskRun(built)
+	sh.apply(built, ex.Run)
+	tr, err := buildTaskRun(built, sh)
 	if err != nil {
 		return "", err
 	}
@@ -101,7 +112,7 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
 		}
-		if err := checkTaskRun(existing, built, secret, ex.Run); err != nil {
+		if err := checkTaskRun(existing, built, secret, ex.Run, sh); err != nil {
 			return "", err
 		}
 	}
@@ -110,25 +121,31 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 
 // getTaskRun returns the execution's TaskRun, nil when there is none, and
 // an error when the TaskRun of its name is not the one Start builds.
-func (e *Executor) getTaskRun(ctx context.Context, ex executor.Execution) (*unstructured.Unstructured, *batchv1.Job, error) {
+func (e *Executor) getTaskRun(ctx context.Context, ex executor.Execution) (*unstructured.Unstructured, error) {
 	if ex.Run == nil {
-		return nil, nil, fmt.Errorf("no run")
+		return nil, fmt.Errorf("no run")
+	}
+	name := e.Name(ex)
+	tr, err := e.taskRuns(ex.Run.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting TaskRun %s/%s: %w", ex.Run.Namespace, name, err)
+	}
+	sh, err := e.shapeFor(ctx, ex, false)
+	if err != nil {
+		return nil, err
 	}
 	built, secret, err := job.BuildJob(ex, e.opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	tr, err := e.taskRuns(ex.Run.Namespace).Get(ctx, built.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, built, nil
+	sh.apply(built, ex.Run)
+	if err := checkTaskRun(tr, built, secret, ex.Run, sh); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("getting TaskRun %s/%s: %w", ex.Run.Namespace, built.Name, err)
-	}
-	if err := checkTaskRun(tr, built, secret, ex.Run); err != nil {
-		return nil, nil, err
-	}
-	return tr, built, nil
+	return tr, nil
 }
 
 // taskRunStatus is what Status reads of a TaskRun's status.
@@ -179,6 +196,9 @@ func (s taskRunStatus) succeeded() (status, reason, message string) {
 const (
 	reasonTimeout   = "TaskRunTimeout"
 	reasonCancelled = "TaskRunCancelled"
+	// reasonSkipped is the reason of a step that Tekton skipped because
+	// one before it failed.
+	reasonSkipped = "Skipped"
 )
 
 // neverRan are the reasons of a failed TaskRun whose step's container
@@ -209,7 +229,7 @@ var neverRan = map[string]bool{
 // found lost is canceled (cancelLost), so that Tekton runs nothing more of
 // it, and reads as lost afterwards too.
 func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
-	tr, _, err := e.getTaskRun(ctx, ex)
+	tr, err := e.getTaskRun(ctx, ex)
 	if name, ok := job.Forged(err); ok {
 		return executor.Status{State: executor.StateUnknown, Name: name, Reason: executor.ReasonForged, Message: err.Error()}, nil
 	}
@@ -277,6 +297,10 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			st.Reason = executor.ReasonDeadlineExceeded
 		case reason == reasonCancelled:
 			st.Reason = executor.ReasonCanceled
+		case taskStepFailed(trs) != "":
+			// A step of the cluster policy's Task failed, before the
+			// stage (which then never ran) or after it.
+			st.Reason, st.Message = reasonStepFailed, taskStepFailed(trs)
 		case terminated == nil && neverRan[reason] && claimed == "":
 			// The platform's reason, passed through: no pod of the stage
 			// ever spoke.
@@ -343,6 +367,30 @@ const (
 func lostCancel(tr *unstructured.Unstructured) bool {
 	msg, _, _ := unstructured.NestedString(tr.Object, "spec", "statusMessage")
 	return msg == lostMessage
+}
+
+// reasonStepFailed is the reason of a stage whose TaskRun failed because
+// a step of the cluster policy's Task (taskRunTemplate.task) did.
+const reasonStepFailed = "StepFailed"
+
+// taskStepFailed says which step of the cluster policy's Task failed, and
+// where it ran; "" when none did. Tekton skips the steps after a failed
+// one (their reason Skipped).
+func taskStepFailed(trs taskRunStatus) string {
+	after := false
+	for _, s := range trs.Steps {
+		if s.Name == stepName {
+			after = s.Terminated != nil && s.Terminated.ExitCode == 0
+			continue
+		}
+		if t := s.Terminated; t != nil && t.ExitCode != 0 && t.Reason != reasonSkipped {
+			if after {
+				return fmt.Sprintf("the stage succeeded; then step %q of the cluster policy's Task (taskRunTemplate.task) exited with code %d", s.Name, t.ExitCode)
+			}
+			return fmt.Sprintf("step %q of the cluster policy's Task (taskRunTemplate.task) exited with code %d before the stage, which did not run", s.Name, t.ExitCode)
+		}
+	}
+	return ""
 }
 
 // stepTerminated is how the stage's step ended: as the TaskRun records it,
@@ -419,7 +467,7 @@ func (e *Executor) cancel(ctx context.Context, tr *unstructured.Unstructured, me
 // Tekton does not start its pod again. Stopping an ended or missing
 // TaskRun does nothing.
 func (e *Executor) Stop(ctx context.Context, ex executor.Execution, grace time.Duration) error {
-	tr, _, err := e.getTaskRun(ctx, ex)
+	tr, err := e.getTaskRun(ctx, ex)
 	if err != nil || tr == nil {
 		return err
 	}

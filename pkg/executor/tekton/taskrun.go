@@ -48,7 +48,7 @@ const (
 )
 
 // The parts of Tekton's v1 TaskRun that terrarun writes and reads, with
-// Tekton's JSON names. A TaskRun is built from them (BuildTaskRun), and an
+// Tekton's JSON names. A TaskRun is built from them (buildTaskRun), and an
 // existing one is read back into them strictly (decodeSpec): a field that
 // terrarun never writes (another step, a sidecar, a stepSpecs override, a
 // workspace) makes it one that terrarun did not build.
@@ -77,6 +77,8 @@ type (
 		Image            string                      `json:"image"`
 		Command          []string                    `json:"command,omitempty"`
 		Args             []string                    `json:"args,omitempty"`
+		Script           string                      `json:"script,omitempty"`
+		Timeout          *metav1.Duration            `json:"timeout,omitempty"`
 		WorkingDir       string                      `json:"workingDir,omitempty"`
 		Env              []corev1.EnvVar             `json:"env,omitempty"`
 		ComputeResources corev1.ResourceRequirements `json:"computeResources,omitempty"`
@@ -102,7 +104,7 @@ type (
 	}
 )
 
-// BuildTaskRun returns the TaskRun that runs the pod of built, the Job the
+// buildTaskRun returns the TaskRun that runs the pod of built, the Job the
 // Job executor builds for the same execution (job.BuildJob): the same
 // name, labels, annotations and owner (the run); one step that is the
 // Job's container (the same image, command, environment, mounts and
@@ -110,8 +112,10 @@ type (
 // ResultOutcome; the Job's volumes; its pod's security context, service
 // account, node selector, tolerations and spread in podTemplate; and the
 // Job's deadline as the TaskRun's timeout. Tekton retries nothing: a retry
-// is a new attempt, with a new TaskRun.
-func BuildTaskRun(built *batchv1.Job) (*unstructured.Unstructured, error) {
+// is a new attempt, with a new TaskRun. The steps of s, the cluster
+// policy's Task, run before and after the stage's step; what s says of
+// the pod is in built already (shape.apply).
+func buildTaskRun(built *batchv1.Job, s *shape) (*unstructured.Unstructured, error) {
 	pod := &built.Spec.Template.Spec
 	if len(pod.Containers) != 1 || len(pod.InitContainers) != 0 {
 		return nil, fmt.Errorf("the Job %s has %d containers and %d init containers, want one container", built.Name, len(pod.Containers), len(pod.InitContainers))
@@ -123,15 +127,21 @@ func BuildTaskRun(built *batchv1.Job) (*unstructured.Unstructured, error) {
 			Tolerations:                  pod.Tolerations,
 			Affinity:                     pod.Affinity,
 			SecurityContext:              pod.SecurityContext,
+			RuntimeClassName:             pod.RuntimeClassName,
 			AutomountServiceAccountToken: pod.AutomountServiceAccountToken,
 			EnableServiceLinks:           pod.EnableServiceLinks,
+			SchedulerName:                pod.SchedulerName,
+			ImagePullSecrets:             pod.ImagePullSecrets,
 			TopologySpreadConstraints:    pod.TopologySpreadConstraints,
 		},
 		TaskSpec: &taskSpec{
-			Steps:   []step{stepOf(&pod.Containers[0])},
+			Steps:   slices.Concat(s.Before, []step{stepOf(&pod.Containers[0])}, s.After),
 			Volumes: pod.Volumes,
 			Results: []taskResult{{Name: ResultOutcome, Type: "string", Description: "How the stage ended, in terrarun-executor's words."}},
 		},
+	}
+	if pod.PriorityClassName != "" {
+		spec.PodTemplate.PriorityClassName = &pod.PriorityClassName
 	}
 	if d := built.Spec.ActiveDeadlineSeconds; d != nil {
 		spec.Timeout = &metav1.Duration{Duration: secondsDuration(*d)}
@@ -205,17 +215,19 @@ var schedulingOnly = []func(*podTemplate){
 
 // checkTaskRun refuses existing, a TaskRun of the execution's name, when it
 // is not of run or not the one built from the Job builtJob with stage
-// Secret secret: its spec must hold nothing terrarun does not write
-// (decodeSpec), the same step name, result and service account, and the
+// Secret secret and shape sh: its spec must hold nothing terrarun does not
+// write (decodeSpec), the same steps around the stage's (sh's), the same
+// step name, result, service account, timeout, labels and annotations
+// (but Tekton's own), and the
 // pod it describes must be the one the Job's template describes, as the
 // Job executor compares them (job.CheckPod: an option changed while a
 // stage runs is not a forgery). A cancel (spec.status) is terrarun's.
-func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun) error {
+func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun, sh *shape) error {
 	meta := &metav1.ObjectMeta{Name: existing.GetName(), Namespace: existing.GetNamespace(), Labels: existing.GetLabels()}
 	if err := job.CheckOwned(meta, kind, string(run.UID)); err != nil {
 		return err
 	}
-	built, err := BuildTaskRun(builtJob)
+	built, err := buildTaskRun(builtJob, sh)
 	if err != nil {
 		return err
 	}
@@ -241,9 +253,17 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 			return forged(meta, fmt.Sprintf("%s[%s]", m.field, key))
 		}
 	}
-	if got.TaskSpec == nil || len(got.TaskSpec.Steps) != 1 || got.TaskSpec.Steps[0].Name != stepName {
+	if got.TaskSpec == nil || len(got.TaskSpec.Steps) != len(want.TaskSpec.Steps) {
 		return forged(meta, "spec.taskSpec.steps")
 	}
+	at := len(sh.Before)
+	for i := range got.TaskSpec.Steps {
+		if i != at && !equalJSON(got.TaskSpec.Steps[i], want.TaskSpec.Steps[i]) || i == at && got.TaskSpec.Steps[i].Name != stepName {
+			return forged(meta, fmt.Sprintf("spec.taskSpec.steps[%d]", i))
+		}
+	}
+	// What is left to compare is the stage's step, as the pod's container.
+	got.TaskSpec.Steps, want.TaskSpec.Steps = got.TaskSpec.Steps[at:at+1], want.TaskSpec.Steps[at:at+1]
 	if !slices.Equal(got.TaskSpec.Results, want.TaskSpec.Results) {
 		return forged(meta, "spec.taskSpec.results")
 	}

@@ -126,7 +126,7 @@ func newEnv(t *testing.T, objects ...runtime.Object) *env {
 		}
 		return false, nil, nil
 	})
-	return &env{kube: kube, dyn: dyn, e: NewExecutor(kube, dyn, testOptions(), NewClaims(etcdClient))}
+	return &env{kube: kube, dyn: dyn, e: NewExecutor(kube, dyn, testOptions(), NewClaims(etcdClient), nil)}
 }
 
 func (v *env) taskRun(t *testing.T, name string) *unstructured.Unstructured {
@@ -159,7 +159,7 @@ func TestBuildTaskRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := BuildTaskRun(built)
+	tr, err := buildTaskRun(built, &shape{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestForgedTaskRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr, err := BuildTaskRun(built)
+			tr, err := buildTaskRun(built, &shape{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,7 +379,7 @@ func TestForgedTaskRun(t *testing.T) {
 	}
 	opts := testOptions()
 	opts.TokenExpiration = 3 * time.Hour
-	changed := NewExecutor(v.kube, v.dyn, opts, NewClaims(etcdClient))
+	changed := NewExecutor(v.kube, v.dyn, opts, NewClaims(etcdClient), nil)
 	if st, err := changed.Status(context.Background(), ex); err != nil || st.State != executor.StateRunning {
 		t.Errorf("Status after the token's lifetime changed = %+v, %v; want Running", st, err)
 	}
