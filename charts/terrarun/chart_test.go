@@ -374,6 +374,26 @@ func TestExecutorValue(t *testing.T) {
 			t.Errorf("%v: the executor role's binding %+v", c.set, binding)
 		}
 	}
+	// The policy's Task is readable where it lives, by name, and only with
+	// the Tekton executor.
+	task := []string{"--set", "policy.taskRunTemplate.task.namespace=ops", "--set", "policy.taskRunTemplate.task.name=scan"}
+	objs := mustRender(t, append([]string{"--set", "executor=tekton"}, task...)...)
+	var role rbacv1.Role
+	find(t, objs, "Role", "terrarun-apiserver-stage-task", &role)
+	if role.Namespace != "ops" || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"tasks"}) ||
+		!slices.Equal(role.Rules[0].ResourceNames, []string{"scan"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("the Task's Role: %+v", role)
+	}
+	var roleBinding rbacv1.RoleBinding
+	find(t, objs, "RoleBinding", "terrarun-apiserver-stage-task", &roleBinding)
+	if roleBinding.Namespace != "ops" || roleBinding.Subjects[0].Name != "terrarun-apiserver" {
+		t.Errorf("the Task's RoleBinding: %+v", roleBinding)
+	}
+	for _, o := range mustRender(t, task...) {
+		if o.GetName() == "terrarun-apiserver-stage-task" {
+			t.Errorf("the Job executor's server may read the Task (%s)", o.GetKind())
+		}
+	}
 	if _, err := render(t, "--set", "executor=jobs"); err == nil || !strings.Contains(err.Error(), "executor") {
 		t.Errorf("executor=jobs: %v, want refused naming executor", err)
 	}

@@ -11,6 +11,11 @@
 //	                    few utilities for local-exec and the git askpass
 //	                    script, git with its https helper, and ssh
 //
+// With -static NAME=PATH (repeatable) it builds only single-binary images
+// instead, each the static binary PATH at /ko-app/NAME on the same base,
+// as ko lays out Tekton Pipelines' images: hack/tekton.sh builds Tekton's
+// entrypoint, nop and workingdirinit images so.
+//
 // Each engine's version is asked once, here, and recorded in the executor
 // image (package engineversion), so that no stage asks it again.
 //
@@ -35,11 +40,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,10 +90,26 @@ type options struct {
 	out, version, registry, epoch string
 	apiserver, executor, tofu     string
 	terraform                     string
+	static                        staticImages
+}
+
+// staticImages are the -static flags: image name to static binary.
+type staticImages map[string]string
+
+func (s staticImages) String() string { return fmt.Sprint(map[string]string(s)) }
+
+func (s staticImages) Set(v string) error {
+	name, file, ok := strings.Cut(v, "=")
+	if !ok || name == "" || file == "" || strings.ContainsAny(name, "/:@ ") {
+		return fmt.Errorf("want NAME=PATH (NAME an image name without / or :), not %q", v)
+	}
+	s[name] = file
+	return nil
 }
 
 func main() {
-	var o options
+	o := options{static: staticImages{}}
+	flag.Var(o.static, "static", "NAME=PATH: build only single-binary images, each the static binary PATH at /ko-app/NAME (as ko lays out Tekton's images); repeatable")
 	flag.StringVar(&o.out, "out", "bin/images", "directory to write <image>/ (OCI layout) and <image>.tar into")
 	flag.StringVar(&o.version, "version", "dev", "the images' tag and org.opencontainers.image.version")
 	flag.StringVar(&o.registry, "registry", "ghcr.io/terrarun", "the repository prefix of the images' names")
@@ -103,6 +126,9 @@ func main() {
 }
 
 func build(o options) error {
+	if len(o.static) > 0 {
+		return buildStatic(o)
+	}
 	if o.tofu == "" {
 		return errors.New("-tofu is required: the executor image ships OpenTofu (hack/engine.sh --build prints one)")
 	}
@@ -149,6 +175,31 @@ func build(o options) error {
 	}
 	labels := map[string]string{"dev.terrarun.image.packages": strings.Join(packages, " ")}
 	return b.write(o, "terrarun-executor", executorPath, labels, base, land, engine, executor)
+}
+
+// buildStatic builds the -static images: the base, and the binary at
+// /ko-app/NAME, its entrypoint.
+func buildStatic(o options) error {
+	created, err := epoch(o.epoch)
+	if err != nil {
+		return err
+	}
+	b := &builder{created: created}
+	base, err := b.base()
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.static)) {
+		at := "/ko-app/" + name
+		bin, err := b.files(name, map[string]string{at: o.static[name]}, nil)
+		if err != nil {
+			return err
+		}
+		if err := b.write(o, name, at, nil, base, bin); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // epoch parses -epoch, or takes the last commit's time.

@@ -250,9 +250,20 @@ func bind(root string, m Mount) error {
 	if fi.IsDir() {
 		err = os.MkdirAll(target, 0o755)
 	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-		var f *os.File
-		if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			err = f.Close()
+		// The mount point of a file: made when nothing is there; a file
+		// an earlier mount shows (read-only, perhaps running) is mounted
+		// over as it is; anything else there (a link that could lead the
+		// mount elsewhere) is an error.
+		switch info, lerr := os.Lstat(target); {
+		case errors.Is(lerr, os.ErrNotExist):
+			var f *os.File
+			if f, err = os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+				err = f.Close()
+			}
+		case lerr != nil:
+			err = lerr
+		case !info.Mode().IsRegular():
+			err = fmt.Errorf("%s is already there, and not a regular file", target)
 		}
 	}
 	if err != nil {

@@ -337,3 +337,35 @@ func hostIPC(t *testing.T) string {
 	}
 	return ns
 }
+
+// TestCheckFileInMountedDirectory: a file mounted on its own that an
+// earlier mount already shows (the executor binary in a directory on
+// PATH) is mounted over what is there, which is read-only and may be
+// running: its mount point is never opened for writing.
+func TestCheckFileInMountedDirectory(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{
+		Root:   filepath.Join(t.TempDir(), "root"),
+		Mounts: append(SystemMounts(), Mount{Source: filepath.Dir(self)}, Mount{Source: self}),
+		UID:    65532,
+		GID:    65532,
+		Dir:    filepath.Dir(self),
+	}
+	if os.Getuid() != 0 {
+		if why := userNamespacesForbidden(); why != "" {
+			t.Logf("%s: the sandbox must refuse to start", why)
+			expectNoSandbox(t, Config{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), UserNamespace: true})
+			return
+		}
+		c.UID, c.GID, c.UserNamespace = uint32(os.Getuid()), uint32(os.Getgid()), true
+	}
+	if err := os.Mkdir(c.Root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(self, c); err != nil {
+		t.Fatalf("a sandbox that mounts its shim inside a mounted directory: %v", err)
+	}
+}

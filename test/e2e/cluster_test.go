@@ -471,10 +471,19 @@ func (c *cluster) bootstrap() error {
 		"terrarun-executor":  filepath.Join(roots["terrarun-executor"], "usr", "local", "bin", "terrarun-executor"),
 	}
 	// Tekton's TaskRun pods run its entrypoint, nop and workingdirinit
-	// images (TestTektonExecutor), built by hack/tekton.sh.
+	// images (TestTektonExecutor), which hack/tekton.sh builds as OCI
+	// layouts: unpacked, each runs its /ko-app binary.
 	if dir := os.Getenv("TERRARUN_TEKTON"); dir != "" {
 		for _, program := range tektonImages {
-			images[tektonImage(program)] = filepath.Join(dir, program)
+			img, err := openImage(filepath.Join(dir, "images", program))
+			if err != nil {
+				return fmt.Errorf("%w (hack/tekton.sh builds it)", err)
+			}
+			root := filepath.Join(imageDir, "tekton-"+program)
+			if err := extractImage(img, root); err != nil {
+				return fmt.Errorf("unpacking Tekton's %s image: %w", program, err)
+			}
+			images[tektonImage(program)] = filepath.Join(root, "ko-app", program)
 		}
 	}
 	c.agents = map[string]*nodeAgent{}

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terrarun/terrarun/pkg/executor/job"
+	"github.com/terrarun/terrarun/pkg/executor/tekton"
 	"github.com/terrarun/terrarun/test/internal/harness"
 )
 
 // tektonImages are the programs of Tekton's images that its TaskRun pods
-// run, built by hack/tekton.sh ($TERRARUN_TEKTON): the node agents run
-// each image from its binary.
+// run, built by hack/tekton.sh ($TERRARUN_TEKTON) as OCI image layouts in
+// images/: the node agents run each image's unpacked /ko-app binary.
 var tektonImages = []string{"entrypoint", "nop", "workingdirinit"}
 
 // tektonImage is the image reference the controller is given for program.
@@ -107,6 +109,8 @@ func taskRun(t *testing.T, ns, name, jsonpath string) string {
 // apply never. The Job executor is restored afterwards.
 func TestTektonExecutor(t *testing.T) {
 	tk := startTekton(t)
+	// The trivial run on Jobs, for the comparison below.
+	onJobs := outcomeOf(t, clusterKubectl, newNamespace(t), job.JobName(sameRunName, "plan", 1))
 	t.Cleanup(func() {
 		if err := cl.applyTerrarun(nil); err != nil {
 			t.Errorf("restoring the Job executor: %v", err)
@@ -153,6 +157,13 @@ func TestTektonExecutor(t *testing.T) {
 	if got := waitPhase(t, ns, "auto", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
 		t.Fatalf("run auto: %s: %s", got, mustAs(t, "admin", "get", "tfr", "auto", "-n", ns, "-o", "jsonpath={.status.message}"))
 	}
+
+	// The trivial run ends the same on the local executor (a standalone
+	// server), on Jobs and on Tekton.
+	onTekton := outcomeOf(t, clusterKubectl, newNamespace(t), tekton.PodName(job.JobName(sameRunName, "plan", 1)), job.JobName(sameRunName, "plan", 1))
+	host, _ := os.Hostname()
+	onLocal := outcomeOf(t, startStandalone(t), "default", host)
+	sameOutcomes(t, []string{"the local executor", "Jobs", "Tekton"}, []runOutcome{onLocal, onJobs, onTekton})
 
 	// A TaskRun of the run's apply, with its labels, made by someone else
 	// before the approval: never adopted.
@@ -233,6 +244,77 @@ spec:
 	appliedOnce(t, ns, "leader", marker)
 
 	tektonNodeLost(t, ns)
+	tektonTaskRunTemplate(t, ns)
+}
+
+// tektonTaskRunTemplate: the cluster policy's taskRunTemplate puts every
+// stage on the nodes its node selector names, and runs its Task's steps
+// around the stage's, in the stage's pod; a Task step that fails fails the
+// stage, and the Task is read when each stage starts.
+func tektonTaskRunTemplate(t *testing.T, ns string) {
+	for _, n := range nodes {
+		mustAs(t, "admin", "uncordon", n.name)
+	}
+	pool := nodes[len(nodes)-1].name
+	const label = "terrarun.dev/e2e-stage-pool"
+	mustAs(t, "admin", "label", "node", pool, label+"=stages")
+	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "label", "node", pool, label+"-") })
+	task := func(scan string) string {
+		return fmt.Sprintf(`apiVersion: tekton.dev/v1
+kind: Task
+metadata:
+  name: stage-checks
+  namespace: terrarun-system
+spec:
+  steps:
+  - name: scan
+    image: ghcr.io/terrarun/terrarun-executor:e2e
+    command: ["/usr/bin/sh", "-c", %q]
+  - name: stage
+    image: ghcr.io/terrarun/terrarun-executor:e2e
+  - name: notify
+    image: ghcr.io/terrarun/terrarun-executor:e2e
+    command: ["/usr/bin/sh", "-c", "echo the stage is done"]
+`, scan)
+	}
+	if out, err := cl.kubectlStdin("admin", task("echo scanned"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating the policy's Task: %v %s", err, out)
+	}
+	if err := cl.applyTerrarun(func(values map[string]any) {
+		values["executor"] = "tekton"
+		values["policy"].(map[string]any)["taskRunTemplate"] = map[string]any{
+			"podTemplate": map[string]any{"nodeSelector": map[string]any{label: "stages"}},
+			"task":        map[string]any{"namespace": "terrarun-system", "name": "stage-checks"},
+		}
+	}); err != nil {
+		t.Fatalf("deploying terrarun with a taskRunTemplate: %v", err)
+	}
+	createRun(t, "alice", ns, "templated", helloTF, "  approval:\n    mode: Auto\n")
+	if got := waitPhase(t, ns, "templated", 4*time.Minute, "Succeeded", "Failed"); got != "Succeeded" {
+		t.Fatalf("run templated: %s: %s", got, mustAs(t, "admin", "get", "tfr", "templated", "-n", ns, "-o", "jsonpath={.status.message}"))
+	}
+	// An Auto run plans and applies in one stage.
+	if steps := taskRun(t, ns, "templated-plan-1", `{range .status.steps[*]}{.name}={.terminated.exitCode} {end}`); strings.TrimSpace(steps) != "scan=0 executor=0 notify=0" {
+		t.Errorf("the stage's steps: %q, want the Task's around the stage's", steps)
+	}
+	if node := taskRunNode(t, ns, "templated-plan-1"); node != pool {
+		t.Errorf("the stage ran on node %q, want %s (the template's node selector)", node, pool)
+	}
+
+	// The scan now refuses: the next stage fails, and says so.
+	if out, err := cl.kubectlStdin("admin", task("echo refused by the scan; exit 3"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("changing the policy's Task: %v %s", err, out)
+	}
+	createRun(t, "alice", ns, "scanned", helloTF, "  approval:\n    mode: Auto\n")
+	if got := waitPhase(t, ns, "scanned", 4*time.Minute, "Succeeded", "Failed"); got != "Failed" {
+		t.Fatalf("run scanned: %s, want Failed", got)
+	}
+	if msg := mustAs(t, "admin", "get", "tfr", "scanned", "-n", ns, "-o", "jsonpath={.status.message}"); !strings.Contains(msg, `step "scan" of the cluster policy's Task (taskRunTemplate.task) exited with code 3 before the stage, which did not run`) {
+		t.Errorf("the run the scan refused says: %s", msg)
+	}
+	if stages := mustAs(t, "admin", "get", "tfr", "scanned", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`); strings.TrimSpace(stages) != "plan-1-StepFailed" {
+		t.Errorf("stages %q, want the plan failed by its Task step, not retried", stages)
+	}
 }
 
 // tektonNodeLost: a node dies with a TaskRun's pod on it. A plan is
