@@ -346,7 +346,7 @@ func TestExecutorValue(t *testing.T) {
 		grants, not string
 	}{
 		{nil, "--executor=kubernetes", "jobs", "taskruns"},
-		{[]string{"--set", "executor=tekton"}, "--executor=tekton", "taskruns", "jobs"},
+		{[]string{"--set", "executor=tekton"}, "--executor=tekton --tekton-namespace=tekton-pipelines", "taskruns", "jobs"},
 	} {
 		objs := mustRender(t, c.set...)
 		var deploy appsv1.Deployment
@@ -373,6 +373,13 @@ func TestExecutorValue(t *testing.T) {
 		if binding.RoleRef.Name != "terrarun-apiserver-executor" || binding.Subjects[0].Name != "terrarun-apiserver" {
 			t.Errorf("%v: the executor role's binding %+v", c.set, binding)
 		}
+	}
+	// Tekton's config-defaults are readable, by name, in its namespace.
+	var defaultsRole rbacv1.Role
+	find(t, mustRender(t, "--set", "executor=tekton", "--set", "tektonNamespace=tekton"), "Role", "terrarun-apiserver-tekton-defaults", &defaultsRole)
+	if defaultsRole.Namespace != "tekton" || !slices.Equal(defaultsRole.Rules[0].Resources, []string{"configmaps"}) ||
+		!slices.Equal(defaultsRole.Rules[0].ResourceNames, []string{"config-defaults"}) || !slices.Equal(defaultsRole.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("the Role of Tekton's defaults: %+v", defaultsRole)
 	}
 	// The policy's Task is readable where it lives, by name, and only with
 	// the Tekton executor.

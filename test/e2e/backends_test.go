@@ -20,10 +20,14 @@ import (
 
 // The trivial run that every executor must end the same way: one
 // terraform_data resource and two outputs, one of them sensitive, planned
-// and applied in one Auto stage by tofu (the executor image's engine).
+// and applied by one Auto executor with tofu (the executor image's engine),
+// its state in the local backend of its work directory. (Without a
+// backend, a cluster's runs keep their state in the state terrarun serves,
+// and a standalone server's in its data directory: a difference of the
+// server's mode, which the log and the plan say, not of the executor.)
 const (
 	sameRunName = "same"
-	sameRunSpec = "  engine:\n    binary: tofu\n  approval:\n    mode: Auto\n"
+	sameRunSpec = "  backend:\n    type: local\n  engine:\n    binary: tofu\n  approval:\n    mode: Auto\n"
 )
 
 // runOutcome is what a run ended with, in the parts that do not depend on
@@ -33,8 +37,9 @@ type runOutcome struct {
 	// counts, the message and the outputs (the sensitive one's value
 	// omitted).
 	Status string
-	// Log is the stage's log with what differs by nature between two runs
-	// of one configuration anywhere replaced (logVariables).
+	// Log is the log of the plan and of the apply, with what differs by
+	// nature between two runs of one configuration anywhere replaced
+	// (logVariables).
 	Log string
 	// PlanText and PlanSource are the digests of the plan's text and of
 	// the planned configuration, as the run's status.plan.parts records
@@ -61,12 +66,12 @@ var logVariables = []struct {
 type kubectlFunc func(stdin string, args ...string) (string, error)
 
 // outcomeOf creates the trivial run in namespace ns, waits for it to end,
-// and reads its outcome; namespace and host are the names to take out of
-// its log.
+// and reads its outcome; ns and names (the host names of its stages) are
+// taken out of its log.
 func outcomeOf(t *testing.T, kubectl kubectlFunc, ns string, names ...string) runOutcome {
 	t.Helper()
-	manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  workspace: %s\n  source:\n    inline:\n      main.tf: |\n",
-		sameRunName, ns, sameRunName)
+	manifest := fmt.Sprintf("apiVersion: terrarun.dev/v1alpha1\nkind: TerraformRun\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  source:\n    inline:\n      main.tf: |\n",
+		sameRunName, ns)
 	for _, line := range strings.Split(strings.TrimRight(helloTF, "\n"), "\n") {
 		manifest += "        " + line + "\n"
 	}
@@ -110,7 +115,12 @@ func outcomeOf(t *testing.T, kubectl kubectlFunc, ns string, names ...string) ru
 	}
 	sum := sha256.Sum256(canonical)
 	o.PlanJSON = "sha256:" + hex.EncodeToString(sum[:])
-	o.Log = get("get", "--raw", path+"logs?stage=plan")
+	o.Log = get("get", "--raw", path+"logs?stage=plan") + "\n----- apply -----\n" + get("get", "--raw", path+"logs?stage=apply")
+	// The plan file's digest, and the plan's, which covers it, differ by
+	// the time the plan file records.
+	for _, digest := range strings.Fields(get("get", "tfr", sameRunName, "-n", ns, "-o", "jsonpath={.status.plan.digest} {.status.plan.parts.file}")) {
+		o.Log = strings.ReplaceAll(o.Log, digest, "<plan file digest>")
+	}
 	for _, v := range logVariables {
 		o.Log = v.re.ReplaceAllString(o.Log, v.with)
 	}
@@ -126,7 +136,7 @@ func outcomeOf(t *testing.T, kubectl kubectlFunc, ns string, names ...string) ru
 func sameOutcomes(t *testing.T, executors []string, outcomes []runOutcome) {
 	t.Helper()
 	want := outcomes[0]
-	if !strings.HasPrefix(want.Status, "phase=Succeeded stages=plan-1-Completed, plan=+1~0-0 ") || !strings.Contains(want.Status, `greeting="hello"`) || !strings.Contains(want.Log, "Apply complete!") {
+	if !strings.HasPrefix(want.Status, "phase=Succeeded stages=plan-1-Completed,apply-1-Completed, plan=+1~0-0 ") || !strings.Contains(want.Status, "greeting=hello,token=Sensitive,") || !strings.Contains(want.Log, "Apply complete!") {
 		t.Errorf("%s: the trivial run did not end as it should:\n%+v", executors[0], want)
 	}
 	for i, got := range outcomes[1:] {

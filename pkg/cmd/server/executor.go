@@ -47,6 +47,9 @@ type ExecutorOptions struct {
 	// Kind is "local" (child processes on this host), "kubernetes" (Jobs)
 	// or "tekton" (Tekton TaskRuns).
 	Kind string
+	// TektonNamespace is Tekton Pipelines' namespace, where its
+	// config-defaults are.
+	TektonNamespace string
 	// Binary is terrarun-executor for the local executor.
 	Binary string
 	// ServerURL is where executors reach this server; standalone mode fills it in.
@@ -138,6 +141,7 @@ func newExecutorOptions() *ExecutorOptions {
 		LocalUser:           "65532:65532",
 		SpreadTopologyKey:   corev1.LabelHostname,
 		NodeLostAfter:       job.DefaultNodeLostAfter,
+		TektonNamespace:     "tekton-pipelines",
 		PluginCacheSize:     resource.QuantityValue{Quantity: job.DefaultPluginCacheSize},
 		LocalStageMemory:    resource.QuantityValue{Quantity: resource.MustParse("2Gi")},
 		LocalStageCPU:       resource.QuantityValue{Quantity: resource.MustParse("2")},
@@ -207,6 +211,7 @@ func (o *ExecutorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAFile, "executor-ca-file", o.CAFile, "CA bundle executors use to verify this server. Standalone mode sets it.")
 	fs.StringVar(&o.SpreadTopologyKey, "executor-spread-topology-key", o.SpreadTopologyKey, "Kubernetes executor: spread each namespace's executor pods over the values of this node label, softly "+
 		"(a topology spread constraint with ScheduleAnyway), so that runs do not pile onto one node; empty: no constraint.")
+	fs.StringVar(&o.TektonNamespace, "tekton-namespace", o.TektonNamespace, "Tekton executor: the namespace of Tekton Pipelines, whose ConfigMap config-defaults says what its webhook adds to every TaskRun (default-pod-template), which terrarun then takes for Tekton's, not a forgery.")
 	fs.DurationVar(&o.NodeLostAfter, "executor-node-lost-after", o.NodeLostAfter, "Kubernetes executor: how long the node of a stage's pod may go without reporting (Ready Unknown) before the stage is reported lost: "+
 		"a plan is then retried on another node, and an apply fails and is never run again.")
 	fs.StringVar(&o.PluginCacheStorageClass, "executor-plugin-cache-storage-class", o.PluginCacheStorageClass, "Kubernetes executor: give each creator's stages in a namespace a provider plugin cache, "+
@@ -467,7 +472,7 @@ func (o *ExecutorOptions) newExecutor(kube kubernetes.Interface, dyn dynamic.Int
 				return nil, stageCredentials{}, err
 			}
 			claims := tekton.NewClaims(etcd)
-			exec = tekton.NewExecutor(kube, dyn, opts, claims, template)
+			exec = tekton.NewExecutor(kube, dyn, claims, tekton.Options{Jobs: opts, Template: template, Namespace: o.TektonNamespace})
 			creds.identities = tekton.NewIdentityResolver(kube, dyn, keys, claims)
 			break
 		}

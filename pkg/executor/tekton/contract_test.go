@@ -27,7 +27,7 @@ func TestContract(t *testing.T) {
 		uid := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 		return executortest.Platform{
 			New: func() executor.Executor {
-				return &tektonPlatform{Executor: NewExecutor(v.kube, v.dyn, testOptions(), NewClaims(etcdClient), nil), t: t, v: v}
+				return &tektonPlatform{Executor: NewExecutor(v.kube, v.dyn, NewClaims(etcdClient), Options{Jobs: testOptions()}), t: t, v: v}
 			},
 			Run: func(name string, code int32, _ bool) *v1alpha1.TerraformRun {
 				run := testRun(t)

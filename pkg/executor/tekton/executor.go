@@ -36,18 +36,30 @@ type Executor struct {
 	opts     job.JobOptions
 	claims   *Claims
 	template *policy.TaskRunTemplate
+	defaults *podDefaults
+}
+
+// Options are the Tekton executor's.
+type Options struct {
+	// Jobs builds each stage's pod, as the Job executor builds its Jobs'.
+	Jobs job.JobOptions
+	// Template is the cluster policy's taskRunTemplate; nil: none.
+	Template *policy.TaskRunTemplate
+	// Namespace is Tekton's (tekton-pipelines), where its config-defaults
+	// say what its webhook merges into every TaskRun; empty: nothing.
+	Namespace string
 }
 
 var _ executor.Executor = (*Executor)(nil)
 
 // NewExecutor returns an executor that creates TaskRuns with dyn, and the
-// Secrets, claims and pod reads of their stages with kube, built with opts
-// as the Job executor builds its Jobs' pods, and shaped by template, the
-// cluster policy's taskRunTemplate (nil: none); claims holds each stage
-// attempt's pod and shape.
-func NewExecutor(kube kubernetes.Interface, dyn dynamic.Interface, opts job.JobOptions, claims *Claims, template *policy.TaskRunTemplate) *Executor {
-	opts.HostName = PodName
-	return &Executor{jobs: job.NewExecutor(kube, opts), kube: kube, dyn: dyn, opts: opts, claims: claims, template: template}
+// Secrets, claims and pod reads of their stages with kube, as opts say;
+// claims holds each stage attempt's pod and shape.
+func NewExecutor(kube kubernetes.Interface, dyn dynamic.Interface, claims *Claims, opts Options) *Executor {
+	jobs := opts.Jobs
+	jobs.HostName = PodName
+	return &Executor{jobs: job.NewExecutor(kube, jobs), kube: kube, dyn: dyn, opts: jobs, claims: claims, template: opts.Template,
+		defaults: &podDefaults{kube: kube, namespace: opts.Namespace}}
 }
 
 // PodName is the name Tekton gives the pod of the TaskRun taskRun, which
@@ -112,7 +124,11 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 		if err != nil {
 			return "", fmt.Errorf("getting existing TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err)
 		}
-		if err := checkTaskRun(existing, built, secret, ex.Run, sh); err != nil {
+		defaults, err := e.defaults.get(ctx)
+		if err != nil {
+			return "", err
+		}
+		if err := checkTaskRun(existing, built, secret, ex.Run, sh, defaults); err != nil {
 			return "", err
 		}
 	}
@@ -142,7 +158,11 @@ func (e *Executor) getTaskRun(ctx context.Context, ex executor.Execution) (*unst
 		return nil, err
 	}
 	sh.apply(built, ex.Run)
-	if err := checkTaskRun(tr, built, secret, ex.Run, sh); err != nil {
+	defaults, err := e.defaults.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTaskRun(tr, built, secret, ex.Run, sh, defaults); err != nil {
 		return nil, err
 	}
 	return tr, nil

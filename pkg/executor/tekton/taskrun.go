@@ -197,32 +197,17 @@ func serviceAccount(pod *corev1.PodSpec) string {
 	return pod.ServiceAccountName
 }
 
-// schedulingOnly are the podTemplate fields that only say where the pod
-// may run: a Tekton default-pod-template (config-defaults) may add them to
-// a TaskRun that leaves them unset, and they change nothing of what it runs.
-// (Not dnsPolicy or dnsConfig: they say whom the stage's names resolve
-// to.)
-var schedulingOnly = []func(*podTemplate){
-	func(p *podTemplate) { p.NodeSelector = nil },
-	func(p *podTemplate) { p.Tolerations = nil },
-	func(p *podTemplate) { p.Affinity = nil },
-	func(p *podTemplate) { p.RuntimeClassName = nil },
-	func(p *podTemplate) { p.PriorityClassName = nil },
-	func(p *podTemplate) { p.SchedulerName = "" },
-	func(p *podTemplate) { p.ImagePullSecrets = nil },
-	func(p *podTemplate) { p.TopologySpreadConstraints = nil },
-}
-
 // checkTaskRun refuses existing, a TaskRun of the execution's name, when it
 // is not of run or not the one built from the Job builtJob with stage
 // Secret secret and shape sh: its spec must hold nothing terrarun does not
 // write (decodeSpec), the same steps around the stage's (sh's), the same
 // step name, result, service account, timeout, labels and annotations
-// (but Tekton's own), and the
+// (but Tekton's own), and, but for what Tekton's default-pod-template
+// (defaults) merged into its podTemplate (withoutPodDefaults), the
 // pod it describes must be the one the Job's template describes, as the
 // Job executor compares them (job.CheckPod: an option changed while a
 // stage runs is not a forgery). A cancel (spec.status) is terrarun's.
-func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun, sh *shape) error {
+func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, secret *corev1.Secret, run *v1alpha1.TerraformRun, sh *shape, defaults map[string]any) error {
 	meta := &metav1.ObjectMeta{Name: existing.GetName(), Namespace: existing.GetNamespace(), Labels: existing.GetLabels()}
 	if err := job.CheckOwned(meta, kind, string(run.UID)); err != nil {
 		return err
@@ -234,6 +219,17 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 	want, err := decodeSpec(built)
 	if err != nil {
 		return err
+	}
+	if defaults != nil {
+		existing = existing.DeepCopy()
+		gotTemplate, _, _ := unstructured.NestedMap(existing.Object, "spec", "podTemplate")
+		wantTemplate, _, _ := unstructured.NestedMap(built.Object, "spec", "podTemplate")
+		if gotTemplate != nil {
+			withoutPodDefaults(gotTemplate, wantTemplate, defaults)
+			if err := unstructured.SetNestedMap(existing.Object, gotTemplate, "spec", "podTemplate"); err != nil {
+				return err
+			}
+		}
 	}
 	got, err := decodeSpec(existing)
 	if err != nil {
@@ -269,16 +265,6 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 	}
 	if got.ServiceAccountName != want.ServiceAccountName {
 		return forged(meta, "spec.serviceAccountName")
-	}
-	if got.PodTemplate != nil && want.PodTemplate != nil {
-		for _, clear := range schedulingOnly {
-			w := *want.PodTemplate
-			clear(&w)
-			if equalJSON(w, *want.PodTemplate) {
-				// want leaves this field unset: a default may have set it.
-				clear(got.PodTemplate)
-			}
-		}
 	}
 	return job.CheckPod(kind, meta, "pod's ", podOf(got, builtJob), podOf(want, builtJob), secret, run)
 }

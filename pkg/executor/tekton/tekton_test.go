@@ -126,7 +126,7 @@ func newEnv(t *testing.T, objects ...runtime.Object) *env {
 		}
 		return false, nil, nil
 	})
-	return &env{kube: kube, dyn: dyn, e: NewExecutor(kube, dyn, testOptions(), NewClaims(etcdClient), nil)}
+	return &env{kube: kube, dyn: dyn, e: NewExecutor(kube, dyn, NewClaims(etcdClient), Options{Jobs: testOptions()})}
 }
 
 func (v *env) taskRun(t *testing.T, name string) *unstructured.Unstructured {
@@ -379,7 +379,7 @@ func TestForgedTaskRun(t *testing.T) {
 	}
 	opts := testOptions()
 	opts.TokenExpiration = 3 * time.Hour
-	changed := NewExecutor(v.kube, v.dyn, opts, NewClaims(etcdClient), nil)
+	changed := NewExecutor(v.kube, v.dyn, NewClaims(etcdClient), Options{Jobs: opts})
 	if st, err := changed.Status(context.Background(), ex); err != nil || st.State != executor.StateRunning {
 		t.Errorf("Status after the token's lifetime changed = %+v, %v; want Running", st, err)
 	}

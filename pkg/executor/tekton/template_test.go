@@ -82,7 +82,7 @@ func TestTaskRunTemplate(t *testing.T) {
 	if _, err := v.dyn.Resource(Tasks).Namespace("terrarun-system").Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	again := NewExecutor(v.kube, v.dyn, testOptions(), NewClaims(etcdClient), &policy.TaskRunTemplate{})
+	again := NewExecutor(v.kube, v.dyn, NewClaims(etcdClient), Options{Jobs: testOptions(), Template: &policy.TaskRunTemplate{}})
 	if st, err := again.Status(ctx, ex); err != nil || st.State != executor.StateRunning {
 		t.Errorf("Status once the template changed = %+v, %v; want Running", st, err)
 	}
