@@ -104,9 +104,11 @@ func taskRun(t *testing.T, ns, name, jsonpath string) string {
 // a Manual run plans, is approved and applies, in one TaskRun per stage
 // labeled for the run; an Auto run; a TaskRun of a run's name that someone
 // else made is never adopted; a cancel stops an apply mid-way; the
-// controller's leader killed mid-apply leaves the apply applied once; and a
-// node lost with a stage's pod (tektonNodeLost): a plan planned again, an
-// apply never. The Job executor is restored afterwards.
+// controller's leader killed mid-apply leaves the apply applied once; the
+// trivial run ends the same on the local executor, on Jobs and on Tekton;
+// the cluster policy's taskRunTemplate (tektonTaskRunTemplate); and a node
+// lost with a stage's pod (tektonNodeLost), under that template: a plan
+// planned again, an apply never. The Job executor is restored afterwards.
 func TestTektonExecutor(t *testing.T) {
 	tk := startTekton(t)
 	// The trivial run on Jobs, for the comparison below.
@@ -243,22 +245,24 @@ spec:
 	tk.start(t)
 	appliedOnce(t, ns, "leader", marker)
 
-	tektonNodeLost(t, ns)
 	tektonTaskRunTemplate(t, ns)
+	tektonNodeLost(t, ns)
 }
 
 // tektonTaskRunTemplate: the cluster policy's taskRunTemplate puts every
 // stage on the nodes its node selector names, and runs its Task's steps
 // around the stage's, in the stage's pod; a Task step that fails fails the
-// stage, and the Task is read when each stage starts.
+// stage, and the Task is read when each stage starts. The template stays
+// for what follows, with every node in its pool and a scan that passes.
 func tektonTaskRunTemplate(t *testing.T, ns string) {
-	for _, n := range nodes {
-		mustAs(t, "admin", "uncordon", n.name)
-	}
 	pool := nodes[len(nodes)-1].name
 	const label = "terrarun.dev/e2e-stage-pool"
 	mustAs(t, "admin", "label", "node", pool, label+"=stages")
-	t.Cleanup(func() { _, _ = cl.kubectlAs("admin", "label", "node", pool, label+"-") })
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_, _ = cl.kubectlAs("admin", "label", "node", n.name, label+"-")
+		}
+	})
 	task := func(scan string) string {
 		return fmt.Sprintf(`apiVersion: tekton.dev/v1
 kind: Task
@@ -314,6 +318,14 @@ spec:
 	}
 	if stages := mustAs(t, "admin", "get", "tfr", "scanned", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.reason} {end}`); strings.TrimSpace(stages) != "plan-1-StepFailed" {
 		t.Errorf("stages %q, want the plan failed by its Task step, not retried", stages)
+	}
+
+	// What follows runs under the template too: on every node, scanned.
+	if out, err := cl.kubectlStdin("admin", task("echo scanned"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("restoring the policy's Task: %v %s", err, out)
+	}
+	for _, n := range nodes {
+		mustAs(t, "admin", "label", "node", n.name, label+"=stages", "--overwrite")
 	}
 }
 
