@@ -112,7 +112,9 @@ func taskRun(t *testing.T, ns, name, jsonpath string) string {
 func TestTektonExecutor(t *testing.T) {
 	tk := startTekton(t)
 	// The trivial run on Jobs, for the comparison below.
-	onJobs := outcomeOf(t, clusterKubectl, newNamespace(t), job.JobName(sameRunName, "plan", 1))
+	jobsNS := newNamespace(t)
+	onJobs := outcomeOf(t, clusterKubectl, jobsNS, job.JobName(sameRunName, "plan", 1))
+	mustAs(t, "admin", "get", "job", job.JobName(sameRunName, "plan", 1), "-n", jobsNS)
 	t.Cleanup(func() {
 		if err := cl.applyTerrarun(nil); err != nil {
 			t.Errorf("restoring the Job executor: %v", err)
@@ -162,7 +164,9 @@ func TestTektonExecutor(t *testing.T) {
 
 	// The trivial run ends the same on the local executor (a standalone
 	// server), on Jobs and on Tekton.
-	onTekton := outcomeOf(t, clusterKubectl, newNamespace(t), tekton.PodName(job.JobName(sameRunName, "plan", 1)), job.JobName(sameRunName, "plan", 1))
+	tektonNS := newNamespace(t)
+	onTekton := outcomeOf(t, clusterKubectl, tektonNS, tekton.PodName(job.JobName(sameRunName, "plan", 1)), job.JobName(sameRunName, "plan", 1))
+	taskRun(t, tektonNS, job.JobName(sameRunName, "plan", 1), "{.metadata.name}")
 	host, _ := os.Hostname()
 	onLocal := outcomeOf(t, startStandalone(t), "default", host)
 	sameOutcomes(t, []string{"the local executor", "Jobs", "Tekton"}, []runOutcome{onLocal, onJobs, onTekton})

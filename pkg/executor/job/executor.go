@@ -69,7 +69,14 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	if _, err := e.client.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return "", e.Unprepare(ctx, secret, fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err))
+			exists := func(ctx context.Context) (bool, error) {
+				_, err := e.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return false, nil
+				}
+				return err == nil, err
+			}
+			return "", e.Unprepare(ctx, secret, exists, fmt.Errorf("creating Job %s/%s: %w", job.Namespace, job.Name, err))
 		}
 		existing, err := e.client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 		if err != nil {
@@ -109,23 +116,30 @@ func (e *Executor) Prepare(ctx context.Context, ex executor.Execution) (*batchv1
 			return nil, nil, err
 		}
 	}
-	stored, err := e.createSecret(ctx, secret, uid)
+	created, err := e.createSecret(ctx, secret, uid)
 	if err != nil {
 		return nil, nil, err
 	}
-	secret.UID = stored
+	// The UID of the stage Secret this call created, for Unprepare; empty
+	// when it adopted one.
+	secret.UID = created
 	return job, secret, nil
 }
 
 // Unprepare is what Start does when creating the stage's Job or TaskRun
-// failed with err: when the API server refused it for good (Refused: a
-// denial, an invalid object, an admission webhook that failed), nothing of
-// the stage exists, and Unprepare deletes the stage Secret that Prepare
-// wrote (secret, with its UID as the precondition), so that the attempt
-// reads as never started (Missing) rather than lost, and starts again. It
-// returns err, with what the deletion said when it failed.
-func (e *Executor) Unprepare(ctx context.Context, secret *corev1.Secret, err error) error {
-	if !Refused(err) || secret.UID == "" {
+// failed with err: when the API server refused it for good (a denial, an
+// invalid object, an admission webhook that failed), and it does not
+// exist (exists: created meanwhile by another replica, it is the stage's),
+// it deletes the stage Secret that this Prepare created (secret, with its
+// UID as the precondition; one adopted from an earlier Start, whose UID
+// Prepare leaves empty, stays), so that the attempt reads as never started
+// (Missing) rather than lost, and starts again. It returns err, with what
+// the deletion said when it failed.
+func (e *Executor) Unprepare(ctx context.Context, secret *corev1.Secret, exists func(context.Context) (bool, error), err error) error {
+	if !refused(err) || secret.UID == "" {
+		return err
+	}
+	if there, xerr := exists(ctx); xerr != nil || there {
 		return err
 	}
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(secret.UID)}}
@@ -135,13 +149,13 @@ func (e *Executor) Unprepare(ctx context.Context, secret *corev1.Secret, err err
 	return err
 }
 
-// Refused reports whether err, of a create, says that the object was not
+// refused reports whether err, of a create, says that the object was not
 // created and that no retry of the same request creates it now: a 4xx
 // answer other than a conflict, a timeout or throttling, or an admission
 // webhook that could not be called (which kube-apiserver answers with a
 // 500 before anything is stored). A timeout or a lost connection says
 // nothing of whether the object exists.
-func Refused(err error) bool {
+func refused(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
@@ -157,8 +171,8 @@ func Refused(err error) bool {
 }
 
 // createSecret creates secret, or adopts the one of its name that holds
-// exactly what it holds (checkSecret). It returns the UID of the Secret
-// created or adopted.
+// exactly what it holds (checkSecret). It returns the UID of the Secret it
+// created, "" when it adopted one.
 func (e *Executor) createSecret(ctx context.Context, secret *corev1.Secret, uid string) (types.UID, error) {
 	created, err := e.client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
 	if err == nil {
@@ -171,7 +185,7 @@ func (e *Executor) createSecret(ctx context.Context, secret *corev1.Secret, uid 
 	if err != nil {
 		return "", fmt.Errorf("getting existing Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
-	return existing.UID, checkSecret(existing, secret, uid)
+	return "", checkSecret(existing, secret, uid)
 }
 
 // getJob returns the execution's Job, nil when there is none, and an error

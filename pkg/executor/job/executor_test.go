@@ -861,4 +861,26 @@ func TestStartRefused(t *testing.T) {
 			}
 		})
 	}
+	// A stage Secret this Start adopted (an earlier Start's, whose Job
+	// existed and is gone) is never deleted: the attempt stays lost.
+	client := fake.NewClientset()
+	withUIDs(client)
+	e := NewExecutor(client, testOptions())
+	ctx := context.Background()
+	name, err := e.Start(ctx, planExecution())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.BatchV1().Jobs("team-a").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client.PrependReactor("create", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, name, errors.New("quota"))
+	})
+	if _, err := e.Start(ctx, planExecution()); err == nil {
+		t.Fatal("Start succeeded")
+	}
+	if st, err := e.Status(ctx, planExecution()); err != nil || st.Reason != executor.ReasonExecutorLost {
+		t.Errorf("Status of a gone Job whose later create was refused = %+v, %v; want lost", st, err)
+	}
 }

@@ -42,9 +42,13 @@ func shapeKey(id executor.Identity) string {
 	return fmt.Sprintf("%s%s/%s/%d", shapePrefix, id.UID, id.Stage, id.Attempt)
 }
 
-// RecordShape records data as the shape of id's TaskRun unless one is
+// noPod is the claim of an attempt whose stage was lost before any pod
+// proved its key: no pod is ever its.
+const noPod = "none: the stage was lost"
+
+// recordShape records data as the shape of id's TaskRun unless one is
 // recorded, and returns the one recorded.
-func (c *Claims) RecordShape(ctx context.Context, id executor.Identity, data []byte) ([]byte, error) {
+func (c *Claims) recordShape(ctx context.Context, id executor.Identity, data []byte) ([]byte, error) {
 	key := shapeKey(id)
 	resp, err := c.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -59,13 +63,21 @@ func (c *Claims) RecordShape(ctx context.Context, id executor.Identity, data []b
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
-		return nil, fmt.Errorf("recording the TaskRun template of the %s stage of run %s/%s: it was removed meanwhile", id.Stage, id.Namespace, id.Name)
+		return nil, fmt.Errorf("recording the TaskRun template of the %s stage of run %s/%s: the record went while it was read; the stage starts again at the next try", id.Stage, id.Namespace, id.Name)
 	}
 	return kvs[0].Value, nil
 }
 
-// Shape is the shape recorded for id's TaskRun, nil when none is.
-func (c *Claims) Shape(ctx context.Context, id executor.Identity) ([]byte, error) {
+// forgetShape removes the shape recorded for id's TaskRun.
+func (c *Claims) forgetShape(ctx context.Context, id executor.Identity) error {
+	if _, err := c.etcd.Delete(ctx, shapeKey(id)); err != nil {
+		return fmt.Errorf("removing the TaskRun template of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)
+	}
+	return nil
+}
+
+// recordedShape is the shape recorded for id's TaskRun, nil when none is.
+func (c *Claims) recordedShape(ctx context.Context, id executor.Identity) ([]byte, error) {
 	resp, err := c.etcd.Get(ctx, shapeKey(id))
 	if err != nil {
 		return nil, fmt.Errorf("reading the TaskRun template of the %s stage of run %s/%s: %w", id.Stage, id.Namespace, id.Name, err)

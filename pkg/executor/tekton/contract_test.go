@@ -38,6 +38,10 @@ func TestContract(t *testing.T) {
 			End: func(e executor.Executor, ex executor.Execution) {
 				name, code := e.Name(ex), codes[ex.Run.Name]
 				v.pod(t, name, types.UID(name+"-pod-uid"), nil)
+				// The stage's pod proved its key when it spoke.
+				if _, err := NewClaims(etcdClient).Claim(context.Background(), identityOf(ex), name+"-pod-uid"); err != nil {
+					t.Fatal(err)
+				}
 				status, reason := "True", "Succeeded"
 				if code != 0 {
 					status, reason = "False", "Failed"

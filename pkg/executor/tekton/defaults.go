@@ -3,7 +3,6 @@ package tekton
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -73,34 +72,16 @@ func (d *podDefaults) get(ctx context.Context) (map[string]any, error) {
 
 // withoutPodDefaults takes out of got, a TaskRun's spec.podTemplate, what
 // Tekton merged into it from defaults where want, terrarun's, leaves the
-// field unset: a field equal to the default's, and the env and volumes
-// entries that are the default's. What is left is compared as terrarun
-// built it.
+// field unset (MergePodTemplateWithDefault): a field equal to the
+// default's, env and volumes included, whose entries Tekton then copies as
+// they are. What is left is compared as terrarun built it.
 func withoutPodDefaults(got, want, defaults map[string]any) {
 	for field, value := range defaults {
 		if _, set := want[field]; set {
 			continue
 		}
-		have, ok := got[field]
-		if !ok {
-			continue
-		}
-		switch field {
-		case "env", "volumes":
-			list, _ := have.([]any)
-			entries, _ := value.([]any)
-			list = slices.DeleteFunc(slices.Clone(list), func(e any) bool {
-				return slices.ContainsFunc(entries, func(d any) bool { return equalJSON(e, d) })
-			})
-			if len(list) == 0 {
-				delete(got, field)
-			} else {
-				got[field] = list
-			}
-		default:
-			if equalJSON(have, value) {
-				delete(got, field)
-			}
+		if have, ok := got[field]; ok && equalJSON(have, value) {
+			delete(got, field)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,8 +105,13 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	if err != nil {
 		return "", err
 	}
-	if _, err := e.getTaskRun(ctx, ex); err != nil {
-		return "", err
+	if existing, err := e.getTaskRun(ctx, ex); err != nil || existing != nil {
+		// Refused, or terrarun's: an earlier Start made it, and what it
+		// mounts.
+		if err != nil {
+			return "", err
+		}
+		return existing.GetName(), nil
 	}
 	built, secret, err := e.jobs.Prepare(ctx, ex)
 	if err != nil {
@@ -118,7 +124,16 @@ func (e *Executor) Start(ctx context.Context, ex executor.Execution) (string, er
 	}
 	if _, err := e.taskRuns(tr.GetNamespace()).Create(ctx, tr, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return "", e.jobs.Unprepare(ctx, secret, fmt.Errorf("creating TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err))
+			exists := func(ctx context.Context) (bool, error) {
+				_, err := e.taskRuns(tr.GetNamespace()).Get(ctx, tr.GetName(), metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					// Nothing of the attempt ran: its next Start takes the
+					// template as it is then.
+					return false, e.claims.forgetShape(ctx, identityOf(ex))
+				}
+				return err == nil, err
+			}
+			return "", e.jobs.Unprepare(ctx, secret, exists, fmt.Errorf("creating TaskRun %s/%s: %w", tr.GetNamespace(), tr.GetName(), err))
 		}
 		existing, err := e.taskRuns(tr.GetNamespace()).Get(ctx, tr.GetName(), metav1.GetOptions{})
 		if err != nil {
@@ -179,10 +194,16 @@ type taskRunStatus struct {
 		Reason  string `json:"reason"`
 		Message string `json:"message"`
 	} `json:"conditions"`
-	Steps []struct {
-		Name       string                           `json:"name"`
-		Terminated *corev1.ContainerStateTerminated `json:"terminated"`
-	} `json:"steps"`
+	Steps []stepState `json:"steps"`
+}
+
+// stepState is what Status reads of a step's state in a TaskRun's status.
+type stepState struct {
+	Name       string                           `json:"name"`
+	Terminated *corev1.ContainerStateTerminated `json:"terminated"`
+	// TerminationReason is Tekton's: Skipped for a step it skipped after
+	// one before it failed.
+	TerminationReason string `json:"terminationReason"`
 }
 
 func readStatus(tr *unstructured.Unstructured) (taskRunStatus, error) {
@@ -246,8 +267,11 @@ var neverRan = map[string]bool{
 // is refused as the stage) says nothing of the stage. It is lost too when
 // its pod went with its node or is gone while it runs, and when it failed
 // before its step ended although its pod had spoken. A running TaskRun
-// found lost is canceled (cancelLost), so that Tekton runs nothing more of
-// it, and reads as lost afterwards too.
+// found lost is canceled (with lostMessage), so that Tekton runs nothing
+// more of it, and reads as lost afterwards too; and its attempt is claimed
+// for no pod, so that no pod Tekton starts again is ever the stage. A
+// TaskRun that succeeded although no pod of it proved the stage key is
+// lost too: the stage's executor always speaks to terrarun.
 func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.Status, error) {
 	tr, err := e.getTaskRun(ctx, ex)
 	if name, ok := job.Forged(err); ok {
@@ -281,8 +305,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		default:
 			pod = p
 		}
-		id := executor.Identity{Namespace: ex.Run.Namespace, Name: ex.Run.Name, UID: string(ex.Run.UID), Stage: ex.Stage, Attempt: ex.Attempt}
-		if claimed, err = e.claims.Pod(ctx, id); err != nil {
+		if claimed, err = e.claims.Pod(ctx, identityOf(ex)); err != nil {
 			return executor.Status{}, err
 		}
 	}
@@ -301,6 +324,9 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 
 	switch status {
 	case "True":
+		if claimed == "" {
+			return lostStatus(fmt.Sprintf("TaskRun %s/%s succeeded, but no pod of it ever proved the stage's key: what ran is not the stage", tr.GetNamespace(), tr.GetName())), nil
+		}
 		st.State, st.Reason = executor.StateSucceeded, executor.ReasonCompleted
 		if st.ExitCode == nil {
 			st.ExitCode = ptr.To[int32](0)
@@ -360,6 +386,11 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 			}
 		}
 		if lost != "" {
+			// No pod is the attempt's from now on, the first one's being
+			// gone: one that has not spoken yet never will.
+			if _, err := e.claims.Claim(ctx, identityOf(ex), noPod); err != nil {
+				return executor.Status{}, err
+			}
 			// Tekton starts the pod of a TaskRun again when it is gone:
 			// cancel it, so that it runs nothing more. Were the cancel
 			// refused, the stage is lost all the same: a pod Tekton starts
@@ -393,21 +424,28 @@ func lostCancel(tr *unstructured.Unstructured) bool {
 // a step of the cluster policy's Task (taskRunTemplate.task) did.
 const reasonStepFailed = "StepFailed"
 
-// taskStepFailed says which step of the cluster policy's Task failed, and
-// where it ran; "" when none did. Tekton skips the steps after a failed
-// one (their reason Skipped).
+// taskStepFailed says which step of the cluster policy's Task failed the
+// TaskRun, and where it ran: one before the stage, when the stage's step
+// was skipped or never ended; one after it, when the stage's step exited
+// 0. "" otherwise: when the stage's own step failed, that is the failure.
+// Tekton skips the steps after a failed one (terminationReason Skipped).
 func taskStepFailed(trs taskRunStatus) string {
-	after := false
-	for _, s := range trs.Steps {
-		if s.Name == stepName {
-			after = s.Terminated != nil && s.Terminated.ExitCode == 0
-			continue
-		}
-		if t := s.Terminated; t != nil && t.ExitCode != 0 && t.Reason != reasonSkipped {
-			if after {
-				return fmt.Sprintf("the stage succeeded; then step %q of the cluster policy's Task (taskRunTemplate.task) exited with code %d", s.Name, t.ExitCode)
-			}
-			return fmt.Sprintf("step %q of the cluster policy's Task (taskRunTemplate.task) exited with code %d before the stage, which did not run", s.Name, t.ExitCode)
+	ours := slices.IndexFunc(trs.Steps, func(s stepState) bool { return s.Name == stepName })
+	if ours < 0 {
+		return ""
+	}
+	own := trs.Steps[ours]
+	var candidates []stepState
+	var where string
+	switch {
+	case own.Terminated == nil || own.TerminationReason == reasonSkipped:
+		candidates, where = trs.Steps[:ours], "before the stage, which did not run"
+	case own.Terminated.ExitCode == 0:
+		candidates, where = trs.Steps[ours+1:], "after the stage, which succeeded"
+	}
+	for _, s := range candidates {
+		if t := s.Terminated; t != nil && t.ExitCode != 0 && s.TerminationReason != reasonSkipped {
+			return fmt.Sprintf("step %q of the cluster policy's Task (taskRunTemplate.task) exited with code %d %s", s.Name, t.ExitCode, where)
 		}
 	}
 	return ""

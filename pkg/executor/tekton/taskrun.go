@@ -106,7 +106,7 @@ type (
 
 // buildTaskRun returns the TaskRun that runs the pod of built, the Job the
 // Job executor builds for the same execution (job.BuildJob): the same
-// name, labels, annotations and owner (the run); one step that is the
+// name, labels, annotations and owner (the run); a step that is the
 // Job's container (the same image, command, environment, mounts and
 // security context), with terrarun-executor's outcome as the result
 // ResultOutcome; the Job's volumes; its pod's security context, service
@@ -257,6 +257,11 @@ func checkTaskRun(existing *unstructured.Unstructured, builtJob *batchv1.Job, se
 		if i != at && !equalJSON(got.TaskSpec.Steps[i], want.TaskSpec.Steps[i]) || i == at && got.TaskSpec.Steps[i].Name != stepName {
 			return forged(meta, fmt.Sprintf("spec.taskSpec.steps[%d]", i))
 		}
+	}
+	// The stage's step is a container: a script or a step timeout of
+	// Tekton's would change what it runs.
+	if own := got.TaskSpec.Steps[at]; own.Script != "" || own.Timeout != nil {
+		return forged(meta, fmt.Sprintf("spec.taskSpec.steps[%d]", at))
 	}
 	// What is left to compare is the stage's step, as the pod's container.
 	got.TaskSpec.Steps, want.TaskSpec.Steps = got.TaskSpec.Steps[at:at+1], want.TaskSpec.Steps[at:at+1]

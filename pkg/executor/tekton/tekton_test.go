@@ -272,6 +272,9 @@ func TestStartRefused(t *testing.T) {
 	if _, err := v.e.Start(ctx, plan(t)); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 		t.Fatalf("Start = %v", err)
 	}
+	if sh, err := v.e.claims.recordedShape(ctx, identityOf(plan(t))); err != nil || sh != nil {
+		t.Errorf("the refused TaskRun's template is still recorded (%s, %v): the next Start would not take the template as it is then", sh, err)
+	}
 	if st, err := v.e.Status(ctx, plan(t)); err != nil || !st.Startable() {
 		t.Errorf("Status after the refusal = %+v, %v; want startable", st, err)
 	}
@@ -306,6 +309,9 @@ func TestForgedTaskRun(t *testing.T) {
 		"a sidecar": func(tr *unstructured.Unstructured) {
 			s := tr.Object["spec"].(map[string]any)
 			s["taskSpec"].(map[string]any)["sidecars"] = []any{map[string]any{"name": "steal", "image": "busybox"}}
+		},
+		"a script on the stage's step": func(tr *unstructured.Unstructured) {
+			firstStep(tr.Object["spec"].(map[string]any))["script"] = "cat /etc/terrarun/stage/*"
 		},
 		"stepSpecs": func(tr *unstructured.Unstructured) {
 			s := tr.Object["spec"].(map[string]any)
@@ -438,6 +444,8 @@ func TestStatus(t *testing.T) {
 		reason string
 		exit   *int32
 		says   string
+		// silent: the pod never spoke to terrarun (claimed no attempt).
+		silent bool
 	}{
 		{name: "no pod yet", status: map[string]any{"conditions": []any{condition("Unknown", "Pending")}}, state: executor.StateRunning},
 		{name: "running", status: map[string]any{"podName": "web-plan-1-pod", "startTime": started, "conditions": []any{condition("Unknown", "Running")}}, state: executor.StateRunning},
@@ -458,7 +466,9 @@ func TestStatus(t *testing.T) {
 		{name: "canceled", status: map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "TaskRunCancelled")}, "steps": steps(130, "Error")},
 			state: executor.StateFailed, reason: executor.ReasonCanceled, exit: ptr.To[int32](130)},
 		{name: "image never pulled", status: map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "TaskRunImagePullFailed")}},
-			state: executor.StateFailed, reason: "TaskRunImagePullFailed"},
+			state: executor.StateFailed, reason: "TaskRunImagePullFailed", silent: true},
+		{name: "succeeded, but no pod proved the stage's key", status: map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("True", "Succeeded")}, "steps": steps(0, "Completed")},
+			state: executor.StateUnknown, reason: executor.ReasonExecutorLost, says: "no pod of it ever proved the stage's key", silent: true},
 		{name: "failed before its step ended", status: map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "Failed")}},
 			state: executor.StateUnknown, reason: executor.ReasonExecutorLost, says: "failed before its step ended"},
 		{name: "the executor refused a forged stage", status: map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "Failed")}, "steps": steps(int64(stage.ExitForged), "Error")},
@@ -473,6 +483,12 @@ func TestStatus(t *testing.T) {
 			v.setStatus(t, "web-plan-1", c.status)
 			if _, ok := c.status["podName"]; ok {
 				v.pod(t, "web-plan-1", "pod-uid-1", c.pod)
+			}
+			if _, ok := c.status["podName"]; ok && !c.silent {
+				// The pod proved the stage's key, as the stage's does.
+				if _, err := v.e.claims.Claim(context.Background(), identityOf(ex), "pod-uid-1"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			st, err := v.e.Status(context.Background(), ex)
 			if err != nil {
@@ -614,6 +630,23 @@ func TestStatusEndedAfterReplacement(t *testing.T) {
 				t.Errorf("Status = %+v, %v; want lost", st, err)
 			}
 		})
+	}
+}
+
+// TestStatusLostBeforeAnyPodSpoke: a stage lost before any pod proved its
+// key is claimed for no pod: a pod Tekton starts again is never the stage.
+func TestStatusLostBeforeAnyPodSpoke(t *testing.T) {
+	v := newEnv(t)
+	ex := plan(t)
+	if _, err := v.e.Start(context.Background(), ex); err != nil {
+		t.Fatal(err)
+	}
+	v.setStatus(t, "web-plan-1", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("Unknown", "Running")}})
+	if st, err := v.e.Status(context.Background(), ex); err != nil || st.Reason != executor.ReasonExecutorLost {
+		t.Fatalf("Status of a running TaskRun whose pod is gone = %+v, %v; want lost", st, err)
+	}
+	if first, err := v.e.claims.Claim(context.Background(), identityOf(ex), "late-pod"); err != nil || first {
+		t.Errorf("a pod that speaks after the stage was lost claimed it: %v %v", first, err)
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 	"github.com/terrarun/terrarun/pkg/executor"
 )
 
-// Tasks is the resource of Tekton Pipelines' v1 Tasks.
-var Tasks = schema.GroupVersionResource{Group: "tekton.dev", Version: "v1", Resource: "tasks"}
+// tasks is the resource of Tekton Pipelines' v1 Tasks.
+var tasks = schema.GroupVersionResource{Group: "tekton.dev", Version: "v1", Resource: "tasks"}
 
 // stagePlaceholder is the name of the step of the cluster policy's Task
 // (taskRunTemplate.task) that marks where the stage runs.
@@ -29,7 +29,7 @@ const stagePlaceholder = "stage"
 // TaskRun: the ServiceAccount of runs that name none, the scheduling
 // fields of its pod, and the steps of the policy's Task around the stage's
 // step. A stage's shape is the template as it was when the stage started,
-// recorded then in terrarun's etcd (Claims.RecordShape): its TaskRun is
+// recorded then in terrarun's etcd (Claims.recordShape): its TaskRun is
 // checked against what it was built with, not against a template an
 // operator changed while it ran.
 type shape struct {
@@ -54,7 +54,7 @@ func (e *Executor) currentShape(ctx context.Context) (*shape, error) {
 		return s, nil
 	}
 	s.Task = t.Task.Namespace + "/" + t.Task.Name
-	obj, err := e.dyn.Resource(Tasks).Namespace(t.Task.Namespace).Get(ctx, t.Task.Name, metav1.GetOptions{})
+	obj, err := e.dyn.Resource(tasks).Namespace(t.Task.Namespace).Get(ctx, t.Task.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("the cluster policy's taskRunTemplate.task: Task %s not found; create it, or remove taskRunTemplate.task", s.Task)
 	}
@@ -98,7 +98,7 @@ func (e *Executor) currentShape(ctx context.Context) (*shape, error) {
 // else the template's now, recorded when record is true (Start).
 func (e *Executor) shapeFor(ctx context.Context, ex executor.Execution, record bool) (*shape, error) {
 	id := identityOf(ex)
-	recorded, err := e.claims.Shape(ctx, id)
+	recorded, err := e.claims.recordedShape(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (e *Executor) shapeFor(ctx context.Context, ex executor.Execution, record b
 		if err != nil {
 			return nil, err
 		}
-		if recorded, err = e.claims.RecordShape(ctx, id, data); err != nil {
+		if recorded, err = e.claims.recordShape(ctx, id, data); err != nil {
 			return nil, err
 		}
 	}

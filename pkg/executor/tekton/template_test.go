@@ -79,7 +79,7 @@ func TestTaskRunTemplate(t *testing.T) {
 	// The operator changes the Task and the template: the running stage is
 	// still terrarun's.
 	changed := scannerTask(map[string]any{"name": "stage", "image": "ignored"}, map[string]any{"name": "audit", "image": "registry.example.com/audit:v2"})
-	if _, err := v.dyn.Resource(Tasks).Namespace("terrarun-system").Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+	if _, err := v.dyn.Resource(tasks).Namespace("terrarun-system").Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	again := NewExecutor(v.kube, v.dyn, NewClaims(etcdClient), Options{Jobs: testOptions(), Template: &policy.TaskRunTemplate{}})
@@ -159,23 +159,28 @@ func TestTaskRunTemplateTaskRefused(t *testing.T) {
 }
 
 // TestStatusTaskStepFailed: a step of the policy's Task that fails fails
-// the stage, saying which and whether the stage ran.
+// the stage, saying which and whether the stage ran; when the stage's own
+// step failed (Tekton then skips the steps after it), that is the failure.
 func TestStatusTaskStepFailed(t *testing.T) {
+	ended := func(name string, code int64, skipped bool) map[string]any {
+		s := map[string]any{"name": name, "terminated": map[string]any{"exitCode": code, "reason": map[bool]string{true: "Completed", false: "Error"}[code == 0]}}
+		if skipped {
+			s["terminationReason"] = "Skipped"
+		}
+		return s
+	}
 	for _, c := range []struct {
-		name  string
-		steps []any
-		says  string
+		name   string
+		steps  []any
+		reason string
+		says   string
 	}{
-		{"before the stage", []any{
-			map[string]any{"name": "scan", "terminated": map[string]any{"exitCode": int64(3), "reason": "Error"}},
-			map[string]any{"name": "executor", "terminated": map[string]any{"exitCode": int64(1), "reason": "Skipped"}},
-			map[string]any{"name": "notify", "terminated": map[string]any{"exitCode": int64(1), "reason": "Skipped"}},
-		}, `step "scan" of the cluster policy's Task (taskRunTemplate.task) exited with code 3 before the stage, which did not run`},
-		{"after the stage", []any{
-			map[string]any{"name": "scan", "terminated": map[string]any{"exitCode": int64(0), "reason": "Completed"}},
-			map[string]any{"name": "executor", "terminated": map[string]any{"exitCode": int64(0), "reason": "Completed"}},
-			map[string]any{"name": "notify", "terminated": map[string]any{"exitCode": int64(2), "reason": "Error"}},
-		}, `the stage succeeded; then step "notify"`},
+		{"before the stage", []any{ended("scan", 3, false), ended("executor", 1, true), ended("notify", 1, true)},
+			reasonStepFailed, `step "scan" of the cluster policy's Task (taskRunTemplate.task) exited with code 3 before the stage, which did not run`},
+		{"after the stage", []any{ended("scan", 0, false), ended("executor", 0, false), ended("notify", 2, false)},
+			reasonStepFailed, `step "notify" of the cluster policy's Task (taskRunTemplate.task) exited with code 2 after the stage, which succeeded`},
+		{"the stage itself", []any{ended("scan", 0, false), ended("executor", 1, false), ended("notify", 1, true)},
+			executor.ReasonError, "terrarun-executor exited with code 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := newEnv(t, scannerTask())
@@ -187,8 +192,8 @@ func TestStatusTaskStepFailed(t *testing.T) {
 			v.setStatus(t, "web-plan-1", map[string]any{"podName": "web-plan-1-pod", "conditions": []any{condition("False", "Failed")}, "steps": c.steps})
 			v.pod(t, "web-plan-1", "pod-1", nil)
 			st, err := v.e.Status(context.Background(), ex)
-			if err != nil || st.State != executor.StateFailed || st.Reason != reasonStepFailed || !strings.Contains(st.Message, c.says) {
-				t.Errorf("Status = %+v, %v; want failed saying %q", st, err, c.says)
+			if err != nil || st.State != executor.StateFailed || st.Reason != c.reason || !strings.Contains(st.Message, c.says) {
+				t.Errorf("Status = %+v, %v; want failed, %s, saying %q", st, err, c.reason, c.says)
 			}
 		})
 	}
