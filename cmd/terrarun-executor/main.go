@@ -1,6 +1,6 @@
 // Command terrarun-executor runs one stage (plan or apply) of a TerraformRun.
 //
-//	terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE]
+//	terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE] [--plan-digest-file FILE]
 //
 // FILE holds the JSON stage.Spec (package
 // github.com/terrarun/terrarun/pkg/stage) written by the local or
@@ -68,11 +68,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stageFile := fs.String("stage-file", "", "path of the JSON stage spec (required)")
 	grace := fs.Duration("grace-period", runner.DefaultGracePeriod, "how long terraform has to stop after SIGINT before it is killed")
 	fs.StringVar(&outcomeFile, "outcome-file", "", "also write how the stage ended (at most 1 KiB) to this file, as a Tekton step's result")
+	planDigestFile := fs.String("plan-digest-file", "", "once the stage succeeded, write the digest of its plan, the one an approval names, to this file, as a Tekton step's result")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *stageFile == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE]")
+		fmt.Fprintln(stderr, "usage: terrarun-executor --stage-file FILE [--grace-period 20s] [--outcome-file FILE] [--plan-digest-file FILE]")
 		return 2
 	}
 	if *grace <= 0 {
@@ -97,7 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	defer ignoreOtherSignals(stderr)()
 
-	err = runStage(ctx, spec, stdout, *grace)
+	var planDigest string
+	err = runStage(ctx, spec, stdout, *grace, func(d string) { planDigest = d })
 	fmt.Fprint(stdout, stage.EndLine(spec.Stage, spec.Attempt, err))
 	// The termination message is always the executor's own, on success
 	// too: the run's code may have written the file (a secret, say), and the
@@ -105,6 +107,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		terminationMessage(fmt.Sprintf("stage %s attempt %d succeeded", spec.Stage, spec.Attempt))
+		if *planDigestFile != "" && planDigest != "" {
+			writeMessage(*planDigestFile, os.O_CREATE, planDigest, maxOutcome)
+		}
 		return exitOK
 	case errors.Is(err, runner.ErrCanceled):
 		terminationMessage(err.Error())
@@ -224,12 +229,14 @@ func ignoreOtherSignals(stderr io.Writer) (restore func()) {
 	}
 }
 
-func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time.Duration) error {
+// runStage runs the stage; planDigest hears the digest of its plan
+// (runner.WithPlanDigest).
+func runStage(ctx context.Context, spec stage.Spec, stdout io.Writer, grace time.Duration, planDigest func(string)) error {
 	client, err := runner.NewHTTPClient(spec)
 	if err != nil {
 		return err
 	}
-	return runner.Run(ctx, spec, client, stdout, runner.WithGracePeriod(grace))
+	return runner.Run(ctx, spec, client, stdout, runner.WithGracePeriod(grace), runner.WithPlanDigest(planDigest))
 }
 
 // readSpec reads the stage file, and returns it decoded and as it was read.

@@ -75,9 +75,10 @@ type carriedApply struct {
 	// tf is the engine that made the plan, initialized in dir.
 	tf  *tfexec.Terraform
 	dir string
-	// file is the plan file's digest, and attempt the plan stage's.
-	file    string
-	attempt int32
+	// file is the plan file's digest, digest the plan's (WithPlanDigest),
+	// and attempt the plan stage's.
+	file, digest string
+	attempt      int32
 }
 
 // carryApply uploads the plan, which records it and ends the plan stage,
@@ -109,6 +110,7 @@ func (r *runner) carryApply(parent, ctx context.Context, log *stageLog) error {
 		return err // in the plan stage's log, which is still open
 	}
 	c.parts = nil // the apply does not need them in memory
+	r.reportPlan(c.digest)
 	// The plan is recorded: its stage has succeeded, and its log ends while
 	// the controller grants the apply. The controller closes a log that
 	// cannot be ended (the stream refused once the stage is complete); the
@@ -180,6 +182,7 @@ func (r *runner) downloadPlanFile(ctx context.Context, want string) error {
 		return err
 	}
 	r.logf("terrarun: plan file %s matches the approved plan %s", want, r.spec.PlanDigest)
+	r.reportPlan(r.spec.PlanDigest)
 	return nil
 }
 

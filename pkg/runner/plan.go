@@ -14,6 +14,7 @@ import (
 
 	"github.com/terrarun/terrarun/pkg/apis/terrarun/v1alpha1"
 	"github.com/terrarun/terrarun/pkg/runner/planjson"
+	"github.com/terrarun/terrarun/pkg/stage"
 )
 
 // sourceSubdir is the slash-separated directory p of a fetched source at
@@ -210,10 +211,15 @@ func (r *runner) plan(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	digest := stage.PlanDigest(digestOf(planFile), digestOf(tarball), digestOf(redactedText), digestOf(redactedJSON))
 	if r.spec.ApplyAfterPlan && result.HasChanges {
 		// Uploaded with the wait for the apply grant (carryApply).
-		r.carry = &carriedApply{parts: parts, tf: tf, dir: tfDir, file: digestOf(planFile), attempt: r.spec.Attempt}
+		r.carry = &carriedApply{parts: parts, tf: tf, dir: tfDir, file: digestOf(planFile), digest: digest, attempt: r.spec.Attempt}
 		return nil
 	}
-	return r.client.PutPlan(ctx, r.spec.Attempt, parts)
+	if err := r.client.PutPlan(ctx, r.spec.Attempt, parts); err != nil {
+		return err
+	}
+	r.reportPlan(digest)
+	return nil
 }

@@ -62,11 +62,29 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	grace time.Duration
+	// planDigest, when set, hears the digest of the stage's plan
+	// (WithPlanDigest).
+	planDigest func(string)
 }
 
 // logCloseTimeout is how long Run waits, at the end, for the server to
 // acknowledge the log stream.
 const logCloseTimeout = 30 * time.Second
+
+// WithPlanDigest has Run call report with the digest of the stage's plan,
+// the one an approval names (stage.PlanDigest of its parts): once the plan
+// stage uploaded it, and once the apply stage found that the plan file it
+// applies is the approved one.
+func WithPlanDigest(report func(digest string)) RunOption {
+	return func(c *runConfig) { c.planDigest = report }
+}
+
+// reportPlan tells WithPlanDigest's report, if any, the plan's digest.
+func (r *runner) reportPlan(digest string) {
+	if r.cfg.planDigest != nil {
+		r.cfg.planDigest(digest)
+	}
+}
 
 // WithGracePeriod sets how long terraform has to stop after SIGINT before it
 // is killed.

@@ -220,8 +220,13 @@ func TestPlanApplyDestroy(t *testing.T) {
 	}
 	plan := h.spec(v1alpha1.StagePlan, 1)
 	plan.Variables = vars
-	if err := h.run(ctx, plan); err != nil {
+	var planned, applied string
+	if err := h.run(ctx, plan, WithPlanDigest(func(d string) { planned = d })); err != nil {
 		t.Fatalf("plan: %v\nlog:\n%s", err, h.srv.allLogs())
+	}
+	// The plan's digest, as the server computes it from the parts it got.
+	if digest, _ := h.srv.plan(); planned != digest {
+		t.Errorf("the plan stage reported plan %q, the server holds %q", planned, digest)
 	}
 
 	// Parts, in order, result last.
@@ -270,8 +275,11 @@ func TestPlanApplyDestroy(t *testing.T) {
 	// Apply.
 	apply := h.applySpec(1)
 	apply.Variables = vars
-	if err := h.run(ctx, apply); err != nil {
+	if err := h.run(ctx, apply, WithPlanDigest(func(d string) { applied = d })); err != nil {
 		t.Fatalf("apply: %v\nlog:\n%s", err, h.srv.log(v1alpha1.StageApply, 1))
+	}
+	if applied != planned {
+		t.Errorf("the apply stage reported plan %q, it applied %q", applied, planned)
 	}
 	outs := h.outputs()
 	if string(outs["name"].Value) != `"db-1"` || outs["name"].Sensitive {
@@ -981,8 +989,12 @@ output "x" {
 		}
 		return false
 	}
-	if err := h.run(context.Background(), plan); err != nil {
+	var reported []string
+	if err := h.run(context.Background(), plan, WithPlanDigest(func(d string) { reported = append(reported, d) })); err != nil {
 		t.Fatalf("run: %v\n%s", err, h.stdout.String())
+	}
+	if digest, _ := h.srv.plan(); len(reported) != 1 || reported[0] != digest {
+		t.Errorf("reported plans %q, want the one the server holds, %s, once", reported, digest)
 	}
 	if n := uploads.Load(); n != 1 {
 		t.Errorf("the plan went up in %d requests, want one", n)

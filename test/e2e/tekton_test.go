@@ -151,6 +151,14 @@ func TestTektonExecutor(t *testing.T) {
 	if outcome := taskRun(t, ns, "manual-apply-1", `{.status.results[?(@.name=="outcome")].value}`); outcome != "stage apply attempt 1 succeeded" {
 		t.Errorf("the apply TaskRun's outcome result: %q", outcome)
 	}
+	// Both stages' TaskRuns carry the digest of the plan, the one the
+	// approval named.
+	approved := mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", "jsonpath={.status.approval.planDigest}")
+	for _, stage := range []string{"manual-plan-1", "manual-apply-1"} {
+		if digest := taskRun(t, ns, stage, `{.status.results[?(@.name=="plan-digest")].value}`); digest != approved || !strings.HasPrefix(digest, "sha256:") {
+			t.Errorf("%s's plan-digest result: %q, want the approved plan's %q", stage, digest, approved)
+		}
+	}
 	stages := mustAs(t, "admin", "get", "tfr", "manual", "-n", ns, "-o", `jsonpath={range .status.stages[*]}{.name}-{.attempt}-{.job}-{.reason} {end}`)
 	if strings.TrimSpace(stages) != "plan-1-manual-plan-1-Completed apply-1-manual-apply-1-Completed" {
 		t.Errorf("stages %q", stages)

@@ -357,7 +357,7 @@ func (e *Executor) Status(ctx context.Context, ex executor.Execution) (executor.
 		case terminated.ExitCode == stage.ExitForged:
 			// terrarun-executor found that what it was handed is not what
 			// terrarun wrote: it ran nothing, and the stage is not trusted.
-			// (Its reason is in the stage's log, not here: see ResultOutcome.)
+			// (Its reason is in the stage's log, not here: see resultOutcome.)
 			return executor.Status{State: executor.StateUnknown, Name: tr.GetName(), Reason: executor.ReasonForged,
 				Message: fmt.Sprintf("its executor refused to run it: what it was handed is not what terrarun wrote (see the log of the %s stage)", ex.Stage)}, nil
 		case terminated.Reason != "" && terminated.Reason != executor.ReasonError && terminated.Reason != executor.ReasonCompleted:

@@ -32,13 +32,18 @@ const (
 	// "step-executor".
 	stepName      = "executor"
 	containerName = "step-" + stepName
-	// ResultOutcome is the TaskRun's result that holds how the stage ended,
+	// resultOutcome is the TaskRun's result that holds how the stage ended,
 	// in terrarun-executor's words (its termination message, at most 1 KiB:
 	// Tekton keeps a step's results in its 4 KiB termination message), for
 	// Tekton Dashboard and Chains. terrarun does not read it: terrarun-executor
 	// is not its container's PID 1 under Tekton's entrypoint, so what the
 	// stage left running could write it after it.
-	ResultOutcome = "outcome"
+	resultOutcome = "outcome"
+	// resultPlanDigest is the TaskRun's result that holds, once the stage
+	// succeeded, the digest of its plan, the one an approval names
+	// (sha256:...): what Tekton Chains records of what the stage planned
+	// or applied. terrarun does not read it either.
+	resultPlanDigest = "plan-digest"
 	// resultsDir is where Tekton's entrypoint collects a step's results.
 	resultsDir = "/tekton/results"
 	// cancelled is the spec.status that cancels a TaskRun.
@@ -109,7 +114,7 @@ type (
 // name, labels, annotations and owner (the run); a step that is the
 // Job's container (the same image, command, environment, mounts and
 // security context), with terrarun-executor's outcome as the result
-// ResultOutcome; the Job's volumes; its pod's security context, service
+// resultOutcome; the Job's volumes; its pod's security context, service
 // account, node selector, tolerations and spread in podTemplate; and the
 // Job's deadline as the TaskRun's timeout. Tekton retries nothing: a retry
 // is a new attempt, with a new TaskRun. The steps of s, the cluster
@@ -137,7 +142,10 @@ func buildTaskRun(built *batchv1.Job, s *shape) (*unstructured.Unstructured, err
 		TaskSpec: &taskSpec{
 			Steps:   slices.Concat(s.Before, []step{stepOf(&pod.Containers[0])}, s.After),
 			Volumes: pod.Volumes,
-			Results: []taskResult{{Name: ResultOutcome, Type: "string", Description: "How the stage ended, in terrarun-executor's words."}},
+			Results: []taskResult{
+				{Name: resultOutcome, Type: "string", Description: "How the stage ended, in terrarun-executor's words."},
+				{Name: resultPlanDigest, Type: "string", Description: "The digest of the plan the stage made or applied, the one an approval names, once it succeeded."},
+			},
 		},
 	}
 	if pod.PriorityClassName != "" {
@@ -171,10 +179,10 @@ func buildTaskRun(built *batchv1.Job, s *shape) (*unstructured.Unstructured, err
 const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 
 // stepOf is the step of the Job's container c: terrarun-executor also
-// writes its outcome where Tekton's entrypoint collects the step's
-// results.
+// writes its outcome and its plan's digest where Tekton's entrypoint
+// collects the step's results.
 func stepOf(c *corev1.Container) step {
-	command := append(slices.Clone(c.Command), "--outcome-file", resultsDir+"/"+ResultOutcome)
+	command := append(slices.Clone(c.Command), "--outcome-file", resultsDir+"/"+resultOutcome, "--plan-digest-file", resultsDir+"/"+resultPlanDigest)
 	return step{
 		Name:             stepName,
 		Image:            c.Image,

@@ -192,7 +192,7 @@ func TestBuildTaskRun(t *testing.T) {
 		t.Fatalf("%d steps", len(s.TaskSpec.Steps))
 	}
 	st, c := s.TaskSpec.Steps[0], pod.Containers[0]
-	if st.Name != "executor" || st.Image != testImage || !slices.Equal(st.Command, append(slices.Clone(c.Command), "--outcome-file", "/tekton/results/outcome")) {
+	if st.Name != "executor" || st.Image != testImage || !slices.Equal(st.Command, append(slices.Clone(c.Command), "--outcome-file", "/tekton/results/outcome", "--plan-digest-file", "/tekton/results/plan-digest")) {
 		t.Errorf("step %s %s %v", st.Name, st.Image, st.Command)
 	}
 	if !equalJSON(st.Env, c.Env) || !equalJSON(st.VolumeMounts, c.VolumeMounts) || !equalJSON(st.SecurityContext, c.SecurityContext) || !equalJSON(st.ComputeResources, c.Resources) {
@@ -201,7 +201,7 @@ func TestBuildTaskRun(t *testing.T) {
 	if !equalJSON(s.TaskSpec.Volumes, pod.Volumes) {
 		t.Errorf("volumes differ from the Job's")
 	}
-	if len(s.TaskSpec.Results) != 1 || s.TaskSpec.Results[0].Name != ResultOutcome || s.TaskSpec.Results[0].Type != "string" {
+	if len(s.TaskSpec.Results) != 2 || s.TaskSpec.Results[0].Name != resultOutcome || s.TaskSpec.Results[1].Name != resultPlanDigest || s.TaskSpec.Results[0].Type != "string" {
 		t.Errorf("results %+v", s.TaskSpec.Results)
 	}
 	// Secrets are files: the password's value is nowhere in the TaskRun.
