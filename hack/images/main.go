@@ -126,10 +126,7 @@ func main() {
 }
 
 func build(o options) error {
-	if len(o.static) > 0 {
-		return buildStatic(o)
-	}
-	if o.tofu == "" {
+	if o.tofu == "" && len(o.static) == 0 {
 		return errors.New("-tofu is required: the executor image ships OpenTofu (hack/engine.sh --build prints one)")
 	}
 	if runtime.GOOS != "linux" {
@@ -143,6 +140,9 @@ func build(o options) error {
 	base, err := b.base()
 	if err != nil {
 		return err
+	}
+	if len(o.static) > 0 {
+		return b.static(o, base)
 	}
 
 	apiserver, err := b.files("terrarun-apiserver", map[string]string{"/usr/local/bin/terrarun-apiserver": o.apiserver}, nil)
@@ -177,18 +177,9 @@ func build(o options) error {
 	return b.write(o, "terrarun-executor", executorPath, labels, base, land, engine, executor)
 }
 
-// buildStatic builds the -static images: the base, and the binary at
-// /ko-app/NAME, its entrypoint.
-func buildStatic(o options) error {
-	created, err := epoch(o.epoch)
-	if err != nil {
-		return err
-	}
-	b := &builder{created: created}
-	base, err := b.base()
-	if err != nil {
-		return err
-	}
+// static builds the -static images: base, and the binary at /ko-app/NAME,
+// its entrypoint.
+func (b *builder) static(o options, base layer) error {
 	for _, name := range slices.Sorted(maps.Keys(o.static)) {
 		at := "/ko-app/" + name
 		bin, err := b.files(name, map[string]string{at: o.static[name]}, nil)

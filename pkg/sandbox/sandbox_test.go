@@ -293,36 +293,16 @@ true
 }
 
 func TestCheck(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Config{
-		Root:   filepath.Join(t.TempDir(), "root"),
-		Mounts: append(SystemMounts(), Mount{Source: self}),
-		UID:    65532,
-		GID:    65532,
-		Dir:    filepath.Dir(self),
-	}
-	if os.Getuid() != 0 {
-		// Without root, as a server without root sandboxes its stages;
-		// TestUserNamespace covers hosts that forbid it.
-		if why := userNamespacesForbidden(); why != "" {
-			t.Logf("%s: the sandbox must refuse to start", why)
-			expectNoSandbox(t, Config{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), UserNamespace: true})
-			return
-		}
-		c.UID, c.GID, c.UserNamespace = uint32(os.Getuid()), uint32(os.Getgid()), true
-	}
-	if err := os.Mkdir(c.Root, 0o700); err != nil {
-		t.Fatal(err)
+	self, c, ok := checkConfig(t, Mount{Source: selfPath(t)})
+	if !ok {
+		return
 	}
 	if err := Check(self, c); err != nil {
 		t.Fatalf("a sandbox that holds its shim: %v", err)
 	}
 	// Without the shim in it, the sandbox cannot start it: Check says so.
 	c.Mounts = SystemMounts()
-	err = Check(self, c)
+	err := Check(self, c)
 	if err == nil || !strings.Contains(err.Error(), "starting "+self) {
 		t.Fatalf("a sandbox without its shim: got %v, want an error that names the shim", err)
 	}
@@ -343,13 +323,36 @@ func hostIPC(t *testing.T) string {
 // PATH) is mounted over what is there, which is read-only and may be
 // running: its mount point is never opened for writing.
 func TestCheckFileInMountedDirectory(t *testing.T) {
+	self, c, ok := checkConfig(t, Mount{Source: filepath.Dir(selfPath(t))}, Mount{Source: selfPath(t)})
+	if !ok {
+		return
+	}
+	if err := Check(self, c); err != nil {
+		t.Fatalf("a sandbox that mounts its shim inside a mounted directory: %v", err)
+	}
+}
+
+// selfPath is the test binary, the sandbox's shim.
+func selfPath(t *testing.T) string {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return self
+}
+
+// checkConfig is the Config of a Check of the test binary as its shim,
+// with the system mounts and mounts, as a server sandboxes its stages:
+// with root as uid 65532, without root in a user namespace. It returns
+// false when the host forbids that, once it saw the sandbox refuse to
+// start (TestUserNamespace covers such hosts).
+func checkConfig(t *testing.T, mounts ...Mount) (string, Config, bool) {
+	t.Helper()
+	self := selfPath(t)
 	c := Config{
 		Root:   filepath.Join(t.TempDir(), "root"),
-		Mounts: append(SystemMounts(), Mount{Source: filepath.Dir(self)}, Mount{Source: self}),
+		Mounts: append(SystemMounts(), mounts...),
 		UID:    65532,
 		GID:    65532,
 		Dir:    filepath.Dir(self),
@@ -358,14 +361,12 @@ func TestCheckFileInMountedDirectory(t *testing.T) {
 		if why := userNamespacesForbidden(); why != "" {
 			t.Logf("%s: the sandbox must refuse to start", why)
 			expectNoSandbox(t, Config{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), UserNamespace: true})
-			return
+			return self, c, false
 		}
 		c.UID, c.GID, c.UserNamespace = uint32(os.Getuid()), uint32(os.Getgid()), true
 	}
 	if err := os.Mkdir(c.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := Check(self, c); err != nil {
-		t.Fatalf("a sandbox that mounts its shim inside a mounted directory: %v", err)
-	}
+	return self, c, true
 }

@@ -190,16 +190,7 @@ func startStandalone(t *testing.T) kubectlFunc {
 		t.Fatalf("the standalone server: %v\n%s", err, out.String())
 	}
 	return func(stdin string, args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, cl.kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return stdout.String(), fmt.Errorf("kubectl %s (standalone): %v: %s", strings.Join(args, " "), err, stderr.String())
-		}
-		return stdout.String(), nil
+		return cl.kubectlWith(kubeconfig, "standalone", stdin, args...)
 	}
 }
 

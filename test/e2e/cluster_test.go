@@ -711,16 +711,21 @@ func (c *cluster) kubectlAs(user string, args ...string) (string, error) {
 }
 
 func (c *cluster) kubectlStdin(user, stdin string, args ...string) (string, error) {
+	return c.kubectlWith(c.kubeconfigs[user], "as "+user, stdin, args...)
+}
+
+// kubectlWith runs kubectl with kubeconfig, who naming its user in errors.
+func (c *cluster) kubectlWith(kubeconfig, who, stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.kubectl, append([]string{"--kubeconfig", c.kubeconfigs[user]}, args...)...)
+	cmd := exec.CommandContext(ctx, c.kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s (as %s): %v: %s%s", strings.Join(args, " "), user, err, stderr.String(), stdout.String())
+		return stdout.String(), fmt.Errorf("kubectl %s (%s): %v: %s%s", strings.Join(args, " "), who, err, stderr.String(), stdout.String())
 	}
 	return stdout.String(), nil
 }
